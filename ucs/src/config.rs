@@ -1,0 +1,524 @@
+//! Configuration from the environment, under UCX's own variable names.
+//!
+//! Every variable Rucx reads is one row of [`TABLE`]: name, default and meaning. [`Config`]
+//! holds the typed values; [`Config::from_env`] reads `UCX_*` from the process environment
+//! and [`Config::from_lookup`] from any source (tests, `ucp_config_modify`). A `UCX_*`
+//! variable that is not in the table gets one warning naming the closest known variable.
+
+use std::fmt;
+
+/// One documented configuration variable (the name is without the `UCX_` prefix).
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigVar {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// Every variable Rucx understands. `rucx-info -c` prints this table with current values.
+pub const TABLE: &[ConfigVar] = &[
+    ConfigVar {
+        name: "TLS",
+        default: "all",
+        doc: "Comma-separated transports to use; a leading '^' excludes the listed ones. \
+              Aliases: all, shm (posix,cma,xpmem), sm (same as shm).",
+    },
+    ConfigVar {
+        name: "NET_DEVICES",
+        default: "all",
+        doc: "Network devices (interface names such as lo, eth0) tcp may use; 'all' for every \
+              up interface with an IPv4 address. A leading '^' excludes.",
+    },
+    ConfigVar {
+        name: "RNDV_THRESH",
+        default: "auto",
+        doc: "Message size from which tag/AM sends use rendezvous; 'auto' picks it from the \
+              transports' performance estimates, 'inf' disables rendezvous.",
+    },
+    ConfigVar {
+        name: "ZCOPY_THRESH",
+        default: "auto",
+        doc: "Message size from which eager sends use zero-copy; 'auto' from estimates.",
+    },
+    ConfigVar {
+        name: "LOG_LEVEL",
+        default: "warn",
+        doc: "Logging level: fatal, error, warn, diag, info, debug, trace (req/data/async/func/poll \
+              are accepted as trace).",
+    },
+    ConfigVar {
+        name: "POSIX_FIFO_SIZE",
+        default: "64",
+        doc: "Cells in each posix shared-memory receive FIFO (a power of two, 2..=65536).",
+    },
+    ConfigVar {
+        name: "POSIX_SEG_SIZE",
+        default: "8256",
+        doc: "Bytes per posix FIFO cell including its 64-byte header (multiple of 64); \
+              max_bcopy is this minus 64.",
+    },
+    ConfigVar {
+        name: "TCP_SEG_SIZE",
+        default: "64k",
+        doc: "Largest tcp active-message payload (max_bcopy and max_zcopy).",
+    },
+    ConfigVar {
+        name: "TCP_SNDBUF",
+        default: "auto",
+        doc: "SO_SNDBUF for tcp sockets; 'auto' leaves the kernel default.",
+    },
+    ConfigVar {
+        name: "TCP_RCVBUF",
+        default: "auto",
+        doc: "SO_RCVBUF for tcp sockets; 'auto' leaves the kernel default.",
+    },
+    ConfigVar {
+        name: "TCP_PORT_RANGE",
+        default: "0",
+        doc: "Port range for tcp listening sockets as LOW-HIGH; 0 lets the kernel choose.",
+    },
+    ConfigVar {
+        name: "CMA_MAX_IOV",
+        default: "auto",
+        doc: "Most iov entries in one process_vm_readv/writev call; 'auto' is the system IOV_MAX.",
+    },
+    ConfigVar {
+        name: "ERROR_CHECK_INTERVAL",
+        default: "100ms",
+        doc: "How often a transport checks that the peers it talks to are alive.",
+    },
+];
+
+/// A `UCX_TLS`-style list: names, optionally negated with a leading `^`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct NameList {
+    pub negate: bool,
+    pub names: Vec<String>,
+}
+
+impl NameList {
+    /// The list meaning "everything".
+    pub fn all() -> NameList {
+        NameList { negate: false, names: vec!["all".into()] }
+    }
+
+    fn parse(s: &str) -> NameList {
+        let s = s.trim();
+        let (negate, body) = match s.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, s),
+        };
+        let names = body
+            .split(',')
+            .map(|n| n.trim().to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect();
+        NameList { negate, names }
+    }
+
+    /// True when `name` is selected. `aliases` expands a listed alias into member names.
+    pub fn selects(&self, name: &str, aliases: &[(&str, &[&str])]) -> bool {
+        let listed = self.names.iter().any(|n| {
+            n == "all"
+                || n == name
+                || aliases
+                    .iter()
+                    .any(|(alias, members)| alias == n && members.contains(&name))
+        });
+        listed != self.negate
+    }
+}
+
+impl fmt::Display for NameList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.negate {
+            f.write_str("^")?;
+        }
+        f.write_str(&self.names.join(","))
+    }
+}
+
+/// Transport aliases for `UCX_TLS`, as UCX defines them for the transports Rucx has.
+pub const TLS_ALIASES: &[(&str, &[&str])] = &[
+    ("shm", &["posix", "cma", "xpmem", "sysv"]),
+    ("sm", &["posix", "cma", "xpmem", "sysv"]),
+    ("mm", &["posix", "xpmem", "sysv"]),
+    ("cuda", &["cuda_copy", "cuda_ipc", "gdr_copy"]),
+    ("rc", &["rc_verbs"]),
+];
+
+/// A size that may be `auto` (`None`) or `inf` (`usize::MAX`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AutoSize {
+    Auto,
+    Bytes(usize),
+}
+
+impl fmt::Display for AutoSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AutoSize::Auto => f.write_str("auto"),
+            AutoSize::Bytes(usize::MAX) => f.write_str("inf"),
+            AutoSize::Bytes(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Logging level named as UCX names it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord)]
+pub enum LogLevel {
+    Fatal,
+    Error,
+    Warn,
+    Diag,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub fn to_filter(self) -> log::LevelFilter {
+        match self {
+            LogLevel::Fatal | LogLevel::Error => log::LevelFilter::Error,
+            LogLevel::Warn => log::LevelFilter::Warn,
+            LogLevel::Diag | LogLevel::Info => log::LevelFilter::Info,
+            LogLevel::Debug => log::LevelFilter::Debug,
+            LogLevel::Trace => log::LevelFilter::Trace,
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            LogLevel::Fatal => "fatal",
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Diag => "diag",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        };
+        f.write_str(s)
+    }
+}
+
+/// A configuration value that failed to parse.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("UCX_{name}={value}: {reason}")]
+    BadValue { name: &'static str, value: String, reason: &'static str },
+    #[error("UCX_{0} is not a Rucx configuration variable")]
+    UnknownName(String),
+}
+
+/// The typed configuration. Field docs are in [`TABLE`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub tls: NameList,
+    pub net_devices: NameList,
+    pub rndv_thresh: AutoSize,
+    pub zcopy_thresh: AutoSize,
+    pub log_level: LogLevel,
+    pub posix_fifo_size: usize,
+    pub posix_seg_size: usize,
+    pub tcp_seg_size: usize,
+    pub tcp_sndbuf: AutoSize,
+    pub tcp_rcvbuf: AutoSize,
+    pub tcp_port_range: (u16, u16),
+    pub cma_max_iov: AutoSize,
+    pub error_check_interval_ns: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config::from_lookup(|_| None).expect("the defaults in TABLE parse")
+    }
+}
+
+/// Parses `8`, `8b`, `64k`, `64kb`, `1m`, `2G`, `inf`.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim().to_ascii_lowercase();
+    if s == "inf" || s == "infinity" {
+        return Some(usize::MAX);
+    }
+    let s = s.strip_suffix('b').unwrap_or(&s);
+    let (digits, mult) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1usize << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        't' => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    digits.trim().parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// Parses a time such as `100ms`, `2s`, `500us`, `10ns` into nanoseconds.
+pub fn parse_time_ns(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let mult = match unit {
+        "" | "s" => 1e9,
+        "ms" => 1e6,
+        "us" => 1e3,
+        "ns" => 1.0,
+        "m" => 60e9,
+        _ => return None,
+    };
+    let ns = v * mult;
+    (ns.is_finite() && ns >= 0.0).then_some(ns as u64)
+}
+
+fn bad(name: &'static str, value: &str, reason: &'static str) -> ConfigError {
+    ConfigError::BadValue { name, value: value.to_string(), reason }
+}
+
+impl Config {
+    /// Reads the configuration from the process environment and warns about unknown
+    /// `UCX_*` variables.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        for (key, _) in std::env::vars() {
+            if let Some(name) = key.strip_prefix("UCX_") {
+                warn_if_unknown(name);
+            }
+        }
+        Config::from_lookup(|name| std::env::var(format!("UCX_{name}")).ok())
+    }
+
+    /// Builds a configuration from `lookup(name)` (name without the `UCX_` prefix),
+    /// falling back to the table's defaults.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let get = |name: &'static str| -> (String, &'static str) {
+            let var = TABLE.iter().find(|v| v.name == name).expect("every field is in TABLE");
+            (lookup(name).unwrap_or_else(|| var.default.to_string()), var.name)
+        };
+        let size = |name: &'static str| -> Result<usize, ConfigError> {
+            let (v, n) = get(name);
+            parse_size(&v).ok_or_else(|| bad(n, &v, "expected a size such as 8192, 64k or 1m"))
+        };
+        let auto_size = |name: &'static str| -> Result<AutoSize, ConfigError> {
+            let (v, n) = get(name);
+            if v.trim().eq_ignore_ascii_case("auto") {
+                return Ok(AutoSize::Auto);
+            }
+            parse_size(&v)
+                .map(AutoSize::Bytes)
+                .ok_or_else(|| bad(n, &v, "expected auto, inf, or a size such as 64k"))
+        };
+
+        let (log_v, log_n) = get("LOG_LEVEL");
+        let log_level = match log_v.trim().to_ascii_lowercase().as_str() {
+            "fatal" => LogLevel::Fatal,
+            "error" => LogLevel::Error,
+            "warn" | "warning" => LogLevel::Warn,
+            "diag" => LogLevel::Diag,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "trace" | "req" | "data" | "async" | "func" | "poll" | "trace_req"
+            | "trace_data" | "trace_async" | "trace_func" | "trace_poll" => LogLevel::Trace,
+            _ => return Err(bad(log_n, &log_v, "expected fatal/error/warn/diag/info/debug/trace")),
+        };
+
+        let fifo = size("POSIX_FIFO_SIZE")?;
+        if !(2..=65536).contains(&fifo) || !fifo.is_power_of_two() {
+            let (v, n) = get("POSIX_FIFO_SIZE");
+            return Err(bad(n, &v, "must be a power of two between 2 and 65536"));
+        }
+        let seg = size("POSIX_SEG_SIZE")?;
+        if seg < 128 || seg % 64 != 0 || seg > (1 << 24) {
+            let (v, n) = get("POSIX_SEG_SIZE");
+            return Err(bad(n, &v, "must be a multiple of 64 between 128 and 16m"));
+        }
+        let tcp_seg = size("TCP_SEG_SIZE")?;
+        if !(64..=(1 << 30)).contains(&tcp_seg) {
+            let (v, n) = get("TCP_SEG_SIZE");
+            return Err(bad(n, &v, "must be between 64 and 1g"));
+        }
+
+        let (pr, pr_n) = get("TCP_PORT_RANGE");
+        let tcp_port_range = if pr.trim() == "0" {
+            (0, 0)
+        } else {
+            let parsed = pr.split_once('-').and_then(|(a, b)| {
+                Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+            });
+            match parsed {
+                Some((lo, hi)) if lo > 0 && lo <= hi => (lo, hi),
+                _ => return Err(bad(pr_n, &pr, "expected 0 or LOW-HIGH")),
+            }
+        };
+
+        let (t, t_n) = get("ERROR_CHECK_INTERVAL");
+        let error_check_interval_ns =
+            parse_time_ns(&t).ok_or_else(|| bad(t_n, &t, "expected a time such as 100ms"))?;
+
+        Ok(Config {
+            tls: NameList::parse(&get("TLS").0),
+            net_devices: NameList::parse(&get("NET_DEVICES").0),
+            rndv_thresh: auto_size("RNDV_THRESH")?,
+            zcopy_thresh: auto_size("ZCOPY_THRESH")?,
+            log_level,
+            posix_fifo_size: fifo,
+            posix_seg_size: seg,
+            tcp_seg_size: tcp_seg,
+            tcp_sndbuf: auto_size("TCP_SNDBUF")?,
+            tcp_rcvbuf: auto_size("TCP_RCVBUF")?,
+            tcp_port_range,
+            cma_max_iov: auto_size("CMA_MAX_IOV")?,
+            error_check_interval_ns,
+        })
+    }
+
+    /// True when `UCX_TLS` selects transport `tl`.
+    pub fn tl_enabled(&self, tl: &str) -> bool {
+        self.tls.selects(tl, TLS_ALIASES)
+    }
+
+    /// True when `UCX_NET_DEVICES` selects network device `dev`.
+    pub fn net_device_enabled(&self, dev: &str) -> bool {
+        self.net_devices.selects(dev, &[])
+    }
+
+    /// The current value of each table row as text, in table order.
+    pub fn value_of(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "TLS" => self.tls.to_string(),
+            "NET_DEVICES" => self.net_devices.to_string(),
+            "RNDV_THRESH" => self.rndv_thresh.to_string(),
+            "ZCOPY_THRESH" => self.zcopy_thresh.to_string(),
+            "LOG_LEVEL" => self.log_level.to_string(),
+            "POSIX_FIFO_SIZE" => self.posix_fifo_size.to_string(),
+            "POSIX_SEG_SIZE" => self.posix_seg_size.to_string(),
+            "TCP_SEG_SIZE" => self.tcp_seg_size.to_string(),
+            "TCP_SNDBUF" => self.tcp_sndbuf.to_string(),
+            "TCP_RCVBUF" => self.tcp_rcvbuf.to_string(),
+            "TCP_PORT_RANGE" => match self.tcp_port_range {
+                (0, _) => "0".to_string(),
+                (lo, hi) => format!("{lo}-{hi}"),
+            },
+            "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
+            "ERROR_CHECK_INTERVAL" => format!("{}us", self.error_check_interval_ns / 1000),
+            _ => return None,
+        })
+    }
+}
+
+/// Variables UCX itself defines that Rucx accepts silently although it does not use them
+/// (so programs tuned for UCX do not spam warnings).
+const KNOWN_FOREIGN: &[&str] = &["MODULE_DIR", "HANDLE_ERRORS", "MEM_MALLOC_HOOKS", "WARN_UNUSED_ENV_VARS"];
+
+/// The closest known variable name to `name`, for "did you mean" messages.
+pub fn closest_known(name: &str) -> Option<&'static str> {
+    TABLE
+        .iter()
+        .map(|v| (edit_distance(name, v.name), v.name))
+        .min()
+        .map(|(_, n)| n)
+}
+
+/// Warns (once per call) when `UCX_<name>` is not a variable Rucx knows.
+pub fn warn_if_unknown(name: &str) -> bool {
+    if TABLE.iter().any(|v| v.name == name) || KNOWN_FOREIGN.contains(&name) {
+        return false;
+    }
+    match closest_known(name) {
+        Some(c) => log::warn!("unknown configuration variable UCX_{name}; did you mean UCX_{c}?"),
+        None => log::warn!("unknown configuration variable UCX_{name}"),
+    }
+    true
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let pairs: Vec<(String, String)> =
+            pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        Config::from_lookup(move |n| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let c = Config::default();
+        assert!(c.tl_enabled("tcp") && c.tl_enabled("posix"));
+        assert_eq!(c.rndv_thresh, AutoSize::Auto);
+        assert_eq!(c.log_level, LogLevel::Warn);
+        assert_eq!(c.posix_fifo_size, 64);
+        for v in TABLE {
+            assert!(c.value_of(v.name).is_some(), "{} has no value", v.name);
+        }
+    }
+
+    #[test]
+    fn tls_negation_and_aliases() {
+        let c = cfg(&[("TLS", "^tcp")]).unwrap();
+        assert!(!c.tl_enabled("tcp"));
+        assert!(c.tl_enabled("posix"));
+        let c = cfg(&[("TLS", "shm,self")]).unwrap();
+        assert!(c.tl_enabled("posix") && c.tl_enabled("cma") && c.tl_enabled("self"));
+        assert!(!c.tl_enabled("tcp"));
+        let c = cfg(&[("TLS", "^shm")]).unwrap();
+        assert!(!c.tl_enabled("posix") && !c.tl_enabled("cma") && c.tl_enabled("tcp"));
+        let c = cfg(&[("TLS", "all")]).unwrap();
+        assert!(c.tl_enabled("xpmem"));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8192"), Some(8192));
+        assert_eq!(parse_size("64k"), Some(65536));
+        assert_eq!(parse_size("64KB"), Some(65536));
+        assert_eq!(parse_size("1m"), Some(1 << 20));
+        assert_eq!(parse_size("inf"), Some(usize::MAX));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        let c = cfg(&[("RNDV_THRESH", "16k"), ("ZCOPY_THRESH", "inf")]).unwrap();
+        assert_eq!(c.rndv_thresh, AutoSize::Bytes(16384));
+        assert_eq!(c.zcopy_thresh, AutoSize::Bytes(usize::MAX));
+        assert_eq!(c.value_of("ZCOPY_THRESH").unwrap(), "inf");
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = cfg(&[("RNDV_THRESH", "lots")]).unwrap_err();
+        assert!(e.to_string().contains("UCX_RNDV_THRESH=lots"), "{e}");
+        assert!(cfg(&[("POSIX_FIFO_SIZE", "100")]).is_err());
+        assert!(cfg(&[("LOG_LEVEL", "loud")]).is_err());
+        assert!(cfg(&[("TCP_PORT_RANGE", "9-3")]).is_err());
+        assert_eq!(cfg(&[("TCP_PORT_RANGE", "2000-2010")]).unwrap().tcp_port_range, (2000, 2010));
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(parse_time_ns("100ms"), Some(100_000_000));
+        assert_eq!(parse_time_ns("2s"), Some(2_000_000_000));
+        assert_eq!(parse_time_ns("1.5us"), Some(1500));
+        assert_eq!(parse_time_ns("fast"), None);
+    }
+
+    #[test]
+    fn unknown_names_suggest_closest() {
+        assert_eq!(closest_known("RNDV_TRESH"), Some("RNDV_THRESH"));
+        assert_eq!(closest_known("TSL"), Some("TLS"));
+        assert!(warn_if_unknown("NET_DEVICE"));
+        assert!(!warn_if_unknown("TLS"));
+    }
+}

@@ -1,0 +1,18 @@
+//! `ucs` — Rucx's service layer, the bottom of the `ucs` ← `uct` ← `ucp` stack.
+//!
+//! It owns what every other layer needs and nothing protocol-specific: the [`Status`] codes
+//! (numerically UCX's `ucs_status_t`), configuration from `UCX_*` environment variables
+//! ([`config`]), object pools ([`pool`]), wakeup primitives ([`wakeup`]), monotonic time
+//! ([`time`]), system facts such as same-host detection ([`sys`]) and a stderr logger
+//! ([`log`]). It depends on no sibling crate; `uct` and `ucp` call into it.
+
+pub mod config;
+pub mod log;
+pub mod pool;
+pub mod status;
+pub mod sys;
+pub mod time;
+pub mod wakeup;
+
+pub use config::Config;
+pub use status::{Status, UcsResult};

@@ -1,0 +1,116 @@
+//! System facts: page size, host identity (boot id + hostname), process liveness.
+
+use std::sync::OnceLock;
+
+/// The page size in bytes.
+pub fn page_size() -> usize {
+    static PS: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PS.get_or_init(|| unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize)
+}
+
+/// The system's IOV_MAX.
+pub fn iov_max() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_IOV_MAX) };
+    if v > 0 {
+        v as usize
+    } else {
+        1024
+    }
+}
+
+/// The kernel's boot id (changes each boot; identical for every process on this host).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A 64-bit id of this host: FNV-1a of boot id and hostname. Two processes have the same
+/// id exactly when they run under the same kernel boot with the same hostname (network
+/// namespaces with their own UTS name count as other hosts, as they should).
+pub fn host_id() -> u64 {
+    static ID: OnceLock<u64> = OnceLock::new();
+    *ID.get_or_init(|| fnv1a64(format!("{}\0{}", boot_id(), hostname()).as_bytes()))
+}
+
+/// True when a peer that reported `peer_host_id` runs on this host.
+pub fn same_host(peer_host_id: u64) -> bool {
+    peer_host_id == host_id()
+}
+
+/// FNV-1a, 64-bit.
+pub fn fnv1a64(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// True while process `pid` exists (a zombie counts as dead).
+pub fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // A zombie still answers kill(0): read its state.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => match s.rfind(')') {
+            Some(i) => !matches!(s.as_bytes().get(i + 2), Some(b'Z') | Some(b'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+/// The process start time in clock ticks (field 22 of /proc/PID/stat): with the pid it
+/// names a process uniquely, so a recycled pid is not mistaken for the old peer.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_identity_is_stable() {
+        assert_eq!(host_id(), host_id());
+        assert!(same_host(host_id()));
+        assert!(!boot_id().is_empty());
+        assert!(page_size() >= 4096);
+        assert!(iov_max() >= 16);
+    }
+
+    #[test]
+    fn liveness() {
+        let me = std::process::id() as i32;
+        assert!(process_alive(me));
+        assert!(process_start_time(me).is_some());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
+        assert!(!process_alive(-1));
+    }
+}

@@ -1,0 +1,129 @@
+//! Transport discovery: which transports can run on this machine, on which devices, and
+//! why the others cannot. `ucp` opens what [`discover`] lists; `rucx-info -d` prints both
+//! lists.
+
+use std::fmt;
+
+use ucs::Config;
+
+use crate::iface::Iface;
+use crate::tl;
+
+/// A transport on a device that can be opened here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlResource {
+    pub tl: &'static str,
+    pub device: String,
+    pub kind: DeviceKind,
+}
+
+/// What kind of device a resource uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// In-process loopback.
+    Loopback,
+    /// Same-host shared memory or cross-memory attach.
+    SharedMemory,
+    /// A network interface.
+    Network,
+    /// An accelerator (GPU).
+    Accelerator,
+}
+
+/// A transport that is not offered, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlAbsent {
+    pub tl: &'static str,
+    pub reason: String,
+}
+
+impl fmt::Display for TlAbsent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.tl, self.reason)
+    }
+}
+
+/// The result of discovery.
+#[derive(Clone, Debug, Default)]
+pub struct Discovery {
+    pub available: Vec<TlResource>,
+    pub absent: Vec<TlAbsent>,
+}
+
+/// A transport that failed to open although it was discovered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("{tl}/{device}: {call} failed: {source}")]
+    Os { tl: &'static str, device: String, call: &'static str, source: std::io::Error },
+    #[error("{tl}: unknown device {device}")]
+    NoDevice { tl: &'static str, device: String },
+    #[error("{0}: no such transport")]
+    UnknownTl(String),
+}
+
+/// Lists the transports and devices usable under `cfg` (`UCX_TLS`, `UCX_NET_DEVICES`).
+pub fn discover(cfg: &Config) -> Discovery {
+    let mut d = Discovery::default();
+    let mut offer = |tl: &'static str, found: Result<Vec<(String, DeviceKind)>, String>| {
+        if !cfg.tl_enabled(tl) {
+            d.absent.push(TlAbsent { tl, reason: "excluded by UCX_TLS".into() });
+            return;
+        }
+        match found {
+            Ok(devs) if devs.is_empty() => {
+                d.absent.push(TlAbsent { tl, reason: "no usable device".into() })
+            }
+            Ok(devs) => d
+                .available
+                .extend(devs.into_iter().map(|(device, kind)| TlResource { tl, device, kind })),
+            Err(reason) => d.absent.push(TlAbsent { tl, reason }),
+        }
+    };
+    offer("self", Ok(vec![("memory".into(), DeviceKind::Loopback)]));
+    offer("posix", tl::posix::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]));
+    offer("cma", tl::cma::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]));
+    offer(
+        "tcp",
+        tl::tcp::devices(cfg).map(|v| v.into_iter().map(|n| (n, DeviceKind::Network)).collect()),
+    );
+    for (tl, reason) in tl::absent_hardware() {
+        offer(tl, Err(reason));
+    }
+    for a in &d.absent {
+        log::debug!("transport {a}");
+    }
+    d
+}
+
+/// Opens an interface on a discovered resource.
+pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError> {
+    match res.tl {
+        "self" => Ok(Box::new(tl::self_::SelfIface::open(cfg))),
+        "posix" => Ok(Box::new(tl::posix::PosixIface::open(cfg)?)),
+        "cma" => Ok(Box::new(tl::cma::CmaIface::open(cfg)?)),
+        "tcp" => Ok(Box::new(tl::tcp::TcpIface::open(cfg, &res.device)?)),
+        other => Err(OpenError::UnknownTl(other.to_string())),
+    }
+}
+
+/// Opens transport `tl` on `device` (or its first device when `None`), for tests and tools.
+pub fn open_by_name(
+    tl: &str,
+    device: Option<&str>,
+    cfg: &Config,
+) -> Result<Box<dyn Iface>, OpenError> {
+    let d = discover(cfg);
+    let res = d
+        .available
+        .iter()
+        .find(|r| r.tl == tl && device.is_none_or(|dev| r.device == dev))
+        .ok_or_else(|| match d.available.iter().any(|r| r.tl == tl) {
+            true => OpenError::NoDevice { tl: "?", device: device.unwrap_or("").to_string() },
+            false => OpenError::UnknownTl(match d.absent.iter().find(|a| a.tl == tl) {
+                Some(a) => a.to_string(),
+                None => tl.to_string(),
+            }),
+        })?;
+    open(res, cfg)
+}

@@ -1,0 +1,247 @@
+//! The interface: one transport on one device, with the endpoints it has opened.
+//!
+//! An [`Iface`] is driven by one thread at a time. Endpoints are handles ([`EpId`]) into
+//! the interface that created them, so the ep operations (`am_short`, `put_zcopy`, ...)
+//! are methods of the interface taking the handle. Progress hands every event (a received
+//! active message, a completed zero-copy operation, an endpoint that can send again, a
+//! failed peer) to a [`Handler`]; the handler cannot call back into the interface, so a
+//! protocol layer records what to do and acts after `progress` returns.
+
+use std::os::fd::RawFd;
+
+use bitflags::bitflags;
+use ucs::{Status, UcsResult};
+
+use crate::ep::{Comp, Done, EpId, Iov};
+use crate::md::{Md, RemoteKey};
+
+/// Active-message ids run from 0 to `AM_ID_MAX - 1`.
+pub const AM_ID_MAX: u8 = 64;
+
+bitflags! {
+    /// What an interface can do. Every flag set has a working operation behind it (the
+    /// conformance suite checks this).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct IfaceFlags: u64 {
+        const AM_SHORT = 1 << 0;
+        const AM_BCOPY = 1 << 1;
+        const AM_ZCOPY = 1 << 2;
+        const PUT_ZCOPY = 1 << 3;
+        const GET_ZCOPY = 1 << 4;
+        /// `pending_add` queues a wake-up token when the endpoint is out of resources.
+        const PENDING = 1 << 5;
+        /// Endpoints are created from the peer's interface address alone.
+        const CONNECT_TO_IFACE = 1 << 6;
+        /// `event_fd` + `arm` let a caller sleep until something arrives.
+        const EVENT_RECV = 1 << 7;
+        /// A dead or disconnected peer is reported through `Handler::ep_error`.
+        const ERRHANDLE_PEER_FAILURE = 1 << 8;
+        /// Operations on one endpoint complete in the order they were posted.
+        const EP_ORDERED = 1 << 9;
+    }
+}
+
+/// Limits of one kind of operation (bytes unless noted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpLimits {
+    pub max_short: usize,
+    pub max_bcopy: usize,
+    pub min_zcopy: usize,
+    pub max_zcopy: usize,
+    /// Most iov entries in one zcopy operation.
+    pub max_iov: usize,
+    /// Largest header for `am_zcopy`.
+    pub max_hdr: usize,
+}
+
+/// A performance estimate: sending `n` bytes costs `overhead + n / bandwidth` of CPU time at
+/// the sender, and arrives `latency` after that.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PerfEstimate {
+    /// CPU time per operation at the initiator, ns.
+    pub overhead_ns: f64,
+    /// One-way latency, ns.
+    pub latency_ns: f64,
+    /// Bytes per second.
+    pub bandwidth: f64,
+}
+
+impl PerfEstimate {
+    /// Estimated one-way time for `size` bytes, ns.
+    pub fn time_ns(&self, size: usize) -> f64 {
+        self.overhead_ns + self.latency_ns + size as f64 * 1e9 / self.bandwidth
+    }
+}
+
+/// Everything `ucp` needs to know to choose this interface for an operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IfaceAttr {
+    pub flags: IfaceFlags,
+    pub am: OpLimits,
+    pub put: OpLimits,
+    pub get: OpLimits,
+    pub perf: PerfEstimate,
+    /// Lengths of the blobs returned by `device_address` / `iface_address`.
+    pub device_addr_len: usize,
+    pub iface_addr_len: usize,
+}
+
+/// Receives what `progress` finds. Default methods ignore the event.
+pub trait Handler {
+    /// An active message with id `id`. `data` is only valid during the call: copy what
+    /// must outlive it.
+    fn am(&mut self, id: u8, data: &[u8]);
+    /// The zero-copy operation or flush posted with `comp` finished with `status`.
+    fn completion(&mut self, comp: Comp, status: Status) {
+        let _ = (comp, status);
+    }
+    /// `ep` has resources again; `token` was given to `pending_add`.
+    fn pending(&mut self, ep: EpId, token: u64) {
+        let _ = (ep, token);
+    }
+    /// `ep` failed (peer died, connection reset, malformed data). Reported once.
+    fn ep_error(&mut self, ep: EpId, status: Status) {
+        let _ = (ep, status);
+    }
+}
+
+/// A transport interface. See the module documentation for the handle model.
+pub trait Iface: Send + std::fmt::Debug {
+    /// Transport name as `UCX_TLS` spells it (`posix`, `tcp`, ...).
+    fn tl_name(&self) -> &str;
+    /// Device name (`memory`, `lo`, `eth0`, ...).
+    fn device_name(&self) -> &str;
+    fn attr(&self) -> &IfaceAttr;
+    fn md(&self) -> &dyn Md;
+
+    /// Identifies the device (host for shared memory, IP for tcp).
+    fn device_address(&self) -> &[u8];
+    /// Identifies this interface on its device.
+    fn iface_address(&self) -> &[u8];
+    /// True when an endpoint to that peer interface can be created. Never fails: malformed
+    /// addresses are simply unreachable.
+    fn is_reachable(&self, device_addr: &[u8], iface_addr: &[u8]) -> bool;
+
+    /// Creates an endpoint to a peer interface (connect-to-iface).
+    fn ep_connect(&mut self, device_addr: &[u8], iface_addr: &[u8]) -> UcsResult<EpId>;
+    /// Destroys an endpoint. Outstanding operations complete with `Canceled`.
+    fn ep_destroy(&mut self, ep: EpId);
+
+    /// Sends `header` (8 bytes, delivered first) and `payload`, both copied before return.
+    fn am_short(&mut self, ep: EpId, id: u8, header: u64, payload: &[u8]) -> UcsResult<()> {
+        let _ = (ep, id, header, payload);
+        Err(Status::Unsupported)
+    }
+
+    /// Sends what `pack` writes into the transport's buffer (at most `attr().am.max_bcopy`
+    /// bytes); `pack` returns the length written. Returns that length.
+    fn am_bcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        pack: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> UcsResult<usize> {
+        let _ = (ep, id, pack);
+        Err(Status::Unsupported)
+    }
+
+    /// Sends `header` followed by the bytes of `iov` without copying them first.
+    /// Returns `Done::Now` when the buffers may already be reused, or `Done::Later` when
+    /// `comp` will be reported to `Handler::completion`.
+    ///
+    /// # Safety
+    /// Every iov entry must point to `length` readable bytes that stay valid and unchanged
+    /// until the operation completes (now, or when `comp` is reported).
+    unsafe fn am_zcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        header: &[u8],
+        iov: &[Iov],
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, id, header, iov, comp);
+        Err(Status::Unsupported)
+    }
+
+    /// Writes the bytes of `iov`, in order, to `remote_addr..` in the peer's region `rkey`.
+    ///
+    /// # Safety
+    /// As for `am_zcopy`: the iov buffers stay valid until completion.
+    unsafe fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, iov, remote_addr, rkey, comp);
+        Err(Status::Unsupported)
+    }
+
+    /// Reads `remote_addr..` of the peer's region `rkey` into the buffers of `iov`, in order.
+    ///
+    /// # Safety
+    /// Every iov entry must point to `length` writable bytes, not otherwise accessed, that
+    /// stay valid until the operation completes.
+    unsafe fn get_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, iov, remote_addr, rkey, comp);
+        Err(Status::Unsupported)
+    }
+
+    /// Asks to be told (`Handler::pending(ep, token)`) when `ep` can send again. Returns
+    /// `Err(Busy)` when it can send right now (retry instead), as UCX does.
+    fn pending_add(&mut self, ep: EpId, token: u64) -> UcsResult<()> {
+        let _ = (ep, token);
+        Err(Status::Unsupported)
+    }
+
+    /// Drops the pending tokens of `ep` and returns them in order.
+    fn pending_purge(&mut self, ep: EpId) -> Vec<u64> {
+        let _ = ep;
+        Vec::new()
+    }
+
+    /// Completes when every operation posted before it on `ep` (or on every endpoint when
+    /// `None`) has completed at the target.
+    fn flush(&mut self, ep: Option<EpId>, comp: Comp) -> UcsResult<Done>;
+
+    /// Orders operations posted after it after those posted before it.
+    fn fence(&mut self, ep: Option<EpId>) -> UcsResult<()> {
+        let _ = ep;
+        Ok(())
+    }
+
+    /// Makes progress; returns how many events were handed to `h`.
+    fn progress(&mut self, h: &mut dyn Handler) -> usize;
+
+    /// A descriptor that becomes readable when the interface has something to progress
+    /// after `arm` succeeded.
+    fn event_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// Prepares for sleeping on `event_fd`. `Err(Busy)` means events are already waiting:
+    /// progress instead of sleeping.
+    fn arm(&mut self) -> UcsResult<()> {
+        Err(Status::Unsupported)
+    }
+}
+
+/// Checks an AM id against `AM_ID_MAX`.
+#[inline]
+pub fn check_am_id(id: u8) -> UcsResult<()> {
+    if id < AM_ID_MAX {
+        Ok(())
+    } else {
+        Err(Status::InvalidParam)
+    }
+}

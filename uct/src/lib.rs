@@ -1,0 +1,19 @@
+//! `uct` — Rucx's transport layer, between `ucs` (below) and `ucp` (above).
+//!
+//! Each transport lives in `tl/<name>` and implements the traits of [`md`] (memory domain:
+//! registration and remote keys) and [`iface`] (an interface with its endpoints: active
+//! messages short/bcopy/zcopy, put/get zero-copy with iov lists, flush, fence, pending
+//! queue, progress). [`component`] discovers which transports can run here and opens them.
+//! Nothing here knows about tags, protocols or datatypes, and no transport knows another.
+
+pub mod component;
+pub mod ep;
+pub mod iface;
+pub mod md;
+pub mod tl;
+mod wire;
+
+pub use component::{discover, open, Discovery, TlAbsent, TlResource};
+pub use ep::{Comp, Done, EpId, Iov};
+pub use iface::{Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
+pub use md::{Md, MemH, MemoryType, RemoteKey};

@@ -1,0 +1,280 @@
+//! The lock-free multi-producer / single-consumer FIFO inside a segment.
+//!
+//! Layout (every field on its own cache line):
+//!
+//! ```text
+//! 0    control: magic, fifo_size, seg_size, owner pid
+//! 64   head  — producers claim cell `head` with compare-and-swap
+//! 128  tail  — the consumer has released every cell below `tail`
+//! 192  armed — the consumer sleeps on its eventfd; producers signal it
+//! 256  cells[fifo_size], seg_size bytes each:
+//!        0  seq   (u64) = index + 1 once the cell at `index` is published
+//!        8  len   (u32) bytes of data
+//!        12 am id (u8)
+//!        16 data
+//! ```
+//!
+//! A producer claims index `h` only while `h - tail < fifo_size`, writes the cell, and
+//! publishes it with a release store of `seq`. The consumer reads cell `tail`, checks
+//! `seq == tail + 1` with an acquire load, hands the data over, and releases it by storing
+//! `tail + 1`. Each round writes a distinct `seq`, so no cell is ever read twice.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use super::segment::Segment;
+
+pub(crate) const MAGIC: u64 = 0x314d_5350_7863_7552; // "RucxPSM1"
+pub(crate) const CTL_SIZE: usize = 256;
+pub(crate) const CELL_HDR: usize = 16;
+const OFF_HEAD: usize = 64;
+const OFF_TAIL: usize = 128;
+const OFF_ARMED: usize = 192;
+
+/// Segment bytes for a FIFO of `fifo_size` cells of `seg_size` bytes.
+pub(crate) fn segment_len(fifo_size: usize, seg_size: usize) -> usize {
+    CTL_SIZE + fifo_size * seg_size
+}
+
+/// A view of a FIFO in a mapped segment.
+#[derive(Debug)]
+pub(crate) struct Fifo {
+    seg: Segment,
+    cells: *mut u8,
+    mask: u64,
+    size: u64,
+    seg_size: usize,
+}
+
+// SAFETY: shared fields are accessed only through atomics; cell payloads are written by
+// the producer that claimed them and read by the single consumer after the seq handshake.
+unsafe impl Send for Fifo {}
+// SAFETY: as above.
+unsafe impl Sync for Fifo {}
+
+/// Why a mapped segment is not a FIFO we can use.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum BadFifo {
+    Magic,
+    Geometry,
+    Owner,
+}
+
+impl Fifo {
+    /// Initializes a fresh (zeroed) segment as an empty FIFO owned by this process.
+    pub(crate) fn init(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
+        assert!(seg.len() >= segment_len(fifo_size, seg_size));
+        let base = seg.base();
+        // SAFETY: the segment is at least CTL_SIZE long, page-aligned, and not yet shared.
+        unsafe {
+            base.add(8).cast::<u32>().write(fifo_size as u32);
+            base.add(12).cast::<u32>().write(seg_size as u32);
+            base.add(16).cast::<u32>().write(std::process::id());
+            (*base.cast::<AtomicU64>()).store(MAGIC, Ordering::Release);
+        }
+        Self::view(seg, fifo_size, seg_size)
+    }
+
+    /// Checks a peer's mapped segment against the geometry and owner its address announced.
+    pub(crate) fn open(seg: Segment, fifo_size: usize, seg_size: usize, owner: u32) -> Result<Fifo, BadFifo> {
+        if seg.len() < segment_len(fifo_size, seg_size) {
+            return Err(BadFifo::Geometry);
+        }
+        let base = seg.base();
+        // SAFETY: the segment is at least CTL_SIZE long (checked), page-aligned.
+        let (magic, fs, ss, pid) = unsafe {
+            (
+                (*base.cast::<AtomicU64>()).load(Ordering::Acquire),
+                base.add(8).cast::<u32>().read_volatile(),
+                base.add(12).cast::<u32>().read_volatile(),
+                base.add(16).cast::<u32>().read_volatile(),
+            )
+        };
+        if magic != MAGIC {
+            return Err(BadFifo::Magic);
+        }
+        if fs as usize != fifo_size || ss as usize != seg_size {
+            return Err(BadFifo::Geometry);
+        }
+        if pid != owner {
+            return Err(BadFifo::Owner);
+        }
+        Ok(Self::view(seg, fifo_size, seg_size))
+    }
+
+    fn view(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
+        // SAFETY: CTL_SIZE is inside the segment.
+        let cells = unsafe { seg.base().add(CTL_SIZE) };
+        Fifo { seg, cells, mask: fifo_size as u64 - 1, size: fifo_size as u64, seg_size }
+    }
+
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
+    #[inline]
+    fn ctl_atomic64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: off is one of the 8-aligned control offsets inside the segment, which
+        // lives as long as self; the field is only ever accessed atomically.
+        unsafe { &*self.seg.base().add(off).cast::<AtomicU64>() }
+    }
+
+    #[inline]
+    fn armed(&self) -> &AtomicU32 {
+        // SAFETY: as in ctl_atomic64.
+        unsafe { &*self.seg.base().add(OFF_ARMED).cast::<AtomicU32>() }
+    }
+
+    #[inline]
+    fn cell(&self, index: u64) -> *mut u8 {
+        // SAFETY: (index & mask) < fifo_size, so the cell lies inside the segment.
+        unsafe { self.cells.add((index & self.mask) as usize * self.seg_size) }
+    }
+
+    #[inline]
+    fn seq(&self, cell: *mut u8) -> &AtomicU64 {
+        // SAFETY: cells are 64-aligned and start with the seq word; accessed atomically only.
+        unsafe { &*cell.cast::<AtomicU64>() }
+    }
+
+    /// Bytes of data a cell holds.
+    #[inline]
+    pub(crate) fn data_cap(&self) -> usize {
+        self.seg_size - CELL_HDR
+    }
+
+    /// True when a producer could claim a cell now.
+    #[inline]
+    pub(crate) fn has_room(&self) -> bool {
+        let h = self.ctl_atomic64(OFF_HEAD).load(Ordering::Relaxed);
+        let t = self.ctl_atomic64(OFF_TAIL).load(Ordering::Acquire);
+        h.wrapping_sub(t) < self.size
+    }
+
+    /// Producer: claims a cell, lets `fill` write at most `data_cap()` bytes of data into
+    /// it (returning the length), and publishes it with `am_id`. Returns `None` when the
+    /// FIFO is full. Returns `Some(true)` when the consumer asked to be woken.
+    #[inline]
+    pub(crate) fn push(&self, am_id: u8, fill: impl FnOnce(&mut [u8]) -> usize) -> Option<(usize, bool)> {
+        let head = self.ctl_atomic64(OFF_HEAD);
+        let tail = self.ctl_atomic64(OFF_TAIL);
+        let mut h = head.load(Ordering::Relaxed);
+        loop {
+            let t = tail.load(Ordering::Acquire);
+            if h.wrapping_sub(t) >= self.size {
+                return None;
+            }
+            match head.compare_exchange_weak(h, h.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(cur) => h = cur,
+            }
+        }
+        let cell = self.cell(h);
+        // SAFETY: we own cell `h` until we publish it: the consumer released it (h - tail <
+        // size at claim time) and no other producer can claim the same index.
+        let data = unsafe { std::slice::from_raw_parts_mut(cell.add(CELL_HDR), self.data_cap()) };
+        let len = fill(data).min(self.data_cap());
+        // SAFETY: header fields of our claimed cell.
+        unsafe {
+            cell.add(8).cast::<u32>().write(len as u32);
+            cell.add(12).write(am_id);
+        }
+        self.seq(cell).store(h.wrapping_add(1), Ordering::Release);
+        // Pairs with the fence in `arm`: either we see `armed`, or the consumer sees our cell.
+        fence(Ordering::SeqCst);
+        let wake = self.armed().load(Ordering::Relaxed) != 0
+            && self.armed().swap(0, Ordering::AcqRel) != 0;
+        Some((len, wake))
+    }
+
+    /// Consumer: the cell at `index` if it has been published: `(am_id, data)`. The length
+    /// written by the peer is checked against the cell size (`Err` when it does not fit).
+    #[inline]
+    pub(crate) fn peek(&self, index: u64) -> Option<Result<(u8, &[u8]), u32>> {
+        let cell = self.cell(index);
+        if self.seq(cell).load(Ordering::Acquire) != index.wrapping_add(1) {
+            return None;
+        }
+        // SAFETY: the cell is published (acquire above) and not released yet, so no
+        // producer writes it until we store tail past it.
+        let (len, id) = unsafe { (cell.add(8).cast::<u32>().read(), cell.add(12).read()) };
+        if len as usize > self.data_cap() {
+            return Some(Err(len));
+        }
+        // SAFETY: len <= data_cap keeps the slice inside the cell.
+        let data = unsafe { std::slice::from_raw_parts(cell.add(CELL_HDR), len as usize) };
+        Some(Ok((id, data)))
+    }
+
+    /// Consumer: releases every cell below `next` to the producers.
+    #[inline]
+    pub(crate) fn release(&self, next: u64) {
+        self.ctl_atomic64(OFF_TAIL).store(next, Ordering::Release);
+    }
+
+    /// Consumer: asks producers to signal the eventfd. Returns false when a cell is already
+    /// waiting at `index` (do not sleep).
+    pub(crate) fn arm(&self, index: u64) -> bool {
+        self.armed().store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.seq(self.cell(index)).load(Ordering::Acquire) == index.wrapping_add(1) {
+            self.armed().store(0, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_peek_release_wraps() {
+        let seg = Segment::create(segment_len(4, 128)).unwrap();
+        let f = Fifo::init(seg, 4, 128);
+        let mut next = 0u64;
+        for round in 0..10u8 {
+            for i in 0..4u8 {
+                let (n, _) = f.push(i, |b| {
+                    b[0] = round;
+                    b[1] = i;
+                    2
+                })
+                .unwrap();
+                assert_eq!(n, 2);
+            }
+            assert!(f.push(9, |_| 0).is_none(), "full");
+            for i in 0..4u8 {
+                let (id, d) = f.peek(next).unwrap().unwrap();
+                assert_eq!((id, d), (i, &[round, i][..]));
+                next += 1;
+                f.release(next);
+            }
+            assert!(f.peek(next).is_none());
+        }
+    }
+
+    #[test]
+    fn arm_sees_waiting_cell_and_wakes_producer() {
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        assert!(f.arm(0));
+        let (_, wake) = f.push(1, |_| 0).unwrap();
+        assert!(wake);
+        let (_, wake) = f.push(1, |_| 0).unwrap();
+        assert!(!wake, "only the first producer after arm signals");
+        assert!(!f.arm(0), "a published cell is waiting");
+    }
+
+    #[test]
+    fn attach_checks_geometry_and_owner() {
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let pid = std::process::id();
+        let fd = f.segment().fd() as u32;
+        let len = segment_len(4, 128);
+        let again = Segment::attach(pid as i32, fd, len).unwrap();
+        assert!(Fifo::open(again, 4, 128, pid).is_ok());
+        let again = Segment::attach(pid as i32, fd, len).unwrap();
+        assert_eq!(Fifo::open(again, 4, 128, pid + 1).unwrap_err(), BadFifo::Owner);
+        assert!(Segment::attach(pid as i32, fd, len + 64).is_err());
+    }
+}

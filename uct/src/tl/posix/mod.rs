@@ -1,0 +1,430 @@
+//! `posix`: shared memory between processes of one host. Each interface owns one receive
+//! FIFO (see [`fifo`]) in an unlinked `/dev/shm` segment (see [`segment`]); an endpoint
+//! maps its peer's FIFO and writes cells into it. Short and bcopy active messages, eventfd
+//! wakeup, and peer-death detection through the peer's pid and start time.
+
+mod fifo;
+mod segment;
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use slab::Slab;
+use ucs::wakeup::EventFd;
+use ucs::{Config, Status, UcsResult};
+
+use crate::component::OpenError;
+use crate::ep::{Comp, Done, EpId};
+use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
+use crate::md::{BoundsMd, Md};
+use crate::wire::{Reader, Writer};
+use fifo::Fifo;
+use segment::Segment;
+
+static MD: BoundsMd = BoundsMd::new("posix", *b"PSX1");
+
+/// Cells handed to the handler per `progress` call at most.
+const RX_BATCH: usize = 32;
+
+/// Checks that a shared-memory segment can be created here.
+pub fn probe() -> Result<(), String> {
+    Segment::create(4096).map(drop).map_err(|e| format!("cannot create a /dev/shm segment: {e}"))
+}
+
+/// A peer's FIFO, mapped once per interface however many endpoints use it.
+#[derive(Debug)]
+struct PeerFifo {
+    fifo: Fifo,
+    wake: Option<OwnedFd>,
+    pid: i32,
+    start_time: u64,
+}
+
+#[derive(Debug)]
+struct PosixEp {
+    peer: Arc<PeerFifo>,
+    failed: Option<Status>,
+    reported: bool,
+}
+
+/// Parsed interface address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Addr {
+    pid: u32,
+    start_time: u64,
+    seg_fd: u32,
+    efd: u32,
+    fifo_size: u32,
+    seg_size: u32,
+}
+
+impl Addr {
+    fn pack(&self) -> Vec<u8> {
+        Writer::default()
+            .u32(self.pid)
+            .u64(self.start_time)
+            .u32(self.seg_fd)
+            .u32(self.efd)
+            .u32(self.fifo_size)
+            .u32(self.seg_size)
+            .buf
+    }
+
+    fn parse(b: &[u8]) -> Option<Addr> {
+        let mut r = Reader::new(b);
+        let a = Addr {
+            pid: r.u32()?,
+            start_time: r.u64()?,
+            seg_fd: r.u32()?,
+            efd: r.u32()?,
+            fifo_size: r.u32()?,
+            seg_size: r.u32()?,
+        };
+        let sane = r.is_empty()
+            && a.pid > 0
+            && a.pid <= i32::MAX as u32
+            && a.fifo_size.is_power_of_two()
+            && (2..=65536).contains(&a.fifo_size)
+            && a.seg_size % 64 == 0
+            && (128..=(1 << 24)).contains(&a.seg_size);
+        sane.then_some(a)
+    }
+}
+
+/// The posix shared-memory interface.
+#[derive(Debug)]
+pub struct PosixIface {
+    attr: IfaceAttr,
+    dev_addr: Vec<u8>,
+    iface_addr: Vec<u8>,
+    rx: Fifo,
+    rx_index: u64,
+    efd: EventFd,
+    eps: Slab<PosixEp>,
+    peers: HashMap<Addr, Arc<PeerFifo>>,
+    pending: VecDeque<(EpId, u64)>,
+    errors: VecDeque<(EpId, Status)>,
+    check_interval_ns: u64,
+    next_check: u64,
+    progress_calls: u32,
+}
+
+impl PosixIface {
+    pub fn open(cfg: &Config) -> Result<PosixIface, OpenError> {
+        let os = |call: &'static str| move |source: std::io::Error| OpenError::Os {
+            tl: "posix",
+            device: "memory".into(),
+            call,
+            source,
+        };
+        let (fifo_size, seg_size) = (cfg.posix_fifo_size, cfg.posix_seg_size);
+        let seg = Segment::create(fifo::segment_len(fifo_size, seg_size)).map_err(os("segment create"))?;
+        let rx = Fifo::init(seg, fifo_size, seg_size);
+        let efd = EventFd::new().map_err(os("eventfd"))?;
+        let pid = std::process::id();
+        let addr = Addr {
+            pid,
+            start_time: ucs::sys::process_start_time(pid as i32).unwrap_or(0),
+            seg_fd: rx.segment().fd() as u32,
+            efd: efd.as_raw_fd() as u32,
+            fifo_size: fifo_size as u32,
+            seg_size: seg_size as u32,
+        };
+        let cap = rx.data_cap();
+        let dev_addr = Writer::default().u64(ucs::sys::host_id()).buf;
+        let iface_addr = addr.pack();
+        Ok(PosixIface {
+            attr: IfaceAttr {
+                flags: IfaceFlags::AM_SHORT
+                    | IfaceFlags::AM_BCOPY
+                    | IfaceFlags::PENDING
+                    | IfaceFlags::CONNECT_TO_IFACE
+                    | IfaceFlags::EVENT_RECV
+                    | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                    | IfaceFlags::EP_ORDERED,
+                am: OpLimits { max_short: cap - 8, max_bcopy: cap, max_iov: 1, ..Default::default() },
+                put: OpLimits::default(),
+                get: OpLimits::default(),
+                perf: PerfEstimate { overhead_ns: 15.0, latency_ns: 80.0, bandwidth: 12e9 },
+                device_addr_len: dev_addr.len(),
+                iface_addr_len: iface_addr.len(),
+            },
+            dev_addr,
+            iface_addr,
+            rx,
+            rx_index: 0,
+            efd,
+            eps: Slab::new(),
+            peers: HashMap::new(),
+            pending: VecDeque::new(),
+            errors: VecDeque::new(),
+            check_interval_ns: cfg.error_check_interval_ns.max(1_000_000),
+            next_check: 0,
+            progress_calls: 0,
+        })
+    }
+
+    fn attach(&mut self, a: Addr) -> UcsResult<Arc<PeerFifo>> {
+        if let Some(p) = self.peers.get(&a) {
+            return Ok(p.clone());
+        }
+        let pid = a.pid as i32;
+        if !ucs::sys::process_alive(pid)
+            || ucs::sys::process_start_time(pid).is_some_and(|s| s != a.start_time)
+        {
+            return Err(Status::Unreachable);
+        }
+        let len = fifo::segment_len(a.fifo_size as usize, a.seg_size as usize);
+        let seg = Segment::attach(pid, a.seg_fd, len).map_err(|e| {
+            log::warn!("posix: cannot map the FIFO of pid {pid}: {e}");
+            Status::Unreachable
+        })?;
+        let fifo = Fifo::open(seg, a.fifo_size as usize, a.seg_size as usize, a.pid).map_err(|e| {
+            log::warn!("posix: the segment of pid {pid} is not a FIFO ({e:?})");
+            Status::InvalidAddr
+        })?;
+        let wake = match segment::dup_remote_fd(pid, a.efd) {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                log::warn!("posix: cannot obtain the wakeup fd of pid {pid} ({e}); it will not be woken");
+                None
+            }
+        };
+        let p = Arc::new(PeerFifo { fifo, wake, pid, start_time: a.start_time });
+        self.peers.insert(a, p.clone());
+        Ok(p)
+    }
+
+    #[inline]
+    fn ep(&self, ep: EpId) -> UcsResult<&PeerFifo> {
+        match self.eps.get(ep.index()) {
+            Some(PosixEp { failed: None, peer, .. }) => Ok(peer),
+            Some(PosixEp { failed: Some(st), .. }) => Err(*st),
+            None => Err(Status::InvalidParam),
+        }
+    }
+
+    #[inline]
+    fn push(&self, ep: EpId, id: u8, fill: impl FnOnce(&mut [u8]) -> usize) -> UcsResult<usize> {
+        let peer = self.ep(ep)?;
+        match peer.fifo.push(id, fill) {
+            None => Err(Status::NoResource),
+            Some((len, wake)) => {
+                if wake {
+                    if let Some(fd) = &peer.wake {
+                        let _ = ucs::wakeup::signal_raw(fd.as_raw_fd());
+                    }
+                }
+                Ok(len)
+            }
+        }
+    }
+
+    fn check_peers(&mut self) {
+        let mut dead = Vec::new();
+        for (i, e) in self.eps.iter() {
+            if e.failed.is_none() {
+                let p = &e.peer;
+                let alive = ucs::sys::process_alive(p.pid)
+                    && ucs::sys::process_start_time(p.pid).is_none_or(|s| s == p.start_time);
+                if !alive {
+                    dead.push(i);
+                }
+            }
+        }
+        for i in dead {
+            log::debug!("posix: peer pid {} is gone", self.eps[i].peer.pid);
+            self.eps[i].failed = Some(Status::ConnectionReset);
+            self.errors.push_back((EpId(i as u32), Status::ConnectionReset));
+        }
+    }
+}
+
+impl Iface for PosixIface {
+    fn tl_name(&self) -> &str {
+        "posix"
+    }
+    fn device_name(&self) -> &str {
+        "memory"
+    }
+    fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+    fn md(&self) -> &dyn Md {
+        &MD
+    }
+    fn device_address(&self) -> &[u8] {
+        &self.dev_addr
+    }
+    fn iface_address(&self) -> &[u8] {
+        &self.iface_addr
+    }
+    fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        dev == self.dev_addr.as_slice() && Addr::parse(iface).is_some()
+    }
+
+    fn ep_connect(&mut self, dev: &[u8], iface: &[u8]) -> UcsResult<EpId> {
+        if dev != self.dev_addr.as_slice() {
+            return Err(Status::Unreachable);
+        }
+        let a = Addr::parse(iface).ok_or(Status::InvalidAddr)?;
+        let peer = self.attach(a)?;
+        Ok(EpId(self.eps.insert(PosixEp { peer, failed: None, reported: false }) as u32))
+    }
+
+    fn ep_destroy(&mut self, ep: EpId) {
+        if let Some(e) = self.eps.try_remove(ep.index()) {
+            self.pending.retain(|(p, _)| *p != ep);
+            self.errors.retain(|(p, _)| *p != ep);
+            // Unmap the peer when this was its last endpoint.
+            if Arc::strong_count(&e.peer) == 2 {
+                self.peers.retain(|_, p| !Arc::ptr_eq(p, &e.peer));
+            }
+        }
+    }
+
+    #[inline]
+    fn am_short(&mut self, ep: EpId, id: u8, header: u64, payload: &[u8]) -> UcsResult<()> {
+        check_am_id(id)?;
+        if payload.len() > self.attr.am.max_short {
+            return Err(Status::InvalidParam);
+        }
+        self.push(ep, id, |d| {
+            d[..8].copy_from_slice(&header.to_le_bytes());
+            d[8..8 + payload.len()].copy_from_slice(payload);
+            8 + payload.len()
+        })
+        .map(drop)
+    }
+
+    fn am_bcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        pack: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> UcsResult<usize> {
+        check_am_id(id)?;
+        self.push(ep, id, pack)
+    }
+
+    fn pending_add(&mut self, ep: EpId, token: u64) -> UcsResult<()> {
+        let room = self.ep(ep)?.fifo.has_room();
+        if room && !self.pending.iter().any(|(e, _)| *e == ep) {
+            return Err(Status::Busy);
+        }
+        self.pending.push_back((ep, token));
+        Ok(())
+    }
+
+    fn pending_purge(&mut self, ep: EpId) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.pending.retain(|(e, t)| {
+            if *e == ep {
+                out.push(*t);
+                false
+            } else {
+                true
+            }
+        });
+        out
+    }
+
+    fn flush(&mut self, ep: Option<EpId>, _comp: Comp) -> UcsResult<Done> {
+        // A published cell is delivered; there is nothing in flight at the sender.
+        if let Some(ep) = ep {
+            self.ep(ep)?;
+        }
+        Ok(Done::Now)
+    }
+
+    #[inline]
+    fn progress(&mut self, h: &mut dyn Handler) -> usize {
+        let mut n = 0;
+        while n < RX_BATCH {
+            let Some(cell) = self.rx.peek(self.rx_index) else { break };
+            match cell {
+                Ok((id, data)) => h.am(id, data),
+                Err(len) => log::error!("posix: dropped a cell with invalid length {len}"),
+            }
+            self.rx_index = self.rx_index.wrapping_add(1);
+            self.rx.release(self.rx_index);
+            n += 1;
+        }
+        if !self.pending.is_empty() {
+            n += self.progress_pending(h);
+        }
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if self.progress_calls % 1024 == 0 && !self.eps.is_empty() {
+            self.progress_errors_slow();
+        }
+        if !self.errors.is_empty() {
+            n += self.report_errors(h);
+        }
+        n
+    }
+
+    fn event_fd(&self) -> Option<RawFd> {
+        Some(self.efd.as_raw_fd())
+    }
+
+    fn arm(&mut self) -> UcsResult<()> {
+        self.efd.drain();
+        if !self.errors.is_empty() || self.pending.iter().any(|(e, _)| self.ep(*e).is_ok_and(|p| p.fifo.has_room())) {
+            return Err(Status::Busy);
+        }
+        if self.rx.arm(self.rx_index) {
+            Ok(())
+        } else {
+            Err(Status::Busy)
+        }
+    }
+}
+
+impl PosixIface {
+    #[cold]
+    fn progress_errors_slow(&mut self) {
+        let now = ucs::time::now_ns();
+        if now >= self.next_check {
+            self.next_check = now + self.check_interval_ns;
+            self.check_peers();
+        }
+    }
+
+    #[cold]
+    fn report_errors(&mut self, h: &mut dyn Handler) -> usize {
+        let mut n = 0;
+        while let Some((ep, st)) = self.errors.pop_front() {
+            let tokens = self.pending_purge(ep);
+            if let Some(e) = self.eps.get_mut(ep.index()) {
+                if !e.reported {
+                    e.reported = true;
+                    // Pending senders learn of the failure by retrying.
+                    for t in tokens {
+                        h.pending(ep, t);
+                    }
+                    h.ep_error(ep, st);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    fn progress_pending(&mut self, h: &mut dyn Handler) -> usize {
+        let mut n = 0;
+        let eps = &self.eps;
+        self.pending.retain(|(ep, token)| {
+            let ready = match eps.get(ep.index()) {
+                Some(e) => e.failed.is_some() || e.peer.fifo.has_room(),
+                None => true,
+            };
+            if ready {
+                h.pending(*ep, *token);
+                n += 1;
+            }
+            !ready
+        });
+        n
+    }
+}
