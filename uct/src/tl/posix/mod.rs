@@ -414,11 +414,18 @@ impl PosixIface {
     fn progress_pending(&mut self, h: &mut dyn Handler) -> usize {
         let mut n = 0;
         let eps = &self.eps;
+        // Readiness is decided once per endpoint, so a FIFO that drains mid-scan cannot
+        // let a later token of the same endpoint overtake an earlier one.
+        let mut blocked: smallvec::SmallVec<[EpId; 8]> = smallvec::SmallVec::new();
         self.pending.retain(|(ep, token)| {
-            let ready = match eps.get(ep.index()) {
-                Some(e) => e.failed.is_some() || e.peer.fifo.has_room(),
-                None => true,
-            };
+            let ready = !blocked.contains(ep)
+                && match eps.get(ep.index()) {
+                    Some(e) => e.failed.is_some() || e.peer.fifo.has_room(),
+                    None => true,
+                };
+            if !ready && !blocked.contains(ep) {
+                blocked.push(*ep);
+            }
             if ready {
                 h.pending(*ep, *token);
                 n += 1;
