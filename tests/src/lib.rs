@@ -34,7 +34,10 @@ pub fn transports() -> Vec<(String, String)> {
 
 /// Transports that carry active messages (everything but cma).
 pub fn am_transports() -> Vec<(String, String)> {
-    transports().into_iter().filter(|(tl, _)| tl != "cma").collect()
+    transports()
+        .into_iter()
+        .filter(|(tl, _)| tl != "cma")
+        .collect()
 }
 
 /// Hex encoding for addresses on the command channel.
@@ -49,5 +52,8 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }

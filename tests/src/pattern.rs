@@ -26,14 +26,24 @@ pub fn make(seq: u32, total: usize) -> Vec<u8> {
 /// Checks a received message; returns its seq.
 pub fn check(data: &[u8]) -> Result<u32, String> {
     if data.len() < 8 {
-        return Err(format!("message of {} bytes is shorter than its header", data.len()));
+        return Err(format!(
+            "message of {} bytes is shorter than its header",
+            data.len()
+        ));
     }
     let seq = u32::from_le_bytes(data[..4].try_into().unwrap());
     let len = u32::from_le_bytes(data[4..8].try_into().unwrap()) as usize;
     if len != data.len() - 8 {
-        return Err(format!("seq {seq}: header says {len} bytes, got {}", data.len() - 8));
+        return Err(format!(
+            "seq {seq}: header says {len} bytes, got {}",
+            data.len() - 8
+        ));
     }
-    if let Some(i) = data[8..].iter().enumerate().position(|(i, &b)| b != byte(seq, i)) {
+    if let Some(i) = data[8..]
+        .iter()
+        .enumerate()
+        .position(|(i, &b)| b != byte(seq, i))
+    {
         return Err(format!("seq {seq} len {len}: byte {i} differs"));
     }
     Ok(seq)

@@ -35,7 +35,11 @@ impl Peer {
                 }
             }
         });
-        Peer { child, stdin, lines }
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
     }
 
     pub fn pid(&self) -> i32 {
@@ -44,7 +48,9 @@ impl Peer {
 
     /// Sends a command without waiting for its answer.
     pub fn send(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}").and_then(|()| self.stdin.flush()).expect("peer stdin");
+        writeln!(self.stdin, "{cmd}")
+            .and_then(|()| self.stdin.flush())
+            .expect("peer stdin");
     }
 
     /// Waits up to `timeout` for the next answer line.

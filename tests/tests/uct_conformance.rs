@@ -56,12 +56,35 @@ impl Pair {
         let w: Vec<&str> = a.split_whitespace().collect();
         assert_eq!(w.first(), Some(&"addr"), "peer open: {a}");
         let (dev_addr, iface_addr) = (from_hex(w[1]).unwrap(), from_hex(w[2]).unwrap());
-        assert!(iface.is_reachable(&dev_addr, &iface_addr), "{tl}: peer unreachable");
-        let ep = iface.ep_connect(&dev_addr, &iface_addr).expect("ep_connect");
-        let dev_hex = if iface.device_address().is_empty() { "-".into() } else { to_hex(iface.device_address()) };
-        let a = peer.cmd(&format!("connect {dev_hex} {}", to_hex(iface.iface_address())));
-        let peer_ep = a.strip_prefix("ep ").unwrap_or_else(|| panic!("peer connect: {a}")).parse().unwrap();
-        Pair { tl: tl.into(), iface, ev: Events::default(), ep, peer, peer_ep }
+        assert!(
+            iface.is_reachable(&dev_addr, &iface_addr),
+            "{tl}: peer unreachable"
+        );
+        let ep = iface
+            .ep_connect(&dev_addr, &iface_addr)
+            .expect("ep_connect");
+        let dev_hex = if iface.device_address().is_empty() {
+            "-".into()
+        } else {
+            to_hex(iface.device_address())
+        };
+        let a = peer.cmd(&format!(
+            "connect {dev_hex} {}",
+            to_hex(iface.iface_address())
+        ));
+        let peer_ep = a
+            .strip_prefix("ep ")
+            .unwrap_or_else(|| panic!("peer connect: {a}"))
+            .parse()
+            .unwrap();
+        Pair {
+            tl: tl.into(),
+            iface,
+            ev: Events::default(),
+            ep,
+            peer,
+            peer_ep,
+        }
     }
 
     fn progress(&mut self) {
@@ -69,12 +92,19 @@ impl Pair {
     }
 
     /// Retries `op` while it reports `NoResource`, progressing in between.
-    fn retry(&mut self, mut op: impl FnMut(&mut dyn Iface) -> Result<(), Status>) -> Result<(), Status> {
+    fn retry(
+        &mut self,
+        mut op: impl FnMut(&mut dyn Iface) -> Result<(), Status>,
+    ) -> Result<(), Status> {
         let start = Instant::now();
         loop {
             match op(self.iface.as_mut()) {
                 Err(Status::NoResource) => {
-                    assert!(start.elapsed() < DEADLINE, "{}: no resources for {DEADLINE:?}", self.tl);
+                    assert!(
+                        start.elapsed() < DEADLINE,
+                        "{}: no resources for {DEADLINE:?}",
+                        self.tl
+                    );
                     self.progress();
                 }
                 r => return r,
@@ -84,8 +114,11 @@ impl Pair {
 
     fn send_bcopy(&mut self, seq: u32, total: usize) {
         let ep = self.ep;
-        self.retry(|i| i.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, total)).map(drop))
-            .unwrap_or_else(|e| panic!("{}: am_bcopy {total}: {e}", self.tl));
+        self.retry(|i| {
+            i.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, total))
+                .map(drop)
+        })
+        .unwrap_or_else(|e| panic!("{}: am_bcopy {total}: {e}", self.tl));
     }
 
     /// Waits for the completion of `comp` (when the op returned `Later`).
@@ -99,13 +132,19 @@ impl Pair {
             if let Some(i) = self.ev.completions.iter().position(|(c, _)| *c == comp) {
                 return self.ev.completions.remove(i).1;
             }
-            assert!(start.elapsed() < DEADLINE, "{}: completion {comp} never came", self.tl);
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{}: completion {comp} never came",
+                self.tl
+            );
         }
     }
 
     fn flush(&mut self) {
         let ep = self.ep;
-        let done = self.retry(|i| i.flush(Some(ep), 999).map(drop).and(Ok(()))).map(|_| ());
+        let done = self
+            .retry(|i| i.flush(Some(ep), 999).map(drop).and(Ok(())))
+            .map(|_| ());
         done.expect("flush");
         // Re-issue to learn Now/Later (flush is idempotent).
         let d = self.iface.flush(Some(ep), 998).expect("flush");
@@ -119,10 +158,19 @@ impl Pair {
         loop {
             self.progress();
             if let Some(a) = self.peer.try_answer() {
-                assert_eq!(a, format!("got {n} errors 0"), "{}: peer saw bad data", self.tl);
+                assert_eq!(
+                    a,
+                    format!("got {n} errors 0"),
+                    "{}: peer saw bad data",
+                    self.tl
+                );
                 return;
             }
-            assert!(start.elapsed() < DEADLINE, "{}: peer did not receive {n} messages", self.tl);
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{}: peer did not receive {n} messages",
+                self.tl
+            );
         }
     }
 
@@ -135,14 +183,32 @@ impl Pair {
             if let Some(a) = self.peer.try_answer() {
                 return a;
             }
-            assert!(start.elapsed() < DEADLINE, "{}: no answer to {cmd}", self.tl);
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{}: no answer to {cmd}",
+                self.tl
+            );
         }
     }
 }
 
 /// Sizes to try up to `limit`: small, around powers of two, and the limit itself.
 fn size_points(min: usize, limit: usize) -> Vec<usize> {
-    let mut v = vec![min, min + 1, 63, 64, 65, 255, 256, 1000, 1024, 4095, 4096, 8191, 8192];
+    let mut v = vec![
+        min,
+        min + 1,
+        63,
+        64,
+        65,
+        255,
+        256,
+        1000,
+        1024,
+        4095,
+        4096,
+        8191,
+        8192,
+    ];
     v.extend([limit.saturating_sub(1), limit]);
     let mut p = 16384;
     while p < limit {
@@ -166,12 +232,17 @@ fn am_every_size_class_up_to_each_limit() {
                 let m = pattern::make(seq, total);
                 let header = u64::from_le_bytes(m[..8].try_into().unwrap());
                 let ep = p.ep;
-                p.retry(|i| i.am_short(ep, AM_ID, header, &m[8..])).unwrap_or_else(|e| panic!("{tl}: am_short {total}: {e}"));
+                p.retry(|i| i.am_short(ep, AM_ID, header, &m[8..]))
+                    .unwrap_or_else(|e| panic!("{tl}: am_short {total}: {e}"));
                 seq += 1;
             }
             let ep = p.ep;
             let too_big = vec![0u8; attr.am.max_short + 1];
-            assert_eq!(p.iface.am_short(ep, AM_ID, 0, &too_big), Err(Status::InvalidParam), "{tl}: short over max_short");
+            assert_eq!(
+                p.iface.am_short(ep, AM_ID, 0, &too_big),
+                Err(Status::InvalidParam),
+                "{tl}: short over max_short"
+            );
         }
         if attr.flags.contains(IfaceFlags::AM_BCOPY) {
             for total in size_points(8, attr.am.max_bcopy) {
@@ -192,8 +263,10 @@ fn am_every_size_class_up_to_each_limit() {
                 let comp = 1000 + u64::from(seq);
                 let mut done = Done::Now;
                 // SAFETY: `m` outlives the operation: we wait for its completion below.
-                p.retry(|i| unsafe { i.am_zcopy(ep, AM_ID, &m[..8], &iov, comp) }.map(|d| done = d))
-                    .unwrap_or_else(|e| panic!("{tl}: am_zcopy {total}: {e}"));
+                p.retry(|i| {
+                    unsafe { i.am_zcopy(ep, AM_ID, &m[..8], &iov, comp) }.map(|d| done = d)
+                })
+                .unwrap_or_else(|e| panic!("{tl}: am_zcopy {total}: {e}"));
                 assert_eq!(p.wait_done(done, comp), Status::Ok);
                 seq += 1;
             }
@@ -210,7 +283,10 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
     for (tl, dev) in transports() {
         let mut p = Pair::new(&tl, &dev);
         let attr = p.iface.attr().clone();
-        if !attr.flags.intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY) {
+        if !attr
+            .flags
+            .intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY)
+        {
             eprintln!("SKIP {tl}: no put/get zcopy");
             continue;
         }
@@ -219,7 +295,11 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
         let w: Vec<&str> = a.split_whitespace().collect();
         assert_eq!(w[0], "region", "{a}");
         let base: u64 = w[1].parse().unwrap();
-        let rkey = p.iface.md().rkey_unpack(&from_hex(w[2]).unwrap()).expect("rkey_unpack");
+        let rkey = p
+            .iface
+            .md()
+            .rkey_unpack(&from_hex(w[2]).unwrap())
+            .expect("rkey_unpack");
         let mut comp = 0u64;
         let mut off = 0usize;
         for n in [1usize, 2, 3, 16, 255, 1024, 1025, 2048] {
@@ -229,7 +309,9 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
             assert!(off + total <= REGION / 2);
             if attr.flags.contains(IfaceFlags::PUT_ZCOPY) && n <= attr.put.max_iov {
                 let seed = 100 + n as u32;
-                let src: Vec<u8> = (0..total).map(|k| pattern::region_byte(seed, off + k)).collect();
+                let src: Vec<u8> = (0..total)
+                    .map(|k| pattern::region_byte(seed, off + k))
+                    .collect();
                 let mut iov = Vec::new();
                 let mut at = 0;
                 for &l in &lens {
@@ -240,8 +322,11 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
                 let ep = p.ep;
                 let mut done = Done::Now;
                 // SAFETY: `src` outlives the operation (we wait for completion).
-                p.retry(|i| unsafe { i.put_zcopy(ep, &iov, base + off as u64, &rkey, comp) }.map(|d| done = d))
-                    .unwrap_or_else(|e| panic!("{tl}: put_zcopy {n} entries: {e}"));
+                p.retry(|i| {
+                    unsafe { i.put_zcopy(ep, &iov, base + off as u64, &rkey, comp) }
+                        .map(|d| done = d)
+                })
+                .unwrap_or_else(|e| panic!("{tl}: put_zcopy {n} entries: {e}"));
                 assert_eq!(p.wait_done(done, comp), Status::Ok, "{tl}: put {n}");
                 p.flush();
                 let a = p.peer_cmd_progressing(&format!("check {off} {total} {seed}"));
@@ -262,8 +347,11 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
                 let ep = p.ep;
                 let mut done = Done::Now;
                 // SAFETY: `dst` outlives the operation and is not touched until completion.
-                p.retry(|i| unsafe { i.get_zcopy(ep, &iov, base + roff as u64, &rkey, comp) }.map(|d| done = d))
-                    .unwrap_or_else(|e| panic!("{tl}: get_zcopy {n} entries: {e}"));
+                p.retry(|i| {
+                    unsafe { i.get_zcopy(ep, &iov, base + roff as u64, &rkey, comp) }
+                        .map(|d| done = d)
+                })
+                .unwrap_or_else(|e| panic!("{tl}: get_zcopy {n} entries: {e}"));
                 assert_eq!(p.wait_done(done, comp), Status::Ok, "{tl}: get {n}");
                 let bad = (0..total).find(|&k| dst[k] != pattern::region_byte(1, roff + k));
                 assert_eq!(bad, None, "{tl}: get of {n} entries read wrong bytes");
@@ -276,12 +364,19 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
         let ep = p.ep;
         comp += 1;
         // SAFETY: src outlives the call and its completion.
-        let r = unsafe { p.iface.put_zcopy(ep, &iov, base + REGION as u64 - 32, &rkey, comp) };
+        let r = unsafe {
+            p.iface
+                .put_zcopy(ep, &iov, base + REGION as u64 - 32, &rkey, comp)
+        };
         let st = match r {
             Err(e) => e,
             Ok(d) => p.wait_done(d, comp),
         };
-        assert_eq!(st, Status::InvalidParam, "{tl}: out-of-bounds put was not refused");
+        assert_eq!(
+            st,
+            Status::InvalidParam,
+            "{tl}: out-of-bounds put was not refused"
+        );
         let a = p.peer_cmd_progressing(&format!("check {} 32 1", REGION - 32));
         assert_eq!(a, "ok", "{tl}: out-of-bounds put touched the region");
         eprintln!("{tl}: put/get with 1..2048-entry iovs verified");
@@ -325,19 +420,27 @@ fn back_pressure_pending_queue_drains_in_order() {
         // Fill until the transport pushes back.
         let start = Instant::now();
         loop {
-            match p.iface.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, size)) {
+            match p
+                .iface
+                .am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, size))
+            {
                 Ok(_) => seq += 1,
                 Err(Status::NoResource) => break,
                 Err(e) => panic!("{tl}: {e}"),
             }
             p.progress();
-            assert!(start.elapsed() < DEADLINE, "{tl}: never ran out of resources");
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{tl}: never ran out of resources"
+            );
         }
         let filled = seq;
         // Queue the next messages on the pending queue, in order.
         let queued = 64u64;
         for t in 0..queued {
-            p.iface.pending_add(ep, t).unwrap_or_else(|e| panic!("{tl}: pending_add while full: {e}"));
+            p.iface
+                .pending_add(ep, t)
+                .unwrap_or_else(|e| panic!("{tl}: pending_add while full: {e}"));
         }
         assert_eq!(p.peer.cmd("resume"), "ok");
         // Drain: each pending callback lets us send the next message in order.
@@ -353,7 +456,10 @@ fn back_pressure_pending_queue_drains_in_order() {
                     continue;
                 }
                 assert_eq!(t, next_token, "{tl}: pending tokens out of order");
-                match p.iface.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, size)) {
+                match p
+                    .iface
+                    .am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, size))
+                {
                     Ok(_) => {
                         seq += 1;
                         next_token += 1;
@@ -369,7 +475,10 @@ fn back_pressure_pending_queue_drains_in_order() {
                     Err(e) => panic!("{tl}: {e}"),
                 }
             }
-            assert!(start.elapsed() < DEADLINE, "{tl}: pending queue did not drain");
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{tl}: pending queue did not drain"
+            );
         }
         p.peer_expect(u64::from(seq));
         eprintln!("{tl}: filled after {filled} messages; {queued} pending sends drained in order");
@@ -405,11 +514,17 @@ fn event_fd_wakes_a_sleeping_receiver() {
             assert!(start.elapsed() < DEADLINE);
         }
         p.peer.send(&format!("send {} 1 64", p.peer_ep));
-        assert!(ucs::wakeup::wait_readable(fd, 10_000).unwrap(), "{tl}: event fd never became readable");
+        assert!(
+            ucs::wakeup::wait_readable(fd, 10_000).unwrap(),
+            "{tl}: event fd never became readable"
+        );
         let start = Instant::now();
         while p.ev.ams.is_empty() {
             p.progress();
-            assert!(start.elapsed() < DEADLINE, "{tl}: woken but nothing arrived");
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{tl}: woken but nothing arrived"
+            );
         }
         assert_eq!(pattern::check(&p.ev.ams[0]), Ok(0));
         assert_eq!(p.peer.answer(DEADLINE), "sent 1");
@@ -427,7 +542,10 @@ fn peer_killed_mid_stream_ends_in_error() {
         } else {
             let a = p.peer.cmd("reg 65536 1");
             let w: Vec<&str> = a.split_whitespace().collect();
-            rkey = Some((w[1].parse::<u64>().unwrap(), p.iface.md().rkey_unpack(&from_hex(w[2]).unwrap()).unwrap()));
+            rkey = Some((
+                w[1].parse::<u64>().unwrap(),
+                p.iface.md().rkey_unpack(&from_hex(w[2]).unwrap()).unwrap(),
+            ));
         }
         let ep = p.ep;
         let buf = vec![1u8; 1000];
@@ -437,7 +555,9 @@ fn peer_killed_mid_stream_ends_in_error() {
         let start = Instant::now();
         while err.is_none() {
             let r = if am {
-                p.iface.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, sent as u32, 1000)).map(drop)
+                p.iface
+                    .am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, sent as u32, 1000))
+                    .map(drop)
             } else {
                 let (base, rk) = rkey.unwrap();
                 let iov = [Iov::from_slice(&buf)];
@@ -453,12 +573,19 @@ fn peer_killed_mid_stream_ends_in_error() {
             if let Some(&(_, e)) = p.ev.errors.first() {
                 err = Some(e);
             }
-            if killed_at.is_none() && (sent >= 2000 || p.ev.ams.len() >= 2000 || start.elapsed() > Duration::from_millis(300)) {
+            if killed_at.is_none()
+                && (sent >= 2000
+                    || p.ev.ams.len() >= 2000
+                    || start.elapsed() > Duration::from_millis(300))
+            {
                 p.peer.kill();
                 killed_at = Some(Instant::now());
             }
             if let Some(k) = killed_at {
-                assert!(k.elapsed() < Duration::from_secs(10), "{tl}: no error 10 s after the peer was killed (hang)");
+                assert!(
+                    k.elapsed() < Duration::from_secs(10),
+                    "{tl}: no error 10 s after the peer was killed (hang)"
+                );
             }
         }
         let e = err.unwrap();
@@ -472,7 +599,10 @@ fn peer_killed_mid_stream_ends_in_error() {
         // Later operations fail too (no hang, no success against a dead peer).
         if am {
             let r = p.iface.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, 0, 8));
-            assert!(matches!(r, Err(s) if s != Status::NoResource), "{tl}: send after failure gave {r:?}");
+            assert!(
+                matches!(r, Err(s) if s != Status::NoResource),
+                "{tl}: send after failure gave {r:?}"
+            );
         }
     }
 }
@@ -490,14 +620,25 @@ fn every_advertised_flag_has_a_working_operation() {
             assert_eq!(r, Ok(()), "{tl}: AM_SHORT");
             seq += 1;
         } else {
-            assert_eq!(r, Err(Status::Unsupported), "{tl}: am_short without AM_SHORT");
+            assert_eq!(
+                r,
+                Err(Status::Unsupported),
+                "{tl}: am_short without AM_SHORT"
+            );
         }
-        let r = p.retry(|i| i.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, 16)).map(drop));
+        let r = p.retry(|i| {
+            i.am_bcopy(ep, AM_ID, &mut |b| pattern::fill(b, seq, 16))
+                .map(drop)
+        });
         if f.contains(IfaceFlags::AM_BCOPY) {
             assert_eq!(r, Ok(()), "{tl}: AM_BCOPY");
             seq += 1;
         } else {
-            assert_eq!(r, Err(Status::Unsupported), "{tl}: am_bcopy without AM_BCOPY");
+            assert_eq!(
+                r,
+                Err(Status::Unsupported),
+                "{tl}: am_bcopy without AM_BCOPY"
+            );
         }
         let m = pattern::make(seq, 24);
         let iov = [Iov::from_slice(&m[8..])];
@@ -509,7 +650,11 @@ fn every_advertised_flag_has_a_working_operation() {
             assert_eq!(p.wait_done(done, 5), Status::Ok);
             seq += 1;
         } else {
-            assert_eq!(r, Err(Status::Unsupported), "{tl}: am_zcopy without AM_ZCOPY");
+            assert_eq!(
+                r,
+                Err(Status::Unsupported),
+                "{tl}: am_zcopy without AM_ZCOPY"
+            );
         }
         if seq > 0 {
             p.peer_expect(u64::from(seq));
@@ -526,33 +671,66 @@ fn every_advertised_flag_has_a_working_operation() {
         if f.contains(IfaceFlags::GET_ZCOPY) {
             assert_eq!(r, Ok(()), "{tl}: GET_ZCOPY");
             assert_eq!(p.wait_done(done, 6), Status::Ok);
-            assert!(buf.iter().enumerate().all(|(k, &b)| b == pattern::region_byte(3, k)), "{tl}: get data");
+            assert!(
+                buf.iter()
+                    .enumerate()
+                    .all(|(k, &b)| b == pattern::region_byte(3, k)),
+                "{tl}: get data"
+            );
         } else {
-            assert_eq!(r, Err(Status::Unsupported), "{tl}: get_zcopy without GET_ZCOPY");
+            assert_eq!(
+                r,
+                Err(Status::Unsupported),
+                "{tl}: get_zcopy without GET_ZCOPY"
+            );
         }
         let src: Vec<u8> = (0..128).map(|k| pattern::region_byte(9, 256 + k)).collect();
         let iov = [Iov::from_slice(&src)];
         // SAFETY: src outlives the operation (completion awaited below).
-        let r = p.retry(|i| unsafe { i.put_zcopy(ep, &iov, base + 256, &rkey, 7) }.map(|d| done = d));
+        let r =
+            p.retry(|i| unsafe { i.put_zcopy(ep, &iov, base + 256, &rkey, 7) }.map(|d| done = d));
         if f.contains(IfaceFlags::PUT_ZCOPY) {
             assert_eq!(r, Ok(()), "{tl}: PUT_ZCOPY");
             assert_eq!(p.wait_done(done, 7), Status::Ok);
             p.flush();
-            assert_eq!(p.peer_cmd_progressing("check 256 128 9"), "ok", "{tl}: put data");
+            assert_eq!(
+                p.peer_cmd_progressing("check 256 128 9"),
+                "ok",
+                "{tl}: put data"
+            );
         } else {
-            assert_eq!(r, Err(Status::Unsupported), "{tl}: put_zcopy without PUT_ZCOPY");
+            assert_eq!(
+                r,
+                Err(Status::Unsupported),
+                "{tl}: put_zcopy without PUT_ZCOPY"
+            );
         }
         // PENDING: with resources free, pending_add says Busy (retry now), as in UCX.
         let r = p.iface.pending_add(ep, 1);
         if f.contains(IfaceFlags::PENDING) {
-            assert_eq!(r, Err(Status::Busy), "{tl}: pending_add with resources free");
+            assert_eq!(
+                r,
+                Err(Status::Busy),
+                "{tl}: pending_add with resources free"
+            );
         } else {
-            assert_eq!(r, Err(Status::Unsupported), "{tl}: pending_add without PENDING");
+            assert_eq!(
+                r,
+                Err(Status::Unsupported),
+                "{tl}: pending_add without PENDING"
+            );
         }
         // EVENT_RECV: an event fd exists and arming works.
-        assert_eq!(f.contains(IfaceFlags::EVENT_RECV), p.iface.event_fd().is_some(), "{tl}: EVENT_RECV vs event_fd");
+        assert_eq!(
+            f.contains(IfaceFlags::EVENT_RECV),
+            p.iface.event_fd().is_some(),
+            "{tl}: EVENT_RECV vs event_fd"
+        );
         // CONNECT_TO_IFACE: the endpoint above was made from the interface address alone.
-        assert!(f.contains(IfaceFlags::CONNECT_TO_IFACE), "{tl}: only connect-to-iface exists today");
+        assert!(
+            f.contains(IfaceFlags::CONNECT_TO_IFACE),
+            "{tl}: only connect-to-iface exists today"
+        );
         // ERRHANDLE_PEER_FAILURE and EP_ORDERED are exercised by the kill and ordering cases;
         // every transport advertising them is in those cases' transport lists.
         eprintln!("{tl}: flags {f:?} each exercised");

@@ -43,7 +43,8 @@ pub const TABLE: &[ConfigVar] = &[
     ConfigVar {
         name: "LOG_LEVEL",
         default: "warn",
-        doc: "Logging level: fatal, error, warn, diag, info, debug, trace (req/data/async/func/poll \
+        doc:
+            "Logging level: fatal, error, warn, diag, info, debug, trace (req/data/async/func/poll \
               are accepted as trace).",
     },
     ConfigVar {
@@ -54,8 +55,8 @@ pub const TABLE: &[ConfigVar] = &[
     ConfigVar {
         name: "POSIX_SEG_SIZE",
         default: "8256",
-        doc: "Bytes per posix FIFO cell including its 64-byte header (multiple of 64); \
-              max_bcopy is this minus 64.",
+        doc: "Bytes per posix FIFO cell including its 16-byte header (multiple of 64); \
+              max_bcopy is this minus 16.",
     },
     ConfigVar {
         name: "TCP_SEG_SIZE",
@@ -99,7 +100,10 @@ pub struct NameList {
 impl NameList {
     /// The list meaning "everything".
     pub fn all() -> NameList {
-        NameList { negate: false, names: vec!["all".into()] }
+        NameList {
+            negate: false,
+            names: vec!["all".into()],
+        }
     }
 
     fn parse(s: &str) -> NameList {
@@ -208,7 +212,11 @@ impl fmt::Display for LogLevel {
 #[non_exhaustive]
 pub enum ConfigError {
     #[error("UCX_{name}={value}: {reason}")]
-    BadValue { name: &'static str, value: String, reason: &'static str },
+    BadValue {
+        name: &'static str,
+        value: String,
+        reason: &'static str,
+    },
     #[error("UCX_{0} is not a Rucx configuration variable")]
     UnknownName(String),
 }
@@ -257,7 +265,9 @@ pub fn parse_size(s: &str) -> Option<usize> {
 /// Parses a time such as `100ms`, `2s`, `500us`, `10ns` into nanoseconds.
 pub fn parse_time_ns(s: &str) -> Option<u64> {
     let s = s.trim().to_ascii_lowercase();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let v: f64 = num.parse().ok()?;
     let mult = match unit {
@@ -272,8 +282,23 @@ pub fn parse_time_ns(s: &str) -> Option<u64> {
     (ns.is_finite() && ns >= 0.0).then_some(ns as u64)
 }
 
+/// Formats nanoseconds in the largest unit that keeps it whole (`100ms`, `2s`, `1500ns`).
+pub fn format_time_ns(ns: u64) -> String {
+    match ns {
+        0 => "0s".into(),
+        n if n % 1_000_000_000 == 0 => format!("{}s", n / 1_000_000_000),
+        n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}us", n / 1_000),
+        n => format!("{n}ns"),
+    }
+}
+
 fn bad(name: &'static str, value: &str, reason: &'static str) -> ConfigError {
-    ConfigError::BadValue { name, value: value.to_string(), reason }
+    ConfigError::BadValue {
+        name,
+        value: value.to_string(),
+        reason,
+    }
 }
 
 impl Config {
@@ -292,8 +317,14 @@ impl Config {
     /// falling back to the table's defaults.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let get = |name: &'static str| -> (String, &'static str) {
-            let var = TABLE.iter().find(|v| v.name == name).expect("every field is in TABLE");
-            (lookup(name).unwrap_or_else(|| var.default.to_string()), var.name)
+            let var = TABLE
+                .iter()
+                .find(|v| v.name == name)
+                .expect("every field is in TABLE");
+            (
+                lookup(name).unwrap_or_else(|| var.default.to_string()),
+                var.name,
+            )
         };
         let size = |name: &'static str| -> Result<usize, ConfigError> {
             let (v, n) = get(name);
@@ -317,9 +348,15 @@ impl Config {
             "diag" => LogLevel::Diag,
             "info" => LogLevel::Info,
             "debug" => LogLevel::Debug,
-            "trace" | "req" | "data" | "async" | "func" | "poll" | "trace_req"
-            | "trace_data" | "trace_async" | "trace_func" | "trace_poll" => LogLevel::Trace,
-            _ => return Err(bad(log_n, &log_v, "expected fatal/error/warn/diag/info/debug/trace")),
+            "trace" | "req" | "data" | "async" | "func" | "poll" | "trace_req" | "trace_data"
+            | "trace_async" | "trace_func" | "trace_poll" => LogLevel::Trace,
+            _ => {
+                return Err(bad(
+                    log_n,
+                    &log_v,
+                    "expected fatal/error/warn/diag/info/debug/trace",
+                ))
+            }
         };
 
         let fifo = size("POSIX_FIFO_SIZE")?;
@@ -400,7 +437,7 @@ impl Config {
                 (lo, hi) => format!("{lo}-{hi}"),
             },
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
-            "ERROR_CHECK_INTERVAL" => format!("{}us", self.error_check_interval_ns / 1000),
+            "ERROR_CHECK_INTERVAL" => format_time_ns(self.error_check_interval_ns),
             _ => return None,
         })
     }
@@ -408,7 +445,12 @@ impl Config {
 
 /// Variables UCX itself defines that Rucx accepts silently although it does not use them
 /// (so programs tuned for UCX do not spam warnings).
-const KNOWN_FOREIGN: &[&str] = &["MODULE_DIR", "HANDLE_ERRORS", "MEM_MALLOC_HOOKS", "WARN_UNUSED_ENV_VARS"];
+const KNOWN_FOREIGN: &[&str] = &[
+    "MODULE_DIR",
+    "HANDLE_ERRORS",
+    "MEM_MALLOC_HOOKS",
+    "WARN_UNUSED_ENV_VARS",
+];
 
 /// The closest known variable name to `name`, for "did you mean" messages.
 pub fn closest_known(name: &str) -> Option<&'static str> {
@@ -450,8 +492,10 @@ mod tests {
     use super::*;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let pairs: Vec<(String, String)> =
-            pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
         Config::from_lookup(move |n| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
     }
 
@@ -503,7 +547,12 @@ mod tests {
         assert!(cfg(&[("POSIX_FIFO_SIZE", "100")]).is_err());
         assert!(cfg(&[("LOG_LEVEL", "loud")]).is_err());
         assert!(cfg(&[("TCP_PORT_RANGE", "9-3")]).is_err());
-        assert_eq!(cfg(&[("TCP_PORT_RANGE", "2000-2010")]).unwrap().tcp_port_range, (2000, 2010));
+        assert_eq!(
+            cfg(&[("TCP_PORT_RANGE", "2000-2010")])
+                .unwrap()
+                .tcp_port_range,
+            (2000, 2010)
+        );
     }
 
     #[test]

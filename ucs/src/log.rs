@@ -45,7 +45,10 @@ pub struct RateLimit {
 
 impl RateLimit {
     pub const fn new(interval_ns: u64) -> RateLimit {
-        RateLimit { interval_ns, last: AtomicU64::new(0) }
+        RateLimit {
+            interval_ns,
+            last: AtomicU64::new(0),
+        }
     }
 
     /// True when the caller may log now.
@@ -53,7 +56,10 @@ impl RateLimit {
         let now = crate::time::now_ns();
         let last = self.last.load(Ordering::Relaxed);
         (last == 0 || now.saturating_sub(last) >= self.interval_ns)
-            && self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 }
 

@@ -24,7 +24,12 @@ impl<T> std::fmt::Debug for ObjPool<T> {
 impl<T> ObjPool<T> {
     /// A pool that makes objects with `make`, `grow_by` at a time (at least one).
     pub fn new(make: fn() -> T, grow_by: usize) -> ObjPool<T> {
-        ObjPool { free: Vec::new(), make, grow_by: grow_by.max(1), allocated: 0 }
+        ObjPool {
+            free: Vec::new(),
+            make,
+            grow_by: grow_by.max(1),
+            allocated: 0,
+        }
     }
 
     /// Takes an object; its contents are whatever the last user left (or fresh from `make`).
@@ -48,7 +53,8 @@ impl<T> ObjPool<T> {
     fn grow_and_get(&mut self) -> Box<T> {
         let n = self.grow_by;
         self.allocated += n;
-        self.free.reserve(self.allocated.saturating_sub(self.free.len()));
+        self.free
+            .reserve(self.allocated.saturating_sub(self.free.len()));
         for _ in 1..n {
             self.free.push(Box::new((self.make)()));
         }
@@ -81,7 +87,12 @@ pub struct FixedBufPool {
 
 impl FixedBufPool {
     pub fn new(size: usize, grow_by: usize) -> FixedBufPool {
-        FixedBufPool { free: Vec::new(), size, grow_by: grow_by.max(1), allocated: 0 }
+        FixedBufPool {
+            free: Vec::new(),
+            size,
+            grow_by: grow_by.max(1),
+            allocated: 0,
+        }
     }
 
     pub fn buf_size(&self) -> usize {
@@ -106,7 +117,8 @@ impl FixedBufPool {
     #[inline(never)]
     fn grow_and_get(&mut self) -> Box<[u8]> {
         self.allocated += self.grow_by;
-        self.free.reserve(self.allocated.saturating_sub(self.free.len()));
+        self.free
+            .reserve(self.allocated.saturating_sub(self.free.len()));
         for _ in 1..self.grow_by {
             self.free.push(vec![0u8; self.size].into_boxed_slice());
         }

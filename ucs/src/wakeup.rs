@@ -17,7 +17,9 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor we own.
-        Ok(EventFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(EventFd {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// Wraps an eventfd descriptor obtained elsewhere (for example with `pidfd_getfd`).
@@ -77,7 +79,9 @@ impl Epoll {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fresh descriptor we own.
-        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     fn ctl(&self, op: i32, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
@@ -107,9 +111,8 @@ impl Epoll {
     pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> io::Result<usize> {
         let max = i32::try_from(events.len()).unwrap_or(i32::MAX);
         // SAFETY: events is a valid writable buffer of `max` entries.
-        let r = unsafe {
-            libc::epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms)
-        };
+        let r =
+            unsafe { libc::epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -129,7 +132,11 @@ impl AsRawFd for Epoll {
 
 /// Blocks until `fd` is readable or `timeout_ms` passes; returns true when readable.
 pub fn wait_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: p is a valid pollfd for the call.
     let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
     if r < 0 {

@@ -55,7 +55,12 @@ pub struct Discovery {
 #[non_exhaustive]
 pub enum OpenError {
     #[error("{tl}/{device}: {call} failed: {source}")]
-    Os { tl: &'static str, device: String, call: &'static str, source: std::io::Error },
+    Os {
+        tl: &'static str,
+        device: String,
+        call: &'static str,
+        source: std::io::Error,
+    },
     #[error("{tl}: unknown device {device}")]
     NoDevice { tl: &'static str, device: String },
     #[error("{0}: no such transport")]
@@ -67,22 +72,35 @@ pub fn discover(cfg: &Config) -> Discovery {
     let mut d = Discovery::default();
     let mut offer = |tl: &'static str, found: Result<Vec<(String, DeviceKind)>, String>| {
         if !cfg.tl_enabled(tl) {
-            d.absent.push(TlAbsent { tl, reason: "excluded by UCX_TLS".into() });
+            d.absent.push(TlAbsent {
+                tl,
+                reason: "excluded by UCX_TLS".into(),
+            });
             return;
         }
         match found {
-            Ok(devs) if devs.is_empty() => {
-                d.absent.push(TlAbsent { tl, reason: "no usable device".into() })
-            }
+            Ok(devs) if devs.is_empty() => d.absent.push(TlAbsent {
+                tl,
+                reason: "no usable device".into(),
+            }),
             Ok(devs) => d
                 .available
-                .extend(devs.into_iter().map(|(device, kind)| TlResource { tl, device, kind })),
+                .extend(
+                    devs.into_iter()
+                        .map(|(device, kind)| TlResource { tl, device, kind }),
+                ),
             Err(reason) => d.absent.push(TlAbsent { tl, reason }),
         }
     };
     offer("self", Ok(vec![("memory".into(), DeviceKind::Loopback)]));
-    offer("posix", tl::posix::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]));
-    offer("cma", tl::cma::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]));
+    offer(
+        "posix",
+        tl::posix::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]),
+    );
+    offer(
+        "cma",
+        tl::cma::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]),
+    );
     offer(
         "tcp",
         tl::tcp::devices(cfg).map(|v| v.into_iter().map(|n| (n, DeviceKind::Network)).collect()),
@@ -119,7 +137,10 @@ pub fn open_by_name(
         .iter()
         .find(|r| r.tl == tl && device.is_none_or(|dev| r.device == dev))
         .ok_or_else(|| match d.available.iter().any(|r| r.tl == tl) {
-            true => OpenError::NoDevice { tl: "?", device: device.unwrap_or("").to_string() },
+            true => OpenError::NoDevice {
+                tl: "?",
+                device: device.unwrap_or("").to_string(),
+            },
             false => OpenError::UnknownTl(match d.absent.iter().find(|a| a.tl == tl) {
                 Some(a) => a.to_string(),
                 None => tl.to_string(),

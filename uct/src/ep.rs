@@ -35,10 +35,16 @@ unsafe impl Send for Iov {}
 
 impl Iov {
     pub fn from_slice(s: &[u8]) -> Iov {
-        Iov { buffer: s.as_ptr().cast_mut(), length: s.len() }
+        Iov {
+            buffer: s.as_ptr().cast_mut(),
+            length: s.len(),
+        }
     }
     pub fn from_mut_slice(s: &mut [u8]) -> Iov {
-        Iov { buffer: s.as_mut_ptr(), length: s.len() }
+        Iov {
+            buffer: s.as_mut_ptr(),
+            length: s.len(),
+        }
     }
 }
 

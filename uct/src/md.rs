@@ -38,7 +38,10 @@ impl RemoteKey {
     #[inline]
     pub fn check_range(&self, addr: u64, len: u64) -> UcsResult<()> {
         let end = addr.checked_add(len).ok_or(Status::InvalidParam)?;
-        let region_end = self.base.checked_add(self.len).ok_or(Status::InvalidParam)?;
+        let region_end = self
+            .base
+            .checked_add(self.len)
+            .ok_or(Status::InvalidParam)?;
         if addr >= self.base && end <= region_end {
             Ok(())
         } else {
@@ -70,7 +73,11 @@ pub fn unpack_rkey(magic: [u8; 4], buf: &[u8]) -> UcsResult<RemoteKey> {
         b.copy_from_slice(&buf[i..i + 8]);
         u64::from_le_bytes(b)
     };
-    let rk = RemoteKey { base: word(4), len: word(12), key: word(20) };
+    let rk = RemoteKey {
+        base: word(4),
+        len: word(12),
+        key: word(20),
+    };
     rk.base.checked_add(rk.len).ok_or(Status::InvalidParam)?;
     Ok(rk)
 }
@@ -123,7 +130,11 @@ impl Md for BoundsMd {
         if addr.is_null() && len != 0 {
             return Err(Status::InvalidParam);
         }
-        Ok(MemH { base: addr as u64, len: len as u64, key: 0 })
+        Ok(MemH {
+            base: addr as u64,
+            len: len as u64,
+            key: 0,
+        })
     }
 
     fn mem_dereg(&self, _memh: &MemH) -> UcsResult<()> {

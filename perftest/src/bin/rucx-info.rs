@@ -1,1 +1,143 @@
-fn main() {}
+//! `rucx-info`: what Rucx can use on this machine, and how it is configured.
+//!
+//! `-d` lists transports and devices with capabilities, limits and performance estimates,
+//! and says why each absent transport is absent. `-c` prints the configuration table with
+//! current values (from `UCX_*` variables or defaults).
+
+use clap::Parser;
+use ucs::Config;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rucx-info",
+    about = "Show Rucx transports, devices and configuration"
+)]
+struct Args {
+    /// List transports and devices with capabilities, limits and estimates.
+    #[arg(short = 'd')]
+    devices: bool,
+    /// Print the configuration table with current values.
+    #[arg(short = 'c')]
+    config: bool,
+    /// Print the library version.
+    #[arg(short = 'v')]
+    version: bool,
+}
+
+fn size(n: usize) -> String {
+    match n {
+        usize::MAX => "unlimited".into(),
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}G", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}M", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}K", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+fn print_devices(cfg: &Config) -> bool {
+    let d = uct::discover(cfg);
+    let mut ok = true;
+    for r in &d.available {
+        println!("#");
+        println!("#      Transport: {}", r.tl);
+        println!("#         Device: {}", r.device);
+        println!("#           Type: {:?}", r.kind);
+        match uct::open(r, cfg) {
+            Ok(iface) => {
+                let a = iface.attr();
+                println!("#   Capabilities: {:?}", a.flags);
+                let f = a.flags;
+                if f.contains(uct::IfaceFlags::AM_SHORT) {
+                    println!("#      am_short: <= {}", size(a.am.max_short));
+                }
+                if f.contains(uct::IfaceFlags::AM_BCOPY) {
+                    println!("#      am_bcopy: <= {}", size(a.am.max_bcopy));
+                }
+                if f.contains(uct::IfaceFlags::AM_ZCOPY) {
+                    println!(
+                        "#      am_zcopy: <= {}, up to {} iov, header <= {}",
+                        size(a.am.max_zcopy),
+                        a.am.max_iov,
+                        a.am.max_hdr
+                    );
+                }
+                if f.contains(uct::IfaceFlags::PUT_ZCOPY) {
+                    println!(
+                        "#     put_zcopy: <= {}, up to {} iov",
+                        size(a.put.max_zcopy),
+                        size(a.put.max_iov)
+                    );
+                }
+                if f.contains(uct::IfaceFlags::GET_ZCOPY) {
+                    println!(
+                        "#     get_zcopy: <= {}, up to {} iov",
+                        size(a.get.max_zcopy),
+                        size(a.get.max_iov)
+                    );
+                }
+                println!(
+                    "#       Estimate: overhead {:.0} ns, latency {:.0} ns, bandwidth {:.2} GB/s",
+                    a.perf.overhead_ns,
+                    a.perf.latency_ns,
+                    a.perf.bandwidth / 1e9
+                );
+                println!(
+                    "#      Addresses: device {} bytes, interface {} bytes; memory domain {}",
+                    a.device_addr_len,
+                    a.iface_addr_len,
+                    iface.md().name()
+                );
+            }
+            Err(e) => {
+                ok = false;
+                println!("#          Error: {e}");
+            }
+        }
+    }
+    println!("#");
+    for a in &d.absent {
+        println!("# Not available: {a}");
+    }
+    ok
+}
+
+fn print_config(cfg: &Config) {
+    println!(
+        "# {:<28} {:<14} {:<10} meaning",
+        "variable", "value", "default"
+    );
+    for v in ucs::config::TABLE {
+        println!(
+            "UCX_{:<24} {:<14} {:<10} {}",
+            v.name,
+            cfg.value_of(v.name).unwrap_or_default(),
+            v.default,
+            v.doc
+        );
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let cfg = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rucx-info: {e}");
+            std::process::exit(1);
+        }
+    };
+    ucs::log::init(cfg.log_level.to_filter());
+    if args.version {
+        println!("# Rucx version {}", env!("CARGO_PKG_VERSION"));
+    }
+    if args.config {
+        print_config(&cfg);
+    }
+    if args.devices && !print_devices(&cfg) {
+        std::process::exit(1);
+    }
+    if !(args.devices || args.config || args.version) {
+        eprintln!("rucx-info: nothing to show; use -d (devices), -c (configuration) or -v");
+        std::process::exit(1);
+    }
+}

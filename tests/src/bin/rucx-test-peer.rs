@@ -83,7 +83,11 @@ fn main() {
         }
         if let Some(n) = expect {
             if rx.got >= n {
-                let err = rx.first_error.take().map(|e| format!(" first {e}")).unwrap_or_default();
+                let err = rx
+                    .first_error
+                    .take()
+                    .map(|e| format!(" first {e}"))
+                    .unwrap_or_default();
                 println!("got {} errors {}{err}", rx.got, rx.errors);
                 rx.got = 0;
                 rx.errors = 0;
@@ -105,14 +109,21 @@ fn main() {
         match w.as_slice() {
             ["open", tl, dev] => match uct::component::open_by_name(tl, Some(dev), &cfg) {
                 Ok(i) => {
-                    println!("addr {} {}", hex_or_dash(i.device_address()), to_hex(i.iface_address()));
+                    println!(
+                        "addr {} {}",
+                        hex_or_dash(i.device_address()),
+                        to_hex(i.iface_address())
+                    );
                     iface = Some(i);
                 }
                 Err(e) => println!("error {e}"),
             },
             ["connect", dev, ifa] => {
                 let i = iface.as_mut().expect("open first");
-                match i.ep_connect(&from_hex(dev).unwrap_or_default(), &from_hex(ifa).unwrap_or_default()) {
+                match i.ep_connect(
+                    &from_hex(dev).unwrap_or_default(),
+                    &from_hex(ifa).unwrap_or_default(),
+                ) {
                     Ok(ep) => println!("ep {}", ep.0),
                     Err(e) => println!("error {e}"),
                 }
@@ -133,20 +144,27 @@ fn main() {
                 let i = iface.as_ref().expect("open first");
                 // SAFETY: `region` stays alive (and is not reallocated) until the next `reg`
                 // or exit; the tests use one region at a time.
-                let mh = unsafe { i.md().mem_reg(region.as_mut_ptr(), region.len()) }.expect("mem_reg");
+                let mh =
+                    unsafe { i.md().mem_reg(region.as_mut_ptr(), region.len()) }.expect("mem_reg");
                 println!("region {} {}", mh.base, to_hex(&i.md().mkey_pack(&mh)));
             }
             ["check", off, len, seed] => {
-                let (off, len, seed): (usize, usize, u32) =
-                    (off.parse().unwrap(), len.parse().unwrap(), seed.parse().unwrap());
-                match (off..off + len).find(|&k| region.get(k) != Some(&pattern::region_byte(seed, k))) {
+                let (off, len, seed): (usize, usize, u32) = (
+                    off.parse().unwrap(),
+                    len.parse().unwrap(),
+                    seed.parse().unwrap(),
+                );
+                match (off..off + len)
+                    .find(|&k| region.get(k) != Some(&pattern::region_byte(seed, k)))
+                {
                     None => println!("ok"),
                     Some(k) => println!("bad {k}"),
                 }
             }
             ["send", ep, count, size] => {
                 let ep = EpId(ep.parse().expect("ep"));
-                let (count, size): (u32, usize) = (count.parse().expect("count"), size.parse().expect("size"));
+                let (count, size): (u32, usize) =
+                    (count.parse().expect("count"), size.parse().expect("size"));
                 let i = iface.as_mut().expect("open first");
                 let mut seq = 0u32;
                 while seq < count {

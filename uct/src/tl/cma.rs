@@ -22,19 +22,31 @@ static MD: BoundsMd = BoundsMd::new("cma", *b"CMA1");
 
 /// Checks that cross-memory attach works here (reads a word of our own memory).
 pub fn probe() -> Result<(), String> {
-    if std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").map(|s| s.trim() == "3").unwrap_or(false) {
+    if std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .map(|s| s.trim() == "3")
+        .unwrap_or(false)
+    {
         return Err("ptrace disabled by kernel.yama.ptrace_scope=3".into());
     }
     let src = 0x5a5a_u64;
     let mut dst = 0u64;
-    let l = libc::iovec { iov_base: (&raw mut dst).cast(), iov_len: 8 };
-    let r = libc::iovec { iov_base: (&raw const src).cast_mut().cast(), iov_len: 8 };
+    let l = libc::iovec {
+        iov_base: (&raw mut dst).cast(),
+        iov_len: 8,
+    };
+    let r = libc::iovec {
+        iov_base: (&raw const src).cast_mut().cast(),
+        iov_len: 8,
+    };
     // SAFETY: both iovecs describe live 8-byte locals of this process.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &l, 1, &r, 1, 0) };
     if n == 8 && dst == src {
         Ok(())
     } else {
-        Err(format!("process_vm_readv failed: {}", std::io::Error::last_os_error()))
+        Err(format!(
+            "process_vm_readv failed: {}",
+            std::io::Error::last_os_error()
+        ))
     }
 }
 
@@ -96,7 +108,11 @@ impl CmaIface {
                 am: OpLimits::default(),
                 put: rma,
                 get: rma,
-                perf: PerfEstimate { overhead_ns: 600.0, latency_ns: 80.0, bandwidth: 11e9 },
+                perf: PerfEstimate {
+                    overhead_ns: 600.0,
+                    latency_ns: 80.0,
+                    bandwidth: 11e9,
+                },
                 device_addr_len: dev_addr.len(),
                 iface_addr_len: iface_addr.len(),
             },
@@ -159,15 +175,22 @@ impl CmaIface {
             let mut first = 0;
             while first < local.len() {
                 let want: usize = local[first..].iter().map(|v| v.iov_len).sum();
-                let r = libc::iovec { iov_base: remote as *mut libc::c_void, iov_len: want };
+                let r = libc::iovec {
+                    iov_base: remote as *mut libc::c_void,
+                    iov_len: want,
+                };
                 let cnt = (local.len() - first) as libc::c_ulong;
                 // SAFETY: local entries satisfy the caller's zcopy contract; the remote range
                 // is inside the peer's registration (checked above); the kernel validates
                 // remote addresses itself and fails with EFAULT.
                 let n = unsafe {
                     match dir {
-                        Dir::Read => libc::process_vm_readv(pid, local[first..].as_ptr(), cnt, &r, 1, 0),
-                        Dir::Write => libc::process_vm_writev(pid, local[first..].as_ptr(), cnt, &r, 1, 0),
+                        Dir::Read => {
+                            libc::process_vm_readv(pid, local[first..].as_ptr(), cnt, &r, 1, 0)
+                        }
+                        Dir::Write => {
+                            libc::process_vm_writev(pid, local[first..].as_ptr(), cnt, &r, 1, 0)
+                        }
                     }
                 };
                 if n < 0 {
@@ -254,7 +277,12 @@ impl Iface for CmaIface {
         if !ucs::sys::process_alive(pid) {
             return Err(Status::Unreachable);
         }
-        let id = self.eps.insert(CmaEp { pid, start_time, failed: None, reported: false });
+        let id = self.eps.insert(CmaEp {
+            pid,
+            start_time,
+            failed: None,
+            reported: false,
+        });
         Ok(EpId(id as u32))
     }
 

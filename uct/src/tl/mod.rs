@@ -14,13 +14,21 @@ use std::path::Path;
 pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
     if !Path::new("/dev/xpmem").exists() {
-        v.push(("xpmem", "/dev/xpmem not found (xpmem kernel module not loaded)".to_string()));
+        v.push((
+            "xpmem",
+            "/dev/xpmem not found (xpmem kernel module not loaded)".to_string(),
+        ));
     } else {
         v.push(("xpmem", "built without the `xpmem` feature".to_string()));
     }
-    let hca = std::fs::read_dir("/sys/class/infiniband").map(|d| d.count()).unwrap_or(0);
+    let hca = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| d.count())
+        .unwrap_or(0);
     if hca == 0 {
-        v.push(("rc_verbs", "no RDMA device in /sys/class/infiniband".to_string()));
+        v.push((
+            "rc_verbs",
+            "no RDMA device in /sys/class/infiniband".to_string(),
+        ));
     } else {
         v.push(("rc_verbs", "built without the `verbs` feature".to_string()));
     }
@@ -28,14 +36,22 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
     for tl in ["cuda_copy", "cuda_ipc"] {
         v.push((
             tl,
-            if gpu { "built without the `cuda` feature" } else { "no NVIDIA driver (/dev/nvidiactl not found)" }
-                .to_string(),
+            if gpu {
+                "built without the `cuda` feature"
+            } else {
+                "no NVIDIA driver (/dev/nvidiactl not found)"
+            }
+            .to_string(),
         ));
     }
     v.push((
         "gdr_copy",
-        if Path::new("/dev/gdrdrv").exists() { "built without the `gdrcopy` feature" } else { "/dev/gdrdrv not found (gdrdrv module not loaded)" }
-            .to_string(),
+        if Path::new("/dev/gdrdrv").exists() {
+            "built without the `gdrcopy` feature"
+        } else {
+            "/dev/gdrdrv not found (gdrdrv module not loaded)"
+        }
+        .to_string(),
     ));
     v.push(("cxi", "no Slingshot NIC (/dev/cxi0 not found)".to_string()));
     v

@@ -49,7 +49,11 @@ impl SelfIface {
             max_iov: 1,
             ..Default::default()
         };
-        let rma = OpLimits { max_zcopy: usize::MAX, max_iov: usize::MAX, ..Default::default() };
+        let rma = OpLimits {
+            max_zcopy: usize::MAX,
+            max_iov: usize::MAX,
+            ..Default::default()
+        };
         SelfIface {
             attr: IfaceAttr {
                 flags: IfaceFlags::AM_SHORT
@@ -62,7 +66,11 @@ impl SelfIface {
                 am,
                 put: rma,
                 get: rma,
-                perf: PerfEstimate { overhead_ns: 10.0, latency_ns: 0.0, bandwidth: 20e9 },
+                perf: PerfEstimate {
+                    overhead_ns: 10.0,
+                    latency_ns: 0.0,
+                    bandwidth: 20e9,
+                },
                 device_addr_len: 0,
                 iface_addr_len: addr.len(),
             },
@@ -215,13 +223,17 @@ impl Iface for SelfIface {
         // Deliver what is queued now; messages queued by the handler's owner afterwards wait
         // for the next call.
         for _ in 0..self.queue.len() {
-            let Some(m) = self.queue.pop_front() else { break };
+            let Some(m) = self.queue.pop_front() else {
+                break;
+            };
             h.am(m.id, &m.buf[..m.len]);
             self.pool.put(m.buf);
             n += 1;
         }
         while self.queue.len() < QUEUE_LEN {
-            let Some((ep, token)) = self.pending.pop_front() else { break };
+            let Some((ep, token)) = self.pending.pop_front() else {
+                break;
+            };
             h.pending(ep, token);
             n += 1;
         }

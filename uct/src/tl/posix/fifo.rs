@@ -4,9 +4,8 @@
 //!
 //! ```text
 //! 0    control: magic, fifo_size, seg_size, owner pid
-//! 64   head  — producers claim cell `head` with compare-and-swap
+//! 64   head  — producers claim cell `head` with compare-and-swap; bit 63 is ARMED
 //! 128  tail  — the consumer has released every cell below `tail`
-//! 192  armed — the consumer sleeps on its eventfd; producers signal it
 //! 256  cells[fifo_size], seg_size bytes each:
 //!        0  seq   (u64) = index + 1 once the cell at `index` is published
 //!        8  len   (u32) bytes of data
@@ -15,11 +14,19 @@
 //! ```
 //!
 //! A producer claims index `h` only while `h - tail < fifo_size`, writes the cell, and
-//! publishes it with a release store of `seq`. The consumer reads cell `tail`, checks
-//! `seq == tail + 1` with an acquire load, hands the data over, and releases it by storing
-//! `tail + 1`. Each round writes a distinct `seq`, so no cell is ever read twice.
+//! publishes it with a release store of `seq`. The consumer reads cell `rx`, checks
+//! `seq == rx + 1` with an acquire load, hands the data over, and moves on; it releases
+//! cells to the producers in batches (a store of `tail` every quarter FIFO), so in a
+//! ping-pong the `tail` line does not bounce between the cores on every message. Each round
+//! writes a distinct `seq`, so no cell is ever read twice.
+//!
+//! Wakeup: before sleeping, the consumer sets ARMED in `head` with an atomic OR and looks at
+//! the count it returns: if a producer has claimed a cell it has not consumed, it does not
+//! sleep. Otherwise the next producer's compare-and-swap sees ARMED, clears it, and signals
+//! the eventfd after publishing. The ARMED handshake rides on the claim itself, so the send
+//! path needs no extra fence.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::segment::Segment;
 
@@ -28,7 +35,8 @@ pub(crate) const CTL_SIZE: usize = 256;
 pub(crate) const CELL_HDR: usize = 16;
 const OFF_HEAD: usize = 64;
 const OFF_TAIL: usize = 128;
-const OFF_ARMED: usize = 192;
+/// Set in `head` by a consumer about to sleep.
+const ARMED: u64 = 1 << 63;
 
 /// Segment bytes for a FIFO of `fifo_size` cells of `seg_size` bytes.
 pub(crate) fn segment_len(fifo_size: usize, seg_size: usize) -> usize {
@@ -75,7 +83,12 @@ impl Fifo {
     }
 
     /// Checks a peer's mapped segment against the geometry and owner its address announced.
-    pub(crate) fn open(seg: Segment, fifo_size: usize, seg_size: usize, owner: u32) -> Result<Fifo, BadFifo> {
+    pub(crate) fn open(
+        seg: Segment,
+        fifo_size: usize,
+        seg_size: usize,
+        owner: u32,
+    ) -> Result<Fifo, BadFifo> {
         if seg.len() < segment_len(fifo_size, seg_size) {
             return Err(BadFifo::Geometry);
         }
@@ -104,7 +117,13 @@ impl Fifo {
     fn view(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
         // SAFETY: CTL_SIZE is inside the segment.
         let cells = unsafe { seg.base().add(CTL_SIZE) };
-        Fifo { seg, cells, mask: fifo_size as u64 - 1, size: fifo_size as u64, seg_size }
+        Fifo {
+            seg,
+            cells,
+            mask: fifo_size as u64 - 1,
+            size: fifo_size as u64,
+            seg_size,
+        }
     }
 
     pub(crate) fn segment(&self) -> &Segment {
@@ -116,12 +135,6 @@ impl Fifo {
         // SAFETY: off is one of the 8-aligned control offsets inside the segment, which
         // lives as long as self; the field is only ever accessed atomically.
         unsafe { &*self.seg.base().add(off).cast::<AtomicU64>() }
-    }
-
-    #[inline]
-    fn armed(&self) -> &AtomicU32 {
-        // SAFETY: as in ctl_atomic64.
-        unsafe { &*self.seg.base().add(OFF_ARMED).cast::<AtomicU32>() }
     }
 
     #[inline]
@@ -145,50 +158,66 @@ impl Fifo {
     /// True when a producer could claim a cell now.
     #[inline]
     pub(crate) fn has_room(&self) -> bool {
-        let h = self.ctl_atomic64(OFF_HEAD).load(Ordering::Relaxed);
+        let h = self.ctl_atomic64(OFF_HEAD).load(Ordering::Relaxed) & !ARMED;
         let t = self.ctl_atomic64(OFF_TAIL).load(Ordering::Acquire);
-        h.wrapping_sub(t) < self.size
+        h.wrapping_sub(t) & !ARMED < self.size
     }
 
     /// Producer: claims a cell, lets `fill` write at most `data_cap()` bytes of data into
     /// it (returning the length), and publishes it with `am_id`. Returns `None` when the
     /// FIFO is full. Returns `Some(true)` when the consumer asked to be woken.
-    #[inline]
-    pub(crate) fn push(&self, am_id: u8, fill: impl FnOnce(&mut [u8]) -> usize) -> Option<(usize, bool)> {
+    #[inline(always)]
+    pub(crate) fn push(
+        &self,
+        am_id: u8,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Option<(usize, bool)> {
         let head = self.ctl_atomic64(OFF_HEAD);
         let tail = self.ctl_atomic64(OFF_TAIL);
-        let mut h = head.load(Ordering::Relaxed);
-        loop {
+        let mut cur = head.load(Ordering::Relaxed);
+        let h = loop {
+            let h = cur & !ARMED;
             let t = tail.load(Ordering::Acquire);
-            if h.wrapping_sub(t) >= self.size {
+            if h.wrapping_sub(t) & !ARMED >= self.size {
                 return None;
             }
-            match head.compare_exchange_weak(h, h.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(cur) => h = cur,
+            // Claiming also clears ARMED: this producer then owes the consumer a signal.
+            match head.compare_exchange_weak(
+                cur,
+                (h + 1) & !ARMED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break h,
+                Err(now) => cur = now,
             }
-        }
+        };
+        let wake = cur & ARMED != 0;
         let cell = self.cell(h);
         // SAFETY: we own cell `h` until we publish it: the consumer released it (h - tail <
         // size at claim time) and no other producer can claim the same index.
         let data = unsafe { std::slice::from_raw_parts_mut(cell.add(CELL_HDR), self.data_cap()) };
         let len = fill(data).min(self.data_cap());
-        // SAFETY: header fields of our claimed cell.
+        // SAFETY: header word of our claimed cell (len in the low half, am id above it:
+        // one store instead of two).
         unsafe {
-            cell.add(8).cast::<u32>().write(len as u32);
-            cell.add(12).write(am_id);
-        }
+            cell.add(8)
+                .cast::<u64>()
+                .write(len as u64 | u64::from(am_id) << 32)
+        };
         self.seq(cell).store(h.wrapping_add(1), Ordering::Release);
-        // Pairs with the fence in `arm`: either we see `armed`, or the consumer sees our cell.
-        fence(Ordering::SeqCst);
-        let wake = self.armed().load(Ordering::Relaxed) != 0
-            && self.armed().swap(0, Ordering::AcqRel) != 0;
         Some((len, wake))
+    }
+
+    /// Consumer: true when the cell at `index` has been published.
+    #[inline(always)]
+    pub(crate) fn ready(&self, index: u64) -> bool {
+        self.seq(self.cell(index)).load(Ordering::Acquire) == index.wrapping_add(1)
     }
 
     /// Consumer: the cell at `index` if it has been published: `(am_id, data)`. The length
     /// written by the peer is checked against the cell size (`Err` when it does not fit).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn peek(&self, index: u64) -> Option<Result<(u8, &[u8]), u32>> {
         let cell = self.cell(index);
         if self.seq(cell).load(Ordering::Acquire) != index.wrapping_add(1) {
@@ -196,7 +225,8 @@ impl Fifo {
         }
         // SAFETY: the cell is published (acquire above) and not released yet, so no
         // producer writes it until we store tail past it.
-        let (len, id) = unsafe { (cell.add(8).cast::<u32>().read(), cell.add(12).read()) };
+        let word = unsafe { cell.add(8).cast::<u64>().read() };
+        let (len, id) = (word as u32, (word >> 32) as u8);
         if len as usize > self.data_cap() {
             return Some(Err(len));
         }
@@ -211,13 +241,15 @@ impl Fifo {
         self.ctl_atomic64(OFF_TAIL).store(next, Ordering::Release);
     }
 
-    /// Consumer: asks producers to signal the eventfd. Returns false when a cell is already
-    /// waiting at `index` (do not sleep).
+    /// Consumer: asks producers to signal the eventfd, after releasing every cell below
+    /// `index`. Returns false when a cell has been claimed at or after `index` (it is, or
+    /// is about to be, published: do not sleep).
     pub(crate) fn arm(&self, index: u64) -> bool {
-        self.armed().store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        if self.seq(self.cell(index)).load(Ordering::Acquire) == index.wrapping_add(1) {
-            self.armed().store(0, Ordering::Relaxed);
+        self.release(index);
+        let head = self.ctl_atomic64(OFF_HEAD);
+        let before = head.fetch_or(ARMED, Ordering::AcqRel);
+        if before & !ARMED != index & !ARMED {
+            head.fetch_and(!ARMED, Ordering::AcqRel);
             return false;
         }
         true
@@ -235,12 +267,13 @@ mod tests {
         let mut next = 0u64;
         for round in 0..10u8 {
             for i in 0..4u8 {
-                let (n, _) = f.push(i, |b| {
-                    b[0] = round;
-                    b[1] = i;
-                    2
-                })
-                .unwrap();
+                let (n, _) = f
+                    .push(i, |b| {
+                        b[0] = round;
+                        b[1] = i;
+                        2
+                    })
+                    .unwrap();
                 assert_eq!(n, 2);
             }
             assert!(f.push(9, |_| 0).is_none(), "full");
@@ -262,7 +295,12 @@ mod tests {
         assert!(wake);
         let (_, wake) = f.push(1, |_| 0).unwrap();
         assert!(!wake, "only the first producer after arm signals");
-        assert!(!f.arm(0), "a published cell is waiting");
+        assert!(!f.arm(0), "a claimed cell is waiting");
+        let _ = f.peek(0);
+        let _ = f.peek(1);
+        assert!(f.arm(2), "all consumed");
+        let (_, wake) = f.push(1, |_| 0).unwrap();
+        assert!(wake);
     }
 
     #[test]
@@ -274,7 +312,10 @@ mod tests {
         let again = Segment::attach(pid as i32, fd, len).unwrap();
         assert!(Fifo::open(again, 4, 128, pid).is_ok());
         let again = Segment::attach(pid as i32, fd, len).unwrap();
-        assert_eq!(Fifo::open(again, 4, 128, pid + 1).unwrap_err(), BadFifo::Owner);
+        assert_eq!(
+            Fifo::open(again, 4, 128, pid + 1).unwrap_err(),
+            BadFifo::Owner
+        );
         assert!(Segment::attach(pid as i32, fd, len + 64).is_err());
     }
 }

@@ -39,7 +39,11 @@ impl Segment {
         let cname = CString::new(format!("/rucx-{name}")).expect("hex has no NUL");
         // SAFETY: cname is a valid C string.
         let fd = unsafe {
-            libc::shm_open(cname.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
         };
         if fd < 0 {
             return Err(os_err("shm_open"));
@@ -74,7 +78,10 @@ impl Segment {
             return Err(os_err("fstat"));
         }
         if st.st_size as usize != len {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "segment size mismatch"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "segment size mismatch",
+            ));
         }
         Self::map(fd, len)
     }
@@ -95,7 +102,11 @@ impl Segment {
         if p == libc::MAP_FAILED {
             return Err(os_err("mmap"));
         }
-        Ok(Segment { ptr: p.cast(), len, fd })
+        Ok(Segment {
+            ptr: p.cast(),
+            len,
+            fd,
+        })
     }
 
     pub(crate) fn base(&self) -> *mut u8 {
@@ -129,7 +140,14 @@ pub(crate) fn dup_remote_fd(pid: i32, fd: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd is a fresh descriptor we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
     // SAFETY: raw syscall with integer arguments.
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as libc::c_int, 0) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            pidfd.as_raw_fd(),
+            fd as libc::c_int,
+            0,
+        )
+    };
     if r < 0 {
         return Err(os_err("pidfd_getfd"));
     }

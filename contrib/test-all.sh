@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the whole Rucx test suite. As root on a fresh Debian machine it first installs the
+# system packages the tests need (none beyond the Rust toolchain yet: the transports under
+# test use only libc and the kernel).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+# Packages the test suite uses; add them here as tests come to need them.
+for pkg in iproute2 procps; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+  else
+    echo "test-all: missing packages ${need[*]} (run as root to install them)" >&2
+  fi
+fi
+
+cargo build --workspace --all-targets
+cargo test --workspace

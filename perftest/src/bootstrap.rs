@@ -1,0 +1,113 @@
+//! Out-of-band exchange over a TCP socket, as `ucx_perftest` does it: the server listens,
+//! the client connects, and both swap length-prefixed messages (test parameters, worker or
+//! interface addresses) and meet at barriers.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// Largest out-of-band message accepted (addresses and parameters are small).
+const MAX_MSG: usize = 1 << 20;
+
+/// A connected out-of-band channel.
+#[derive(Debug)]
+pub struct Oob {
+    sock: TcpStream,
+}
+
+impl Oob {
+    /// Server side: waits for one client on `port` (all interfaces).
+    pub fn accept(port: u16) -> io::Result<Oob> {
+        let l = TcpListener::bind(("0.0.0.0", port))
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on port {port}: {e}")))?;
+        let (sock, _) = l.accept()?;
+        Self::setup(sock)
+    }
+
+    /// Client side: connects to `host:port`, retrying for up to `wait` while the server
+    /// starts.
+    pub fn connect(host: &str, port: u16, wait: Duration) -> io::Result<Oob> {
+        let addrs: Vec<_> = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot resolve {host}: {e}")))?
+            .collect();
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let mut last = None;
+            for a in &addrs {
+                match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                    Ok(s) => return Self::setup(s),
+                    Err(e) => last = Some(e),
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                let e = last.unwrap_or_else(|| io::Error::other("no address"));
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot connect to {host}:{port}: {e}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn setup(sock: TcpStream) -> io::Result<Oob> {
+        sock.set_nodelay(true)?;
+        Ok(Oob { sock })
+    }
+
+    /// Gives up on reads that take longer than `t` (so a dead peer is an error, not a hang).
+    pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.sock.set_read_timeout(t)
+    }
+
+    pub fn send(&mut self, msg: &[u8]) -> io::Result<()> {
+        self.sock.write_all(&(msg.len() as u32).to_le_bytes())?;
+        self.sock.write_all(msg)
+    }
+
+    pub fn recv(&mut self) -> io::Result<Vec<u8>> {
+        let mut len = [0u8; 4];
+        self.sock.read_exact(&mut len).map_err(peer_gone)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_MSG {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "out-of-band message too long",
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        self.sock.read_exact(&mut buf).map_err(peer_gone)?;
+        Ok(buf)
+    }
+
+    /// Both sides return once both have called it.
+    pub fn barrier(&mut self) -> io::Result<()> {
+        self.send(b"barrier")?;
+        let m = self.recv()?;
+        if m != b"barrier" {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "out-of-band barrier mismatch",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Non-blocking check whether the peer closed the channel (used while spinning).
+    pub fn peer_closed(&self) -> bool {
+        let mut b = [0u8; 1];
+        let _ = self.sock.set_nonblocking(true);
+        let r = self.sock.peek(&mut b);
+        let _ = self.sock.set_nonblocking(false);
+        matches!(r, Ok(0)) || matches!(r, Err(ref e) if e.kind() != io::ErrorKind::WouldBlock)
+    }
+}
+
+fn peer_gone(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        io::Error::new(e.kind(), "the peer closed the out-of-band connection")
+    } else {
+        e
+    }
+}

@@ -1,0 +1,184 @@
+//! `rucx-perftest`: point-to-point measurements with `ucx_perftest`'s command line and
+//! output. No address: this process is the server; an address: the client, which sends its
+//! parameters to the server over the out-of-band socket. `--loopback` starts the server as
+//! a child process on this host.
+#![forbid(unsafe_code)]
+
+mod args;
+mod bootstrap;
+mod report;
+mod uct_tests;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use args::Args;
+use bootstrap::Oob;
+
+/// Which end of the test this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+/// Why a run failed; printed as one line.
+#[derive(Debug)]
+pub enum Error {
+    Usage(String),
+    Setup(String),
+    Oob(std::io::Error),
+    Peer(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Usage(s) | Error::Setup(s) | Error::Peer(s) => f.write_str(s),
+            Error::Oob(e) => write!(f, "out-of-band connection: {e}"),
+        }
+    }
+}
+
+fn pin(args: &Args) -> Result<(), Error> {
+    if let Some(cpu) = args.cpu().map_err(Error::Usage)? {
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu)
+            .map_err(|e| Error::Usage(format!("-c {cpu}: {e}")))?;
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+            .map_err(|e| Error::Setup(format!("cannot pin to CPU {cpu}: {e}")))?;
+    }
+    Ok(())
+}
+
+fn run_test(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
+    pin(args)?;
+    match args.test() {
+        "am_lat" | "am_bw" => uct_tests::run(args, role, oob),
+        t => Err(Error::Usage(format!("unknown test '{t}'"))),
+    }
+}
+
+fn server(port: u16, own_cpus: Option<String>) -> Result<(), Error> {
+    let mut oob = Oob::accept(port).map_err(Error::Oob)?;
+    let argv = String::from_utf8(oob.recv().map_err(Error::Oob)?)
+        .map_err(|_| Error::Peer("the client sent a malformed command line".into()))?;
+    let mut full = vec!["rucx-perftest".to_string()];
+    full.extend(argv.split('\0').filter(|s| !s.is_empty()).map(String::from));
+    let mut args = Args::try_parse_from(&full)
+        .map_err(|e| Error::Peer(format!("the client's command line: {e}")))?;
+    args.server = None;
+    args.cpus = own_cpus;
+    run_test(&args, Role::Server, &mut oob)
+}
+
+fn client(args: &Args, host: &str) -> Result<(), Error> {
+    let mut oob = Oob::connect(host, args.port, Duration::from_secs(10)).map_err(Error::Oob)?;
+    oob.send(args.to_server_argv().join("\0").as_bytes())
+        .map_err(Error::Oob)?;
+    run_test(args, Role::Client, &mut oob)
+}
+
+fn loopback(args: &Args) -> Result<(), Error> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(Error::Oob)?;
+    let port = l.local_addr().map_err(Error::Oob)?.port();
+    drop(l);
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Setup(format!("cannot find own executable: {e}")))?;
+    // `-c A,B`: the client runs on A, the server on B.
+    let mut server_args = vec!["-p".to_string(), port.to_string()];
+    if let Some(b) = args.cpus.as_deref().and_then(|c| c.split(',').nth(1)) {
+        server_args.extend(["-c".to_string(), b.trim().to_string()]);
+    }
+    let mut child = std::process::Command::new(exe)
+        .args(&server_args)
+        .spawn()
+        .map_err(|e| Error::Setup(format!("cannot start the server process: {e}")))?;
+    let mut a = args.clone();
+    a.port = port;
+    let r = client(&a, "127.0.0.1");
+    match child.wait() {
+        Ok(st) if st.success() || r.is_err() => r,
+        Ok(st) => Err(Error::Peer(format!("the server process exited with {st}"))),
+        Err(e) => Err(Error::Setup(format!("waiting for the server: {e}"))),
+    }
+}
+
+/// `--loopback` without `-t`: latency and bandwidth of every active-message transport over
+/// a few sizes, with nothing to configure.
+fn default_suite(args: &Args) -> Result<(), Error> {
+    let cfg = ucs::Config::from_env().map_err(|e| Error::Usage(e.to_string()))?;
+    let tls: Vec<String> = uct::discover(&cfg)
+        .available
+        .iter()
+        .filter(|r| matches!(r.tl, "posix" | "tcp"))
+        .filter(|r| r.tl != "tcp" || r.device == "lo")
+        .map(|r| r.tl.to_string())
+        .collect();
+    if tls.is_empty() {
+        return Err(Error::Setup(
+            "no active-message transport between processes is available".into(),
+        ));
+    }
+    for tl in &tls {
+        for (test, sizes) in [
+            ("am_lat", &["8", "64", "1024", "4096"][..]),
+            ("am_bw", &["8", "1024", "8192"][..]),
+        ] {
+            for size in sizes {
+                let mut a = args.clone();
+                a.test = Some(test.to_string());
+                a.tl = Some(tl.clone());
+                a.device = None;
+                a.layout = if *size == "8" || *size == "64" {
+                    "short"
+                } else {
+                    "bcopy"
+                }
+                .to_string();
+                a.size = size.to_string();
+                a.iters = Some(args.iters.unwrap_or(100_000));
+                a.warmup = args.warmup.min(1000);
+                println!("# {test} over {tl}, {size} bytes ({})", a.layout);
+                loopback(&a)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if let Ok(cfg) = ucs::Config::from_env() {
+        ucs::log::init(cfg.log_level.to_filter());
+    }
+    let r = if args.loopback && args.test.is_none() {
+        default_suite(&args)
+    } else if args.loopback {
+        loopback(&args)
+    } else {
+        match &args.server {
+            None => server(args.port, args.cpus.clone()),
+            Some(h) => client(&args, &h.clone()),
+        }
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rucx-perftest: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
