@@ -43,10 +43,19 @@ pub(crate) fn segment_len(fifo_size: usize, seg_size: usize) -> usize {
     CTL_SIZE + fifo_size * seg_size
 }
 
-/// A view of a FIFO in a mapped segment.
+/// A FIFO in a mapped segment: owns the mapping, and derefs to its [`FifoView`].
 #[derive(Debug)]
 pub(crate) struct Fifo {
     seg: Segment,
+    view: FifoView,
+}
+
+/// The addresses and geometry of a mapped FIFO, copied into each endpoint so the send path
+/// reaches the shared lines without chasing pointers. Valid while the owning [`Fifo`] lives
+/// (endpoints keep it alive through an `Arc`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FifoView {
+    base: *mut u8,
     cells: *mut u8,
     mask: u64,
     size: u64,
@@ -55,9 +64,16 @@ pub(crate) struct Fifo {
 
 // SAFETY: shared fields are accessed only through atomics; cell payloads are written by
 // the producer that claimed them and read by the single consumer after the seq handshake.
-unsafe impl Send for Fifo {}
+unsafe impl Send for FifoView {}
 // SAFETY: as above.
-unsafe impl Sync for Fifo {}
+unsafe impl Sync for FifoView {}
+
+impl std::ops::Deref for Fifo {
+    type Target = FifoView;
+    fn deref(&self) -> &FifoView {
+        &self.view
+    }
+}
 
 /// Why a mapped segment is not a FIFO we can use.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,7 +95,7 @@ impl Fifo {
             base.add(16).cast::<u32>().write(std::process::id());
             (*base.cast::<AtomicU64>()).store(MAGIC, Ordering::Release);
         }
-        Self::view(seg, fifo_size, seg_size)
+        Self::wrap(seg, fifo_size, seg_size)
     }
 
     /// Checks a peer's mapped segment against the geometry and owner its address announced.
@@ -111,30 +127,38 @@ impl Fifo {
         if pid != owner {
             return Err(BadFifo::Owner);
         }
-        Ok(Self::view(seg, fifo_size, seg_size))
+        Ok(Self::wrap(seg, fifo_size, seg_size))
     }
 
-    fn view(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
+    fn wrap(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
         // SAFETY: CTL_SIZE is inside the segment.
         let cells = unsafe { seg.base().add(CTL_SIZE) };
-        Fifo {
-            seg,
+        let view = FifoView {
+            base: seg.base(),
             cells,
             mask: fifo_size as u64 - 1,
             size: fifo_size as u64,
             seg_size,
-        }
+        };
+        Fifo { seg, view }
     }
 
     pub(crate) fn segment(&self) -> &Segment {
         &self.seg
     }
 
+    /// A copy of the view; valid while `self` lives.
+    pub(crate) fn view(&self) -> FifoView {
+        self.view
+    }
+}
+
+impl FifoView {
     #[inline]
     fn ctl_atomic64(&self, off: usize) -> &AtomicU64 {
         // SAFETY: off is one of the 8-aligned control offsets inside the segment, which
-        // lives as long as self; the field is only ever accessed atomically.
-        unsafe { &*self.seg.base().add(off).cast::<AtomicU64>() }
+        // outlives every view of it; the field is only ever accessed atomically.
+        unsafe { &*self.base.add(off).cast::<AtomicU64>() }
     }
 
     #[inline]
