@@ -571,3 +571,16 @@ mod tests {
         assert!(!warn_if_unknown("TLS"));
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    #[test]
+    fn docs_configuration_md_lists_every_variable() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md"))
+            .expect("docs/configuration.md");
+        for v in super::TABLE {
+            let row = format!("| `UCX_{}` | `{}` |", v.name, v.default);
+            assert!(doc.contains(&row), "docs/configuration.md lacks the row for UCX_{}", v.name);
+        }
+    }
+}

@@ -240,3 +240,100 @@ impl Iface for SelfIface {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Sink {
+        msgs: Vec<(u8, Vec<u8>)>,
+        pending: Vec<u64>,
+    }
+    impl Handler for Sink {
+        fn am(&mut self, id: u8, data: &[u8]) {
+            self.msgs.push((id, data.to_vec()));
+        }
+        fn pending(&mut self, _ep: EpId, token: u64) {
+            self.pending.push(token);
+        }
+    }
+
+    fn pair() -> (SelfIface, EpId) {
+        let mut i = SelfIface::open(&Config::default());
+        let a = i.iface_address().to_vec();
+        let ep = i.ep_connect(&[], &a).unwrap();
+        (i, ep)
+    }
+
+    #[test]
+    fn only_its_own_interface_is_reachable() {
+        let (mut a, _) = pair();
+        let b = SelfIface::open(&Config::default());
+        assert!(!a.is_reachable(&[], b.iface_address()));
+        assert_eq!(a.ep_connect(&[], b.iface_address()), Err(Status::Unreachable));
+    }
+
+    #[test]
+    fn am_sizes_up_to_the_limits() {
+        let (mut i, ep) = pair();
+        let mut sink = Sink::default();
+        for n in [0usize, 1, 100, i.attr().am.max_short] {
+            let payload = vec![n as u8; n];
+            i.am_short(ep, 1, n as u64, &payload).unwrap();
+        }
+        assert_eq!(i.am_short(ep, 1, 0, &vec![0; i.attr().am.max_short + 1]), Err(Status::InvalidParam));
+        for n in [1usize, 4096, SEG_SIZE] {
+            assert_eq!(i.am_bcopy(ep, 2, &mut |b| {
+                b[..n].fill(7);
+                n
+            }), Ok(n));
+        }
+        i.progress(&mut sink);
+        assert_eq!(sink.msgs.len(), 7);
+        assert_eq!(sink.msgs[3].1.len(), 8 + i.attr().am.max_short);
+        assert!(sink.msgs[6].1.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn put_get_are_bounds_checked() {
+        let (mut i, ep) = pair();
+        let mut region = vec![0u8; 64];
+        // SAFETY: region outlives the key's use below.
+        let mh = unsafe { i.md().mem_reg(region.as_mut_ptr(), 64) }.unwrap();
+        let rk = i.md().rkey_unpack(&i.md().mkey_pack(&mh)).unwrap();
+        let src = [1u8, 2, 3, 4];
+        let iov = [Iov::from_slice(&src[..2]), Iov::from_slice(&src[2..])];
+        // SAFETY: src and region outlive the synchronous operations.
+        unsafe {
+            assert_eq!(i.put_zcopy(ep, &iov, mh.base + 10, &rk, 0), Ok(Done::Now));
+            assert_eq!(i.put_zcopy(ep, &iov, mh.base + 61, &rk, 0), Err(Status::InvalidParam));
+        }
+        let mut dst = [0u8; 4];
+        let iov = [Iov::from_mut_slice(&mut dst)];
+        // SAFETY: as above.
+        unsafe { i.get_zcopy(ep, &iov, mh.base + 10, &rk, 0) }.unwrap();
+        assert_eq!(dst, src);
+        assert_eq!(&region[10..14], &src);
+        assert!(region[61..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn back_pressure_wakes_pending_in_order() {
+        let (mut i, ep) = pair();
+        let mut sink = Sink::default();
+        assert_eq!(i.pending_add(ep, 9), Err(Status::Busy));
+        let mut sent = 0;
+        while i.am_short(ep, 1, 0, &[]).is_ok() {
+            sent += 1;
+        }
+        assert_eq!(sent, QUEUE_LEN);
+        for t in 0..5 {
+            i.pending_add(ep, t).unwrap();
+        }
+        i.progress(&mut sink);
+        assert_eq!(sink.msgs.len(), QUEUE_LEN);
+        assert_eq!(sink.pending, vec![0, 1, 2, 3, 4]);
+        assert_eq!(i.flush(Some(ep), 0), Ok(Done::Now));
+    }
+}

@@ -519,3 +519,77 @@ impl PosixIface {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Sink(Vec<(u8, Vec<u8>)>);
+    impl Handler for Sink {
+        fn am(&mut self, id: u8, data: &[u8]) {
+            self.0.push((id, data.to_vec()));
+        }
+    }
+
+    #[test]
+    fn segment_is_private_and_leaves_no_name_behind() {
+        let iface = PosixIface::open(&Config::default()).unwrap();
+        let fd = iface.rx.segment().fd();
+        // SAFETY: st is a valid out-parameter; fd is open for the life of iface.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+        assert_eq!(st.st_mode & 0o777, 0o600, "segment mode");
+        assert_eq!(st.st_nlink, 0, "segment still has a name");
+        let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rucx-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn loopback_to_own_fifo_delivers_in_order() {
+        let cfg = Config::default();
+        let mut iface = PosixIface::open(&cfg).unwrap();
+        let (dev, ifa) = (iface.device_address().to_vec(), iface.iface_address().to_vec());
+        let ep = iface.ep_connect(&dev, &ifa).unwrap();
+        let mut sink = Sink::default();
+        for i in 0..200u32 {
+            loop {
+                match iface.am_short(ep, 3, u64::from(i), &i.to_le_bytes()) {
+                    Ok(()) => break,
+                    Err(Status::NoResource) => {
+                        iface.progress(&mut sink);
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        while sink.0.len() < 200 {
+            iface.progress(&mut sink);
+        }
+        for (i, (id, d)) in sink.0.iter().enumerate() {
+            assert_eq!(*id, 3);
+            assert_eq!(&d[..8], &(i as u64).to_le_bytes());
+            assert_eq!(&d[8..], &(i as u32).to_le_bytes());
+        }
+        assert_eq!(iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]), Err(Status::InvalidParam));
+    }
+
+    const AM_ID_MAX_TEST: u8 = crate::iface::AM_ID_MAX;
+
+    #[test]
+    fn malformed_addresses_are_unreachable_not_panics() {
+        let mut iface = PosixIface::open(&Config::default()).unwrap();
+        let dev = iface.device_address().to_vec();
+        for bad in [&[][..], &[1, 2, 3], &[0u8; 28], &[0xffu8; 28], &[0u8; 29]] {
+            assert!(!iface.is_reachable(&dev, bad));
+            assert!(iface.ep_connect(&dev, bad).is_err());
+        }
+        let ifa = iface.iface_address().to_vec();
+        assert_eq!(iface.ep_connect(&[9; 8], &ifa), Err(Status::Unreachable));
+    }
+}
