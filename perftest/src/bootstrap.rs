@@ -56,11 +56,6 @@ impl Oob {
         Ok(Oob { sock })
     }
 
-    /// Gives up on reads that take longer than `t` (so a dead peer is an error, not a hang).
-    pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.sock.set_read_timeout(t)
-    }
-
     pub fn send(&mut self, msg: &[u8]) -> io::Result<()> {
         self.sock.write_all(&(msg.len() as u32).to_le_bytes())?;
         self.sock.write_all(msg)

@@ -81,7 +81,19 @@ fn client(args: &Args, host: &str) -> Result<(), Error> {
     run_test(args, Role::Client, &mut oob)
 }
 
+/// Checks what can be checked before a server is started, so a bad command line gives one
+/// error line instead of one from each side.
+fn validate(args: &Args) -> Result<(), Error> {
+    args.msg_size().map_err(Error::Usage)?;
+    args.cpu().map_err(Error::Usage)?;
+    match args.test() {
+        "am_lat" | "am_bw" => Ok(()),
+        t => Err(Error::Usage(format!("unknown test '{t}'"))),
+    }
+}
+
 fn loopback(args: &Args) -> Result<(), Error> {
+    validate(args)?;
     let l = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(Error::Oob)?;
     let port = l.local_addr().map_err(Error::Oob)?.port();
     drop(l);
@@ -171,13 +183,18 @@ fn main() -> ExitCode {
     } else {
         match &args.server {
             None => server(args.port, args.cpus.clone()),
-            Some(h) => client(&args, &h.clone()),
+            Some(h) => validate(&args).and_then(|()| client(&args, &h.clone())),
         }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rucx-perftest: {e}");
+            let who = if args.server.is_none() && !args.loopback {
+                " (server)"
+            } else {
+                ""
+            };
+            eprintln!("rucx-perftest{who}: {e}");
             ExitCode::FAILURE
         }
     }

@@ -576,11 +576,18 @@ mod tests {
 mod doc_tests {
     #[test]
     fn docs_configuration_md_lists_every_variable() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md"))
-            .expect("docs/configuration.md");
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/configuration.md"
+        ))
+        .expect("docs/configuration.md");
         for v in super::TABLE {
             let row = format!("| `UCX_{}` | `{}` |", v.name, v.default);
-            assert!(doc.contains(&row), "docs/configuration.md lacks the row for UCX_{}", v.name);
+            assert!(
+                doc.contains(&row),
+                "docs/configuration.md lacks the row for UCX_{}",
+                v.name
+            );
         }
     }
 }

@@ -63,7 +63,7 @@ pub enum OpenError {
     },
     #[error("{tl}: unknown device {device}")]
     NoDevice { tl: &'static str, device: String },
-    #[error("{0}: no such transport")]
+    #[error("transport not available: {0}")]
     UnknownTl(String),
 }
 
@@ -136,12 +136,12 @@ pub fn open_by_name(
         .available
         .iter()
         .find(|r| r.tl == tl && device.is_none_or(|dev| r.device == dev))
-        .ok_or_else(|| match d.available.iter().any(|r| r.tl == tl) {
-            true => OpenError::NoDevice {
-                tl: "?",
-                device: device.unwrap_or("").to_string(),
+        .ok_or_else(|| match d.available.iter().find(|r| r.tl == tl) {
+            Some(r) => OpenError::NoDevice {
+                tl: r.tl,
+                device: device.unwrap_or_default().to_string(),
             },
-            false => OpenError::UnknownTl(match d.absent.iter().find(|a| a.tl == tl) {
+            None => OpenError::UnknownTl(match d.absent.iter().find(|a| a.tl == tl) {
                 Some(a) => a.to_string(),
                 None => tl.to_string(),
             }),

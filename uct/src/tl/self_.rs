@@ -271,7 +271,10 @@ mod tests {
         let (mut a, _) = pair();
         let b = SelfIface::open(&Config::default());
         assert!(!a.is_reachable(&[], b.iface_address()));
-        assert_eq!(a.ep_connect(&[], b.iface_address()), Err(Status::Unreachable));
+        assert_eq!(
+            a.ep_connect(&[], b.iface_address()),
+            Err(Status::Unreachable)
+        );
     }
 
     #[test]
@@ -282,12 +285,18 @@ mod tests {
             let payload = vec![n as u8; n];
             i.am_short(ep, 1, n as u64, &payload).unwrap();
         }
-        assert_eq!(i.am_short(ep, 1, 0, &vec![0; i.attr().am.max_short + 1]), Err(Status::InvalidParam));
+        assert_eq!(
+            i.am_short(ep, 1, 0, &vec![0; i.attr().am.max_short + 1]),
+            Err(Status::InvalidParam)
+        );
         for n in [1usize, 4096, SEG_SIZE] {
-            assert_eq!(i.am_bcopy(ep, 2, &mut |b| {
-                b[..n].fill(7);
-                n
-            }), Ok(n));
+            assert_eq!(
+                i.am_bcopy(ep, 2, &mut |b| {
+                    b[..n].fill(7);
+                    n
+                }),
+                Ok(n)
+            );
         }
         i.progress(&mut sink);
         assert_eq!(sink.msgs.len(), 7);
@@ -307,7 +316,10 @@ mod tests {
         // SAFETY: src and region outlive the synchronous operations.
         unsafe {
             assert_eq!(i.put_zcopy(ep, &iov, mh.base + 10, &rk, 0), Ok(Done::Now));
-            assert_eq!(i.put_zcopy(ep, &iov, mh.base + 61, &rk, 0), Err(Status::InvalidParam));
+            assert_eq!(
+                i.put_zcopy(ep, &iov, mh.base + 61, &rk, 0),
+                Err(Status::InvalidParam)
+            );
         }
         let mut dst = [0u8; 4];
         let iov = [Iov::from_mut_slice(&mut dst)];

@@ -554,7 +554,10 @@ mod tests {
     fn loopback_to_own_fifo_delivers_in_order() {
         let cfg = Config::default();
         let mut iface = PosixIface::open(&cfg).unwrap();
-        let (dev, ifa) = (iface.device_address().to_vec(), iface.iface_address().to_vec());
+        let (dev, ifa) = (
+            iface.device_address().to_vec(),
+            iface.iface_address().to_vec(),
+        );
         let ep = iface.ep_connect(&dev, &ifa).unwrap();
         let mut sink = Sink::default();
         for i in 0..200u32 {
@@ -576,7 +579,10 @@ mod tests {
             assert_eq!(&d[..8], &(i as u64).to_le_bytes());
             assert_eq!(&d[8..], &(i as u32).to_le_bytes());
         }
-        assert_eq!(iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]), Err(Status::InvalidParam));
+        assert_eq!(
+            iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]),
+            Err(Status::InvalidParam)
+        );
     }
 
     const AM_ID_MAX_TEST: u8 = crate::iface::AM_ID_MAX;
