@@ -25,17 +25,6 @@ impl Deadline {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn monotonic() {
-        let a = super::now_ns();
-        let b = super::now_ns();
-        assert!(b >= a);
-        assert!(super::Deadline::after_ns(0).passed());
-        assert!(!super::Deadline::after_ns(60_000_000_000).passed());
-    }
-}
 
 /// A cheap cycle counter for measuring loops (the TSC on x86_64, the monotonic clock in
 /// nanoseconds elsewhere). Convert with [`cycles_per_ns`].
@@ -66,4 +55,16 @@ pub fn cycles_per_ns() -> f64 {
             1.0
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn monotonic() {
+        let a = super::now_ns();
+        let b = super::now_ns();
+        assert!(b >= a);
+        assert!(super::Deadline::after_ns(0).passed());
+        assert!(!super::Deadline::after_ns(60_000_000_000).passed());
+    }
 }

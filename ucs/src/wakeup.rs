@@ -17,9 +17,8 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh descriptor we own.
-        Ok(EventFd {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EventFd { fd })
     }
 
     /// Wraps an eventfd descriptor obtained elsewhere (for example with `pidfd_getfd`).
@@ -79,9 +78,8 @@ impl Epoll {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fresh descriptor we own.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     fn ctl(&self, op: i32, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
