@@ -1,0 +1,262 @@
+//! Thin checked wrappers over the BSD socket calls the tcp transport uses. Every call is
+//! non-blocking; data-path calls return the raw `errno` so the caller can tell "would
+//! block" from a failed peer without allocating an `io::Error`.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Flags of every data-path send: never block, never raise SIGPIPE.
+const SEND_FLAGS: i32 = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+
+#[inline]
+pub(super) fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// A non-blocking, close-on-exec IPv4 stream socket.
+pub(super) fn tcp_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket has no memory-safety preconditions.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+pub(super) fn set_int_opt(fd: &OwnedFd, level: i32, name: i32, val: i32) -> io::Result<()> {
+    // SAFETY: the option value is a live local int whose size is passed alongside.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&raw const val).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn to_sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(addr.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+fn from_sockaddr(sa: &libc::sockaddr_in) -> SocketAddrV4 {
+    SocketAddrV4::new(
+        Ipv4Addr::from(sa.sin_addr.s_addr.to_ne_bytes()),
+        u16::from_be(sa.sin_port),
+    )
+}
+
+pub(super) fn bind(fd: &OwnedFd, addr: SocketAddrV4) -> io::Result<()> {
+    let sa = to_sockaddr(addr);
+    // SAFETY: sa is a valid sockaddr_in for the duration of the call.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sa).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn listen(fd: &OwnedFd, backlog: i32) -> io::Result<()> {
+    // SAFETY: listen has no memory-safety preconditions.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The address a socket is bound to.
+pub(super) fn local_addr(fd: &OwnedFd) -> io::Result<SocketAddrV4> {
+    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: sa/len describe a writable sockaddr_in buffer.
+    let r = unsafe { libc::getsockname(fd.as_raw_fd(), (&raw mut sa).cast(), &mut len) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(from_sockaddr(&sa))
+}
+
+/// Starts a non-blocking connect. `Ok` also when the connection is still in progress.
+pub(super) fn connect(fd: &OwnedFd, addr: SocketAddrV4) -> Result<(), i32> {
+    let sa = to_sockaddr(addr);
+    loop {
+        // SAFETY: sa is a valid sockaddr_in for the duration of the call.
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&raw const sa).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        match errno() {
+            libc::EINPROGRESS => return Ok(()),
+            libc::EINTR => continue,
+            e => return Err(e),
+        }
+    }
+}
+
+/// Accepts one connection; `Ok(None)` when none is waiting.
+pub(super) fn accept(fd: &OwnedFd) -> io::Result<Option<(OwnedFd, SocketAddrV4)>> {
+    loop {
+        // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: sa/len describe a writable sockaddr_in buffer.
+        let r = unsafe {
+            libc::accept4(
+                fd.as_raw_fd(),
+                (&raw mut sa).cast(),
+                &mut len,
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        };
+        if r >= 0 {
+            // SAFETY: r is a fresh descriptor that nothing else owns.
+            let conn = unsafe { OwnedFd::from_raw_fd(r) };
+            return Ok(Some((conn, from_sockaddr(&sa))));
+        }
+        match errno() {
+            libc::EAGAIN => return Ok(None),
+            // The connection died before we took it; try the next.
+            libc::EINTR | libc::ECONNABORTED => continue,
+            _ => return Err(io::Error::last_os_error()),
+        }
+    }
+}
+
+/// Sends from one contiguous buffer. `Err(errno)` includes `EAGAIN`.
+#[inline]
+pub(super) fn send(fd: RawFd, buf: &[u8]) -> Result<usize, i32> {
+    loop {
+        // SAFETY: buf is a live readable slice of buf.len() bytes.
+        let r = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), SEND_FLAGS) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Sends a gather list.
+///
+/// # Safety
+/// Every entry of `iov` must describe readable memory.
+#[inline]
+pub(super) unsafe fn sendmsg(fd: RawFd, iov: &[libc::iovec]) -> Result<usize, i32> {
+    // SAFETY: msghdr is plain old data; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: msg points to `iov`, readable per the caller's contract; no control data.
+        let r = unsafe { libc::sendmsg(fd, &msg, SEND_FLAGS) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives into `buf`. `Ok(0)` is the end of the stream; `Err(errno)` includes `EAGAIN`.
+#[inline]
+pub(super) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
+    loop {
+        // SAFETY: buf is a live writable slice of buf.len() bytes.
+        let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// One up interface with an IPv4 address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Ipv4If {
+    pub name: String,
+    pub addr: Ipv4Addr,
+}
+
+/// Up interfaces with an IPv4 address (the first address of each), in the kernel's order.
+pub(super) fn ipv4_interfaces() -> io::Result<Vec<Ipv4If>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: head is a valid out-pointer; freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out: Vec<Ipv4If> = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        let up = ifa.ifa_flags & (libc::IFF_UP as u32) != 0;
+        if !up || ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null and points to a sockaddr of at least its family field.
+        let family = unsafe { (*ifa.ifa_addr).sa_family };
+        if i32::from(family) != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        if out.iter().any(|i| i.name == name) {
+            continue;
+        }
+        out.push(Ipv4If {
+            name,
+            addr: *from_sockaddr(sin).ip(),
+        });
+    }
+    // SAFETY: head came from getifaddrs and is freed once; no node is used afterwards.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
