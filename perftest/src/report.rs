@@ -75,6 +75,7 @@ impl Reporter {
 
     /// Records one iteration that took `ns`.
     #[inline]
+    #[cfg_attr(not(test), allow(dead_code))] // the UCP latency tests use it
     pub fn sample(&mut self, ns: u64) {
         let _ = self.hist.record(ns.max(1));
         self.interval_iters += 1;
@@ -105,8 +106,8 @@ impl Reporter {
 
     /// Records `iters` iterations that took `ns` together (bandwidth tests).
     pub fn batch(&mut self, iters: u64, ns: u64) {
-        if iters > 0 {
-            let _ = self.hist.record_n((ns / iters).max(1), iters);
+        if let Some(per_iter) = ns.checked_div(iters) {
+            let _ = self.hist.record_n(per_iter.max(1), iters);
         }
         self.interval_iters += iters;
         self.interval_ns += ns;

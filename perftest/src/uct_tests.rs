@@ -93,7 +93,7 @@ impl Side {
                 // about to write slows the peer's store (see docs/benchmarks.md).
                 std::hint::spin_loop();
                 self.spins = self.spins.wrapping_add(1);
-                if self.spins % CHECK_EVERY == 0 {
+                if self.spins.is_multiple_of(CHECK_EVERY) {
                     self.check_peer(oob)?;
                 }
             }
@@ -109,7 +109,7 @@ impl Side {
             std::hint::spin_loop();
         }
         self.spins = self.spins.wrapping_add(1);
-        if self.spins % CHECK_EVERY == 0 {
+        if self.spins.is_multiple_of(CHECK_EVERY) {
             return self.check_peer(oob);
         }
         Ok(())
@@ -252,7 +252,7 @@ pub fn run(args: &crate::args::Args, role: Role, oob: &mut Oob) -> Result<(), Er
             for _ in 0..args.iters() {
                 s.send(oob)?;
                 since += 1;
-                if since % 1024 == 0 {
+                if since.is_multiple_of(1024) {
                     let now = ucs::time::cycles();
                     if now - mark >= report_every {
                         rep.batch(since, ((now - mark) as f64 / rate) as u64);

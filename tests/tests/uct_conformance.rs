@@ -262,8 +262,8 @@ fn am_every_size_class_up_to_each_limit() {
                 let ep = p.ep;
                 let comp = 1000 + u64::from(seq);
                 let mut done = Done::Now;
-                // SAFETY: `m` outlives the operation: we wait for its completion below.
                 p.retry(|i| {
+                    // SAFETY: `m` outlives the operation: we wait for its completion below.
                     unsafe { i.am_zcopy(ep, AM_ID, &m[..8], &iov, comp) }.map(|d| done = d)
                 })
                 .unwrap_or_else(|e| panic!("{tl}: am_zcopy {total}: {e}"));
@@ -321,8 +321,8 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
                 comp += 1;
                 let ep = p.ep;
                 let mut done = Done::Now;
-                // SAFETY: `src` outlives the operation (we wait for completion).
                 p.retry(|i| {
+                    // SAFETY: `src` outlives the operation (we wait for completion).
                     unsafe { i.put_zcopy(ep, &iov, base + off as u64, &rkey, comp) }
                         .map(|d| done = d)
                 })
@@ -346,8 +346,8 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
                 comp += 1;
                 let ep = p.ep;
                 let mut done = Done::Now;
-                // SAFETY: `dst` outlives the operation and is not touched until completion.
                 p.retry(|i| {
+                    // SAFETY: `dst` outlives the operation and is not touched until completion.
                     unsafe { i.get_zcopy(ep, &iov, base + roff as u64, &rkey, comp) }
                         .map(|d| done = d)
                 })

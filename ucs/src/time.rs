@@ -25,7 +25,6 @@ impl Deadline {
     }
 }
 
-
 /// A cheap cycle counter for measuring loops (the TSC on x86_64, the monotonic clock in
 /// nanoseconds elsewhere). Convert with [`cycles_per_ns`].
 #[inline]

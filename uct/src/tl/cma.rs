@@ -328,7 +328,7 @@ impl Iface for CmaIface {
 
     fn progress(&mut self, h: &mut dyn Handler) -> usize {
         self.progress_calls = self.progress_calls.wrapping_add(1);
-        if self.progress_calls % 256 == 0 && !self.eps.is_empty() {
+        if self.progress_calls.is_multiple_of(256) && !self.eps.is_empty() {
             let now = ucs::time::now_ns();
             if now >= self.next_check {
                 self.next_check = now + self.check_interval_ns;

@@ -90,7 +90,7 @@ impl Addr {
             && a.pid <= i32::MAX as u32
             && a.fifo_size.is_power_of_two()
             && (2..=65536).contains(&a.fifo_size)
-            && a.seg_size % 64 == 0
+            && a.seg_size.is_multiple_of(64)
             && (128..=(1 << 24)).contains(&a.seg_size);
         sane.then_some(a)
     }
@@ -397,7 +397,10 @@ impl Iface for PosixIface {
                 n += self.progress_full(h);
             }
         }
-        if self.progress_calls % 1024 == 0 || !self.pending.is_empty() || !self.errors.is_empty() {
+        if self.progress_calls.is_multiple_of(1024)
+            || !self.pending.is_empty()
+            || !self.errors.is_empty()
+        {
             n += self.progress_slow(h);
         }
         n
@@ -463,7 +466,7 @@ impl PosixIface {
         if !self.pending.is_empty() {
             n += self.progress_pending(h);
         }
-        if self.progress_calls % 1024 == 0 && !self.eps.is_empty() {
+        if self.progress_calls.is_multiple_of(1024) && !self.eps.is_empty() {
             let now = ucs::time::now_ns();
             if now >= self.next_check {
                 self.next_check = now + self.check_interval_ns;
