@@ -1,0 +1,491 @@
+//! [`TagMatcher`]: the expected and unexpected queues and the operations on them. The
+//! structure is described in the parent module's documentation.
+
+use slab::Slab;
+
+use super::list::{Links, List, NIL};
+use super::table::TagTable;
+use super::{tag_matches, SenderId, Tag, TagInfo, TagMask, TAG_MASK_FULL};
+
+/// A posted receive that has not matched yet; given back by [`TagMatcher::post_recv`] and
+/// taken by [`TagMatcher::cancel`]. Stale handles (receive already matched or cancelled)
+/// are recognised and refused, never confused with a newer receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecvHandle {
+    key: usize,
+    seq: u64,
+}
+
+/// A message taken out of the unexpected queue by [`TagMatcher::probe`] with `remove`,
+/// waiting for [`TagMatcher::msg_recv`] (`ucp_tag_message_h`). A handle that was already
+/// consumed is refused by `msg_recv`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MessageHandle {
+    key: usize,
+    seq: u64,
+}
+
+/// A message paired with a receive: the caller now delivers `msg` into the receive `user`
+/// (checking the length with [`super::check_length`]) and completes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Match<T, R> {
+    /// The message's tag, length and sender.
+    pub info: TagInfo,
+    /// The message descriptor given to [`TagMatcher::arrive`].
+    pub msg: T,
+    /// The receive's user data given to [`TagMatcher::post_recv`] or
+    /// [`TagMatcher::msg_recv`].
+    pub user: R,
+}
+
+/// The outcome of [`TagMatcher::post_recv`]. Dropping it would lose a matched message or
+/// the only handle that can cancel the receive.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PostResult<T, R> {
+    /// The oldest matching unexpected message was taken; nothing was queued.
+    Matched(Match<T, R>),
+    /// No unexpected message matched; the receive is queued as expected.
+    Queued(RecvHandle),
+}
+
+/// The outcome of [`TagMatcher::arrive`]. Dropping a match would lose both the message
+/// and the receive.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArriveResult<T, R> {
+    /// The oldest matching posted receive was taken.
+    Matched(Match<T, R>),
+    /// No posted receive matched; the message is stored as unexpected.
+    Unexpected,
+}
+
+/// The outcome of a successful [`TagMatcher::probe`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeResult {
+    /// The oldest matching unexpected message's tag, length and sender.
+    pub info: TagInfo,
+    /// With `remove`, the handle to pass to [`TagMatcher::msg_recv`]; without, `None`
+    /// (the message stays in the unexpected queue).
+    pub message: Option<MessageHandle>,
+}
+
+#[derive(Debug)]
+struct Expected<R> {
+    tag: Tag,
+    mask: TagMask,
+    seq: u64,
+    /// On its tag's bucket when `mask == TAG_MASK_FULL`, else on the wildcard list.
+    links: Links,
+    user: R,
+}
+
+#[derive(Debug)]
+struct Unexpected<T> {
+    info: TagInfo,
+    seq: u64,
+    /// On `unexp_hash[info.sender_tag]`.
+    bucket: Links,
+    /// On `unexp_all`.
+    all: Links,
+    msg: T,
+}
+
+#[derive(Debug)]
+struct Probed<T> {
+    info: TagInfo,
+    seq: u64,
+    msg: T,
+}
+
+fn exp_links<R>(e: &mut Expected<R>) -> &mut Links {
+    &mut e.links
+}
+
+fn unexp_bucket<T>(e: &mut Unexpected<T>) -> &mut Links {
+    &mut e.bucket
+}
+
+fn unexp_all<T>(e: &mut Unexpected<T>) -> &mut Links {
+    &mut e.all
+}
+
+/// The tag-matching state of one worker: posted receives of type `R` and unexpected
+/// message descriptors of type `T`.
+#[derive(Debug)]
+pub struct TagMatcher<T, R> {
+    exp: Slab<Expected<R>>,
+    /// Full-mask receives, per tag, in post order. Never holds an empty list.
+    exp_hash: TagTable,
+    /// Receives with any other mask, in post order.
+    exp_wild: List,
+    exp_seq: u64,
+
+    unexp: Slab<Unexpected<T>>,
+    /// Unexpected messages per tag, in arrival order. Never holds an empty list.
+    unexp_hash: TagTable,
+    /// All unexpected messages in arrival order.
+    unexp_all: List,
+    unexp_seq: u64,
+
+    /// Messages taken by `probe(remove)`, waiting for `msg_recv`.
+    probed: Slab<Probed<T>>,
+
+    /// List entries looked at by scans; lets tests assert the absence of quadratic work.
+    #[cfg(test)]
+    pub(super) scan_steps: u64,
+}
+
+impl<T, R> Default for TagMatcher<T, R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T, R> TagMatcher<T, R> {
+    /// An empty matcher.
+    pub fn new() -> Self {
+        Self::with_capacity(0, 0)
+    }
+
+    /// An empty matcher with room for `expected` posted receives and `unexpected`
+    /// messages before it allocates.
+    pub fn with_capacity(expected: usize, unexpected: usize) -> Self {
+        TagMatcher {
+            exp: Slab::with_capacity(expected),
+            exp_hash: TagTable::with_capacity(expected),
+            exp_wild: List::EMPTY,
+            exp_seq: 0,
+            unexp: Slab::with_capacity(unexpected),
+            unexp_hash: TagTable::with_capacity(unexpected),
+            unexp_all: List::EMPTY,
+            unexp_seq: 0,
+            probed: Slab::new(),
+            #[cfg(test)]
+            scan_steps: 0,
+        }
+    }
+
+    /// Number of posted receives waiting for a message.
+    pub fn expected_len(&self) -> usize {
+        self.exp.len()
+    }
+
+    /// Number of unexpected messages waiting for a receive (not counting probed ones).
+    pub fn unexpected_len(&self) -> usize {
+        self.unexp.len()
+    }
+
+    /// Number of messages taken by `probe(remove)` and not yet passed to `msg_recv`.
+    pub fn probed_len(&self) -> usize {
+        self.probed.len()
+    }
+
+    /// Posts a receive for `(tag, tag_mask)` (`ucp_tag_recv_nbx`). If an unexpected
+    /// message matches, the oldest such is taken and returned with `user`; otherwise the
+    /// receive is queued and its handle returned.
+    pub fn post_recv(&mut self, tag: Tag, tag_mask: TagMask, user: R) -> PostResult<T, R> {
+        if let Some(key) = self.find_unexpected(tag, tag_mask) {
+            let e = self.take_unexpected(key);
+            return PostResult::Matched(Match {
+                info: e.info,
+                msg: e.msg,
+                user,
+            });
+        }
+
+        let seq = self.exp_seq;
+        self.exp_seq += 1;
+        let key = self.exp.insert(Expected {
+            tag,
+            mask: tag_mask,
+            seq,
+            links: Links::UNLINKED,
+            user,
+        });
+        if tag_mask == TAG_MASK_FULL {
+            self.exp_hash.push_back(tag, &mut self.exp, key, exp_links);
+        } else {
+            self.exp_wild.push_back(&mut self.exp, key, exp_links);
+        }
+        PostResult::Queued(RecvHandle { key, seq })
+    }
+
+    /// A message from `sender` with tag `tag` and total length `length` has arrived (its
+    /// first fragment, or its rendezvous request). If a posted receive matches, the oldest
+    /// such is taken and returned with `msg`; otherwise `msg` is stored as unexpected.
+    pub fn arrive(
+        &mut self,
+        sender: SenderId,
+        tag: Tag,
+        length: usize,
+        msg: T,
+    ) -> ArriveResult<T, R> {
+        let info = TagInfo {
+            sender_tag: tag,
+            length,
+            sender,
+        };
+        if let Some(key) = self.find_expected(tag) {
+            let e = self.take_expected(key);
+            return ArriveResult::Matched(Match {
+                info,
+                msg,
+                user: e.user,
+            });
+        }
+
+        let seq = self.unexp_seq;
+        self.unexp_seq += 1;
+        let key = self.unexp.insert(Unexpected {
+            info,
+            seq,
+            bucket: Links::UNLINKED,
+            all: Links::UNLINKED,
+            msg,
+        });
+        self.unexp_hash
+            .push_back(tag, &mut self.unexp, key, unexp_bucket);
+        self.unexp_all.push_back(&mut self.unexp, key, unexp_all);
+        ArriveResult::Unexpected
+    }
+
+    /// Looks for the oldest unexpected message matching `(tag, tag_mask)`
+    /// (`ucp_tag_probe_nb`). Without `remove` the message stays queued; with `remove` it
+    /// leaves the unexpected queue and the result carries the handle for
+    /// [`msg_recv`](Self::msg_recv).
+    pub fn probe(&mut self, tag: Tag, tag_mask: TagMask, remove: bool) -> Option<ProbeResult> {
+        let key = self.find_unexpected(tag, tag_mask)?;
+        if !remove {
+            return Some(ProbeResult {
+                info: self.unexp[key].info,
+                message: None,
+            });
+        }
+        let e = self.take_unexpected(key);
+        let info = e.info;
+        let seq = e.seq;
+        let pkey = self.probed.insert(Probed {
+            info,
+            seq,
+            msg: e.msg,
+        });
+        Some(ProbeResult {
+            info,
+            message: Some(MessageHandle { key: pkey, seq }),
+        })
+    }
+
+    /// Receives a message taken by `probe(remove)` (`ucp_tag_msg_recv_nbx`). A handle that
+    /// was already consumed (or comes from another matcher) is refused and `user` given
+    /// back.
+    pub fn msg_recv(&mut self, message: MessageHandle, user: R) -> Result<Match<T, R>, R> {
+        match self.probed.get(message.key) {
+            Some(p) if p.seq == message.seq => {
+                let p = self.probed.remove(message.key);
+                Ok(Match {
+                    info: p.info,
+                    msg: p.msg,
+                    user,
+                })
+            }
+            _ => Err(user),
+        }
+    }
+
+    /// Cancels a posted receive that has not matched yet (`ucp_request_cancel`), giving its
+    /// user data back. `None` when it already matched or was cancelled.
+    pub fn cancel(&mut self, recv: RecvHandle) -> Option<R> {
+        match self.exp.get(recv.key) {
+            Some(e) if e.seq == recv.seq => Some(self.take_expected(recv.key).user),
+            _ => None,
+        }
+    }
+
+    /// Removes every unexpected message from `sender` (for example when its endpoint is
+    /// closed or failed), oldest first, handing each to `f`. Probed messages belong to the
+    /// application and are left alone.
+    pub fn drain_sender(&mut self, sender: SenderId, mut f: impl FnMut(TagInfo, T)) {
+        let mut key = self.unexp_all.head;
+        while key != NIL {
+            let e = &self.unexp[key];
+            let next = e.all.next;
+            if e.info.sender == sender {
+                let e = self.take_unexpected(key);
+                f(e.info, e.msg);
+            }
+            key = next;
+        }
+    }
+
+    /// The key of the oldest unexpected message matching `(tag, tag_mask)`.
+    fn find_unexpected(&mut self, tag: Tag, tag_mask: TagMask) -> Option<usize> {
+        if tag_mask == TAG_MASK_FULL {
+            return self.unexp_hash.get(tag).map(|l| l.head);
+        }
+        let mut key = self.unexp_all.head;
+        while key != NIL {
+            #[cfg(test)]
+            {
+                self.scan_steps += 1;
+            }
+            let e = &self.unexp[key];
+            if tag_matches(e.info.sender_tag, tag, tag_mask) {
+                return Some(key);
+            }
+            key = e.all.next;
+        }
+        None
+    }
+
+    /// The key of the oldest posted receive matching a message tagged `tag`: the head of
+    /// the tag's bucket or the first matching wildcard, whichever was posted first.
+    fn find_expected(&mut self, tag: Tag) -> Option<usize> {
+        let exact = self
+            .exp_hash
+            .get(tag)
+            .map(|l| (l.head, self.exp[l.head].seq));
+        let limit = exact.map_or(u64::MAX, |(_, seq)| seq);
+        let mut key = self.exp_wild.head;
+        while key != NIL {
+            #[cfg(test)]
+            {
+                self.scan_steps += 1;
+            }
+            let e = &self.exp[key];
+            if e.seq > limit {
+                // This and all later wildcards were posted after the exact receive.
+                break;
+            }
+            if tag_matches(tag, e.tag, e.mask) {
+                return Some(key);
+            }
+            key = e.links.next;
+        }
+        exact.map(|(key, _)| key)
+    }
+
+    fn take_expected(&mut self, key: usize) -> Expected<R> {
+        let (tag, mask) = (self.exp[key].tag, self.exp[key].mask);
+        if mask == TAG_MASK_FULL {
+            self.exp_hash.unlink(tag, &mut self.exp, key, exp_links);
+        } else {
+            self.exp_wild.unlink(&mut self.exp, key, exp_links);
+        }
+        self.exp.remove(key)
+    }
+
+    fn take_unexpected(&mut self, key: usize) -> Unexpected<T> {
+        let tag = self.unexp[key].info.sender_tag;
+        self.unexp_hash
+            .unlink(tag, &mut self.unexp, key, unexp_bucket);
+        self.unexp_all.unlink(&mut self.unexp, key, unexp_all);
+        self.unexp.remove(key)
+    }
+}
+
+#[cfg(test)]
+impl<T, R> TagMatcher<T, R> {
+    /// Storage capacities (slabs and tag tables): unchanged capacities across a phase mean
+    /// that phase did not allocate in the matcher.
+    pub(super) fn capacities(&self) -> [usize; 5] {
+        [
+            self.exp.capacity(),
+            self.exp_hash.capacity(),
+            self.unexp.capacity(),
+            self.unexp_hash.capacity(),
+            self.probed.capacity(),
+        ]
+    }
+
+    /// Checks every structural invariant; panics with a description on the first broken one.
+    pub(super) fn check_invariants(&self) {
+        // Expected: every entry is on exactly the list its mask says, lists are in
+        // ascending seq order and doubly linked consistently.
+        let mut seen = 0;
+        for (tag, list) in self.exp_hash.iter() {
+            assert!(!list.is_empty(), "empty expected bucket for tag {tag:#x}");
+            let keys = walk(list, |k| self.exp[k].links);
+            for w in keys.windows(2) {
+                assert!(
+                    self.exp[w[0]].seq < self.exp[w[1]].seq,
+                    "expected bucket out of order"
+                );
+            }
+            for &k in &keys {
+                assert_eq!(self.exp[k].tag, tag);
+                assert_eq!(self.exp[k].mask, TAG_MASK_FULL);
+            }
+            seen += keys.len();
+        }
+        assert_eq!(self.exp_hash.iter().count(), self.exp_hash.len());
+        let wild = walk(&self.exp_wild, |k| self.exp[k].links);
+        for w in wild.windows(2) {
+            assert!(
+                self.exp[w[0]].seq < self.exp[w[1]].seq,
+                "wildcard list out of order"
+            );
+        }
+        for &k in &wild {
+            assert_ne!(self.exp[k].mask, TAG_MASK_FULL);
+        }
+        seen += wild.len();
+        assert_eq!(
+            seen,
+            self.exp.len(),
+            "expected entries not on exactly one list"
+        );
+
+        // Unexpected: the global list holds every entry in seq order; buckets partition it.
+        let all = walk(&self.unexp_all, |k| self.unexp[k].all);
+        assert_eq!(
+            all.len(),
+            self.unexp.len(),
+            "unexpected entries missing from global list"
+        );
+        for w in all.windows(2) {
+            assert!(
+                self.unexp[w[0]].seq < self.unexp[w[1]].seq,
+                "unexpected list out of order"
+            );
+        }
+        let mut seen = 0;
+        for (tag, list) in self.unexp_hash.iter() {
+            assert!(!list.is_empty(), "empty unexpected bucket for tag {tag:#x}");
+            let keys = walk(list, |k| self.unexp[k].bucket);
+            for w in keys.windows(2) {
+                assert!(
+                    self.unexp[w[0]].seq < self.unexp[w[1]].seq,
+                    "unexpected bucket out of order"
+                );
+            }
+            for &k in &keys {
+                assert_eq!(self.unexp[k].info.sender_tag, tag);
+            }
+            seen += keys.len();
+        }
+        assert_eq!(
+            seen,
+            self.unexp.len(),
+            "unexpected entries not on exactly one bucket"
+        );
+        assert_eq!(self.unexp_hash.iter().count(), self.unexp_hash.len());
+    }
+}
+
+/// The keys of `list` head to tail, checking the back links on the way.
+#[cfg(test)]
+fn walk(list: &List, links: impl Fn(usize) -> Links) -> Vec<usize> {
+    let mut keys = Vec::new();
+    let mut prev = NIL;
+    let mut key = list.head;
+    while key != NIL {
+        let l = links(key);
+        assert_eq!(l.prev, prev, "broken back link");
+        keys.push(key);
+        prev = key;
+        key = l.next;
+    }
+    assert_eq!(list.tail, prev, "broken tail");
+    keys
+}
