@@ -7,6 +7,23 @@
 //!   streaming segment iteration, pack/unpack).
 //!
 //! The context, worker, wire-up and protocols are the subject of the `ucp` core issue.
-#![forbid(unsafe_code)]
+// Unsafe is denied everywhere but in `buf`, the one room where user memory described by
+// raw pointers is touched (STYLE.md §6).
+#![deny(unsafe_code)]
+
+pub mod address;
+#[allow(unsafe_code)]
+pub mod buf;
+pub mod context;
+pub mod datatype;
 pub mod dt;
+pub mod proto;
+pub mod request;
 pub mod tag;
+pub mod worker;
+
+pub use buf::Buf;
+pub use context::{Context, Error};
+pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
+pub use request::{Completion, ReqId};
+pub use worker::{EpHandle, RecvParams, SendParams, Worker, WorkerStats};

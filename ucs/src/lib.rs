@@ -3,8 +3,8 @@
 //! It owns what every other layer needs and nothing protocol-specific: the [`Status`] codes
 //! (numerically UCX's `ucs_status_t`), configuration from `UCX_*` environment variables
 //! ([`config`]), object pools ([`pool`]), wakeup primitives ([`wakeup`]), monotonic time
-//! ([`time`]), system facts such as same-host detection ([`sys`]) and a stderr logger
-//! ([`log`]). It depends on no sibling crate; `uct` and `ucp` call into it.
+//! ([`time`]), system facts such as same-host detection ([`sys`]), checked little-endian
+//! reading and writing of peer-supplied bytes ([`wire`]) and a stderr logger ([`log`]). It depends on no sibling crate; `uct` and `ucp` call into it.
 
 pub mod config;
 pub mod log;
@@ -13,6 +13,7 @@ pub mod status;
 pub mod sys;
 pub mod time;
 pub mod wakeup;
+pub mod wire;
 
 pub use config::Config;
 pub use status::{Status, UcsResult};

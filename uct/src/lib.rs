@@ -11,7 +11,6 @@ pub mod ep;
 pub mod iface;
 pub mod md;
 pub mod tl;
-mod wire;
 
 pub use component::{discover, open, Discovery, TlAbsent, TlResource};
 pub use ep::{Comp, Done, EpId, Iov};

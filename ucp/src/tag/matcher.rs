@@ -250,6 +250,15 @@ impl<T, R> TagMatcher<T, R> {
         ArriveResult::Unexpected
     }
 
+    /// The first half of [`arrive`](Self::arrive), for a caller that can deliver an
+    /// expected message straight from the transport's buffer: takes and returns the oldest
+    /// posted receive matching `tag`. When it returns `None`, the caller stores the message
+    /// with `arrive`, which then finds no expected match either (nothing changed between).
+    pub fn match_expected(&mut self, tag: Tag) -> Option<R> {
+        let key = self.find_expected(tag)?;
+        Some(self.take_expected(key).user)
+    }
+
     /// Looks for the oldest unexpected message matching `(tag, tag_mask)`
     /// (`ucp_tag_probe_nb`). Without `remove` the message stays queued; with `remove` it
     /// leaves the unexpected queue and the result carries the handle for

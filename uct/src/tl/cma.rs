@@ -16,7 +16,7 @@ use crate::component::OpenError;
 use crate::ep::{iov_total, Comp, Done, EpId, Iov};
 use crate::iface::{Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{BoundsMd, Md, RemoteKey};
-use crate::wire::{Reader, Writer};
+use ucs::wire::{Reader, Writer};
 
 static MD: BoundsMd = BoundsMd::new("cma", *b"CMA1");
 

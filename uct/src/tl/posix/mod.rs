@@ -18,9 +18,9 @@ use crate::component::OpenError;
 use crate::ep::{Comp, Done, EpId};
 use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{BoundsMd, Md};
-use crate::wire::{Reader, Writer};
 use fifo::{Fifo, FifoView};
 use segment::Segment;
+use ucs::wire::{Reader, Writer};
 
 static MD: BoundsMd = BoundsMd::new("posix", *b"PSX1");
 

@@ -52,7 +52,7 @@ use crate::component::OpenError;
 use crate::ep::{iov_total, Comp, Done, EpId, Iov, IovVec};
 use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{Md, RemoteKey};
-use crate::wire::{Reader, Writer};
+use ucs::wire::{Reader, Writer};
 
 use buf::{RxBuf, TxQueue};
 pub use md::TcpMd;

@@ -23,7 +23,7 @@
 use ucs::Status;
 
 use crate::iface::AM_ID_MAX;
-use crate::wire::{Reader, Writer};
+use ucs::wire::{Reader, Writer};
 
 /// Bytes of the frame header.
 pub(crate) const HDR_LEN: usize = 8;

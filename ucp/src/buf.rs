@@ -1,0 +1,231 @@
+//! User memory that an operation reads or writes after the call that posted it returns.
+//!
+//! This module is `ucp`'s one room for `unsafe` (STYLE.md §6-7). A non-blocking send or
+//! receive keeps using the caller's buffer until its request completes, which no Rust
+//! borrow can express across `progress()` calls or the C boundary. So the borrow is
+//! replaced by a contract made once, where the buffer is described: [`Buf::from_raw`]
+//! (and its slice forms) is `unsafe`, and its `# Safety` section is the promise
+//! "valid until the completion is seen". Everything after that, in the protocols, is safe
+//! code calling the checked accessors here. The zero-copy transport calls, whose own
+//! contract is the same promise, are made here too.
+
+use std::fmt;
+
+use ucs::UcsResult;
+use uct::{Comp, Done, EpId, Iface, Iov, Md, MemH, RemoteKey};
+
+/// A region of user memory: `len` bytes at `ptr`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Buf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Buf is an address and a length; the constructor's contract (the region stays
+// valid and is not accessed by others until the operation completes) is what makes using it
+// from the worker's thread sound, whichever thread described it.
+unsafe impl Send for Buf {}
+// SAFETY: as for Send; shared references only copy the address and length.
+unsafe impl Sync for Buf {}
+
+impl fmt::Debug for Buf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Buf({:p}, {})", self.ptr, self.len)
+    }
+}
+
+impl Buf {
+    /// The empty buffer.
+    pub const EMPTY: Buf = Buf {
+        ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
+        len: 0,
+    };
+
+    /// Describes `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// Until every operation this buffer is handed to has completed (its request reported
+    /// complete, or cancelled and reported), the `len` bytes at `ptr` must stay allocated;
+    /// a buffer given to a send must not be written by anyone else, and one given to a
+    /// receive must not be read or written by anyone else. `ptr` may be null only when `len`
+    /// is 0.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Buf {
+        if len == 0 {
+            return Buf::EMPTY;
+        }
+        Buf { ptr, len }
+    }
+
+    /// Describes a slice that a send will read.
+    ///
+    /// # Safety
+    /// As for [`Buf::from_raw`]: the slice's memory outlives the operation and is not
+    /// written while it runs.
+    pub unsafe fn from_slice(s: &[u8]) -> Buf {
+        // SAFETY: forwarded to the caller.
+        unsafe { Buf::from_raw(s.as_ptr().cast_mut(), s.len()) }
+    }
+
+    /// Describes a slice that a receive will write.
+    ///
+    /// # Safety
+    /// As for [`Buf::from_raw`]: the slice's memory outlives the operation and nobody else
+    /// touches it while it runs.
+    pub unsafe fn from_mut_slice(s: &mut [u8]) -> Buf {
+        // SAFETY: forwarded to the caller.
+        unsafe { Buf::from_raw(s.as_mut_ptr(), s.len()) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address, for remote keys and iov lists sent to a peer.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// The part `[off, off+len)`; `None` when it does not lie inside.
+    pub fn sub(&self, off: usize, len: usize) -> Option<Buf> {
+        let end = off.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        if len == 0 {
+            return Some(Buf::EMPTY);
+        }
+        Some(Buf {
+            // wrapping_add: no unsafe needed to compute an address inside the region.
+            ptr: self.ptr.wrapping_add(off),
+            len,
+        })
+    }
+
+    /// Copies `dst.len()` bytes from offset `off` into `dst`. Panics when the range is
+    /// outside the buffer: callers check lengths against [`Buf::len`] first.
+    #[inline]
+    pub(crate) fn read_at(&self, off: usize, dst: &mut [u8]) {
+        assert!(
+            off <= self.len && dst.len() <= self.len - off,
+            "read outside Buf"
+        );
+        if dst.is_empty() {
+            return;
+        }
+        // SAFETY: the range is inside the region (checked above), which the constructor's
+        // contract keeps valid and unwritten by others; dst is a distinct Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Copies `src` to offset `off`. Panics when the range is outside the buffer.
+    #[inline]
+    pub(crate) fn write_at(&self, off: usize, src: &[u8]) {
+        assert!(
+            off <= self.len && src.len() <= self.len - off,
+            "write outside Buf"
+        );
+        if src.is_empty() {
+            return;
+        }
+        // SAFETY: the range is inside the region, which the constructor's contract keeps
+        // valid and reserved for this operation; src is a distinct Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+    }
+
+    /// Runs `f` on the region as a slice (for sends that hand it to a transport).
+    #[inline]
+    pub(crate) fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        // SAFETY: the constructor's contract keeps `len` bytes at `ptr` valid and unwritten
+        // by others while the operation runs (and `ptr` non-null and aligned for u8 when
+        // `len` is 0, see EMPTY); the slice does not outlive this call.
+        let s = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
+        f(s)
+    }
+
+    /// The region as a transport iov entry.
+    pub(crate) fn iov(&self) -> Iov {
+        Iov {
+            buffer: self.ptr,
+            length: self.len,
+        }
+    }
+}
+
+/// Reads `remote_addr..` of the peer's region into `local` (zero copy).
+///
+/// Sound because every entry of `local` was built from [`Buf`]s of a live operation (their
+/// contract keeps them valid until completion), and the worker keeps that operation alive
+/// until `comp` is reported or `Done::Now` is returned.
+pub(crate) fn get_zcopy(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    local: &[Iov],
+    remote_addr: u64,
+    rkey: &RemoteKey,
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: see the function documentation: the iov entries come from Bufs of an
+    // operation that stays alive until this completion is seen.
+    unsafe { iface.get_zcopy(ep, local, remote_addr, rkey, comp) }
+}
+
+/// Sends `header` and the bytes of `iov` as an active message without copying them first.
+/// Same soundness argument as [`get_zcopy`].
+pub(crate) fn am_zcopy(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    id: u8,
+    header: &[u8],
+    iov: &[Iov],
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: the iov entries come from Bufs of an operation that stays alive until this
+    // completion is seen (the worker holds the request until then).
+    unsafe { iface.am_zcopy(ep, id, header, iov, comp) }
+}
+
+/// Registers `[addr, addr+len)`, the span of a send's segments, for a rendezvous get.
+///
+/// Sound because the span's segments are [`Buf`]s of a live send, valid until the
+/// receiver's acknowledgement, and the worker deregisters before completing that send. The
+/// span may include gaps between segments; the domains used for rendezvous (self, cma)
+/// serve only peers of the same user, which could read this memory anyway.
+pub(crate) fn register_span(md: &dyn Md, addr: u64, len: usize) -> UcsResult<MemH> {
+    // SAFETY: see above: the region stays mapped until `mem_dereg`, which the worker calls
+    // before the send's request completes.
+    unsafe { md.mem_reg(addr as *mut u8, len) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_read_write_stay_inside() {
+        let mut v = vec![0u8; 16];
+        // SAFETY: v outlives b and is only accessed through b here.
+        let b = unsafe { Buf::from_mut_slice(&mut v) };
+        b.write_at(4, &[1, 2, 3]);
+        let mut out = [0u8; 3];
+        b.read_at(4, &mut out);
+        assert_eq!(out, [1, 2, 3]);
+        assert!(b.sub(10, 7).is_none());
+        assert_eq!(b.sub(4, 3).unwrap().len(), 3);
+        assert_eq!(b.sub(16, 0), Some(Buf::EMPTY));
+        assert!(b.sub(usize::MAX, 2).is_none());
+        assert_eq!(v[4..7], [1, 2, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "write outside Buf")]
+    fn write_outside_panics_before_touching_memory() {
+        let mut v = vec![0u8; 4];
+        // SAFETY: v outlives b.
+        let b = unsafe { Buf::from_mut_slice(&mut v) };
+        b.write_at(2, &[0; 3]);
+    }
+}

@@ -1,0 +1,64 @@
+//! The context (`ucp_context_h`): the configuration and the transports it allows. Workers
+//! are created from it.
+
+use std::sync::Arc;
+
+use ucs::{Config, Status};
+use uct::{Discovery, TlResource};
+
+/// Errors of the control path (context and worker creation).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("configuration: {0}")]
+    Config(#[from] ucs::config::ConfigError),
+    #[error("no transport could be opened ({0})")]
+    NoTransport(String),
+    #[error("{call} failed: {source}")]
+    Os {
+        call: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Status(Status),
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        match e {
+            Error::Config(_) => Status::InvalidParam,
+            Error::NoTransport(_) => Status::Unreachable,
+            Error::Os { .. } => Status::IoError,
+            Error::Status(s) => s,
+        }
+    }
+}
+
+/// A context: configuration plus the transports discovered under it.
+#[derive(Debug)]
+pub struct Context {
+    pub(crate) config: Config,
+    pub(crate) discovery: Discovery,
+}
+
+impl Context {
+    /// A context configured from the `UCX_*` environment.
+    pub fn from_env() -> Result<Arc<Context>, Error> {
+        Ok(Context::new(Config::from_env()?))
+    }
+
+    /// A context with an explicit configuration.
+    pub fn new(config: Config) -> Arc<Context> {
+        let discovery = uct::discover(&config);
+        Arc::new(Context { config, discovery })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The transports and devices workers of this context open.
+    pub fn resources(&self) -> &[TlResource] {
+        &self.discovery.available
+    }
+}

@@ -1,0 +1,319 @@
+//! The data of one operation: contiguous, an iov list, or a generic datatype whose pack and
+//! unpack callbacks the user supplies (`ucp_dt_create_generic`, as OpenMPI uses it).
+//!
+//! [`Data`] is what the user describes. The protocols turn it into a [`DataState`] when an
+//! operation starts: it packs any window of the message into a transport buffer and unpacks
+//! fragments arriving at any offset, and, for contiguous and iov data, lists the regions
+//! for zero-copy transfers. The iov walk remembers where the last access ended, so the
+//! fragments of one message, taken in order, cost O(1) each.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use ucs::Status;
+use uct::Iov;
+
+use crate::buf::Buf;
+
+/// User callbacks of a generic datatype. `start_pack`/`start_unpack` begin an operation
+/// on `count` elements at `addr`; the returned state is dropped when the operation ends
+/// (UCX's `finish`).
+pub trait GenericDt: Send + Sync {
+    fn start_pack(&self, addr: u64, count: usize) -> Box<dyn PackState>;
+    fn start_unpack(&self, addr: u64, count: usize) -> Box<dyn UnpackState>;
+}
+
+/// The state of one generic pack.
+pub trait PackState: Send {
+    /// Bytes the packed message has.
+    fn packed_size(&self) -> usize;
+    /// Packs the bytes from `offset` of the packed stream into `dst`; returns how many.
+    fn pack(&mut self, offset: usize, dst: &mut [u8]) -> usize;
+}
+
+/// The state of one generic unpack.
+pub trait UnpackState: Send {
+    /// Bytes the receive can take.
+    fn packed_size(&self) -> usize;
+    /// Unpacks `src`, which starts at `offset` of the packed stream.
+    fn unpack(&mut self, offset: usize, src: &[u8]) -> Result<(), Status>;
+}
+
+/// What an operation sends from or receives into.
+#[derive(Clone)]
+pub enum Data {
+    /// One contiguous buffer.
+    Contig(Buf),
+    /// The concatenation of the buffers, in order.
+    Iov(SmallVec<[Buf; 4]>),
+    /// `count` elements at `addr`, packed and unpacked by the datatype's callbacks.
+    Generic {
+        dt: Arc<dyn GenericDt>,
+        addr: u64,
+        count: usize,
+    },
+}
+
+impl std::fmt::Debug for Data {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Data::Contig(b) => write!(f, "Contig({b:?})"),
+            Data::Iov(v) => write!(f, "Iov({} entries)", v.len()),
+            Data::Generic { addr, count, .. } => write!(f, "Generic({addr:#x}, {count})"),
+        }
+    }
+}
+
+impl Data {
+    /// The datatype class, as protocol selection sees it.
+    pub fn class(&self) -> DtClass {
+        match self {
+            Data::Contig(_) => DtClass::Contig,
+            Data::Iov(_) => DtClass::Iov,
+            Data::Generic { .. } => DtClass::Generic,
+        }
+    }
+
+    /// Starts a send: the state that packs this data.
+    pub(crate) fn start_pack(&self) -> DataState {
+        match self {
+            Data::Contig(b) => DataState::Contig(*b),
+            Data::Iov(v) => DataState::iov(v.clone()),
+            Data::Generic { dt, addr, count } => {
+                let st = dt.start_pack(*addr, *count);
+                let len = st.packed_size();
+                DataState::Pack(st, len)
+            }
+        }
+    }
+
+    /// Starts a receive: the state that unpacks into this data.
+    pub(crate) fn start_unpack(&self) -> DataState {
+        match self {
+            Data::Contig(b) => DataState::Contig(*b),
+            Data::Iov(v) => DataState::iov(v.clone()),
+            Data::Generic { dt, addr, count } => {
+                let st = dt.start_unpack(*addr, *count);
+                let len = st.packed_size();
+                DataState::Unpack(st, len)
+            }
+        }
+    }
+}
+
+/// The datatype classes protocols are chosen for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DtClass {
+    Contig,
+    Iov,
+    Generic,
+}
+
+/// A started operation's data.
+pub(crate) enum DataState {
+    Contig(Buf),
+    Iov(IovWalk),
+    Pack(Box<dyn PackState>, usize),
+    Unpack(Box<dyn UnpackState>, usize),
+}
+
+impl std::fmt::Debug for DataState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DataState({} bytes)", self.len())
+    }
+}
+
+/// An iov list with the position of the last access.
+pub(crate) struct IovWalk {
+    bufs: SmallVec<[Buf; 4]>,
+    total: usize,
+    /// Index of the entry where the last access ended, and that entry's start offset.
+    idx: usize,
+    start: usize,
+}
+
+impl DataState {
+    fn iov(bufs: SmallVec<[Buf; 4]>) -> DataState {
+        let total = bufs.iter().map(Buf::len).sum();
+        DataState::Iov(IovWalk {
+            bufs,
+            total,
+            idx: 0,
+            start: 0,
+        })
+    }
+
+    /// Bytes of the message (send) or the capacity (receive).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            DataState::Contig(b) => b.len(),
+            DataState::Iov(w) => w.total,
+            DataState::Pack(_, n) | DataState::Unpack(_, n) => *n,
+        }
+    }
+
+    /// Packs `[off, off + dst.len())` of the message into `dst` (clipped to the message);
+    /// returns the bytes written.
+    pub(crate) fn pack(&mut self, off: usize, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.len().saturating_sub(off));
+        match self {
+            DataState::Contig(b) => b.read_at(off, &mut dst[..n]),
+            DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
+                b.read_at(boff, &mut dst[pos..pos + len])
+            }),
+            DataState::Pack(st, _) => return st.pack(off, &mut dst[..n]).min(n),
+            DataState::Unpack(..) => return 0,
+        }
+        n
+    }
+
+    /// Unpacks `src`, which starts at `off` of the message. Bytes past the capacity are an
+    /// error (`MessageTruncated`); the bytes that fit are still written.
+    pub(crate) fn unpack(&mut self, off: usize, src: &[u8]) -> Result<(), Status> {
+        let room = self.len().saturating_sub(off);
+        let n = src.len().min(room);
+        match self {
+            DataState::Contig(b) => b.write_at(off, &src[..n]),
+            DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
+                b.write_at(boff, &src[pos..pos + len])
+            }),
+            DataState::Unpack(st, _) => st.unpack(off, &src[..n])?,
+            DataState::Pack(..) => return Err(Status::InvalidParam),
+        }
+        if n < src.len() {
+            Err(Status::MessageTruncated)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The regions of `[off, off+len)` for a zero-copy transfer; `None` for generic data,
+    /// which has no addressable layout.
+    pub(crate) fn iovs(&mut self, off: usize, len: usize) -> Option<SmallVec<[Iov; 8]>> {
+        let len = len.min(self.len().saturating_sub(off));
+        let mut out = SmallVec::new();
+        match self {
+            DataState::Contig(b) => out.push(b.sub(off, len)?.iov()),
+            DataState::Iov(w) => w.walk(off, len, |b, boff, _, l| {
+                if let Some(s) = b.sub(boff, l) {
+                    out.push(s.iov());
+                }
+            }),
+            DataState::Pack(..) | DataState::Unpack(..) => return None,
+        }
+        Some(out)
+    }
+}
+
+impl IovWalk {
+    /// Calls `f(buf, offset_in_buf, position_in_window, len)` for each piece of
+    /// `[off, off+len)`, in order.
+    fn walk(&mut self, off: usize, len: usize, mut f: impl FnMut(&Buf, usize, usize, usize)) {
+        if off < self.start {
+            self.idx = 0;
+            self.start = 0;
+        }
+        let mut pos = 0;
+        while pos < len && self.idx < self.bufs.len() {
+            let b = self.bufs[self.idx];
+            let cur = off + pos;
+            if cur >= self.start + b.len() {
+                self.start += b.len();
+                self.idx += 1;
+                continue;
+            }
+            let boff = cur - self.start;
+            let take = (b.len() - boff).min(len - pos);
+            f(&b, boff, pos, take);
+            pos += take;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)] // tests describe their buffers as user code does
+mod tests {
+    use super::*;
+
+    fn bufs(v: &mut [Vec<u8>]) -> SmallVec<[Buf; 4]> {
+        // SAFETY: the vectors outlive the Bufs within each test.
+        v.iter_mut()
+            .map(|x| unsafe { Buf::from_mut_slice(x) })
+            .collect()
+    }
+
+    #[test]
+    fn iov_pack_any_window_and_unpack_in_fragments() {
+        let mut src = vec![vec![1u8, 2, 3], vec![], vec![4, 5], vec![6, 7, 8, 9]];
+        let mut s = Data::Iov(bufs(&mut src)).start_pack();
+        assert_eq!(s.len(), 9);
+        let mut out = [0u8; 4];
+        assert_eq!(s.pack(2, &mut out), 4);
+        assert_eq!(out, [3, 4, 5, 6]);
+        assert_eq!(s.pack(0, &mut out[..2]), 2);
+        assert_eq!(out[..2], [1, 2]);
+        assert_eq!(s.pack(7, &mut out), 2);
+        assert_eq!(out[..2], [8, 9]);
+
+        let mut dst = vec![vec![0u8; 4], vec![0u8; 5]];
+        let mut r = Data::Iov(bufs(&mut dst)).start_unpack();
+        r.unpack(0, &[1, 2, 3]).unwrap();
+        r.unpack(3, &[4, 5, 6]).unwrap();
+        assert_eq!(r.unpack(6, &[7, 8, 9, 10]), Err(Status::MessageTruncated));
+        let io = r.iovs(2, 4).unwrap();
+        assert_eq!(io.len(), 2);
+        assert_eq!(io[0].length + io[1].length, 4);
+        drop(r);
+        assert_eq!(dst, vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8, 9]]);
+    }
+
+    struct Doubler;
+    struct P(Vec<u8>);
+    impl PackState for P {
+        fn packed_size(&self) -> usize {
+            self.0.len() * 2
+        }
+        fn pack(&mut self, off: usize, dst: &mut [u8]) -> usize {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = self.0[(off + i) / 2];
+            }
+            dst.len()
+        }
+    }
+    struct U(usize, std::sync::Arc<std::sync::Mutex<Vec<(usize, usize)>>>);
+    impl UnpackState for U {
+        fn packed_size(&self) -> usize {
+            self.0
+        }
+        fn unpack(&mut self, off: usize, src: &[u8]) -> Result<(), Status> {
+            self.1.lock().unwrap().push((off, src.len()));
+            Ok(())
+        }
+    }
+    impl GenericDt for Doubler {
+        fn start_pack(&self, _addr: u64, count: usize) -> Box<dyn PackState> {
+            Box::new(P((0..count as u8).collect()))
+        }
+        fn start_unpack(&self, _addr: u64, count: usize) -> Box<dyn UnpackState> {
+            Box::new(U(count, Default::default()))
+        }
+    }
+
+    #[test]
+    fn generic_pack_and_truncating_unpack() {
+        let d = Data::Generic {
+            dt: Arc::new(Doubler),
+            addr: 0,
+            count: 3,
+        };
+        let mut s = d.start_pack();
+        assert_eq!(s.len(), 6);
+        let mut out = [0u8; 8];
+        assert_eq!(s.pack(1, &mut out), 5);
+        assert_eq!(out[..5], [0, 1, 1, 2, 2]);
+        assert!(s.iovs(0, 6).is_none());
+        let mut r = d.start_unpack();
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.unpack(2, &[9, 9]), Err(Status::MessageTruncated));
+    }
+}

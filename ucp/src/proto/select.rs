@@ -1,0 +1,332 @@
+//! Protocol selection: a pure function of (operation, memory type, datatype class, size)
+//! and an endpoint's lane configuration, computed once per endpoint (STYLE.md §5).
+//!
+//! The size ranges come from the lanes' limits and performance estimates:
+//!
+//! * **eager short** while the data fits the AM lane's `max_short` (contiguous host data);
+//! * **eager bcopy** while header + data fit one `max_bcopy` buffer;
+//! * **eager zcopy** from `UCX_ZCOPY_THRESH` while header + data fit one `max_zcopy`
+//!   message, on lanes with AM zero-copy (tcp), for contiguous and iov data;
+//! * **eager multi-fragment bcopy** above that, up to the rendezvous threshold;
+//! * **rendezvous** from `UCX_RNDV_THRESH`: *get zcopy* when the endpoint has an RMA lane
+//!   (CMA on the same host) and the sender's data has addresses (contiguous or iov), else
+//!   the *AM pipeline* (the receiver answers RTR and the sender streams fragments).
+//!
+//! `auto` thresholds are where the estimated times cross. Eager costs the AM lane's time
+//! plus one extra memory copy at the receiver (`COPY_BW`); rendezvous costs a round trip
+//! of the AM lane plus the RMA lane's overhead, and then moves the bytes once, at the RMA
+//! lane's bandwidth (or the AM lane's, for the pipeline, which still saves the copy of an
+//! unexpected eager message). The threshold is the size where rendezvous becomes cheaper.
+
+use std::fmt;
+
+use ucs::config::AutoSize;
+use uct::{IfaceAttr, IfaceFlags, MemoryType};
+
+use super::wire::{EAGER_FIRST_HDR, EAGER_HDR, EAGER_SYNC_HDR};
+use crate::datatype::DtClass;
+
+/// Bandwidth of one memory copy, bytes/s, for the eager-versus-rendezvous estimate.
+pub const COPY_BW: f64 = 10e9;
+
+/// Auto zero-copy threshold for eager messages.
+pub const AUTO_ZCOPY_THRESH: usize = 16 * 1024;
+
+/// What is being done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    TagSend,
+    TagSendSync,
+}
+
+/// A selected protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proto {
+    EagerShort,
+    EagerBcopy,
+    EagerZcopy,
+    EagerMulti,
+    RndvGet,
+    RndvAm,
+}
+
+impl fmt::Display for Proto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Proto::EagerShort => "eager short",
+            Proto::EagerBcopy => "eager bcopy",
+            Proto::EagerZcopy => "eager zcopy",
+            Proto::EagerMulti => "eager multi-fragment bcopy",
+            Proto::RndvGet => "rendezvous get zcopy",
+            Proto::RndvAm => "rendezvous am pipeline",
+        })
+    }
+}
+
+/// The size ranges of one endpoint configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Largest data for eager short (0 = none).
+    pub max_short: Option<usize>,
+    /// Largest data for single-fragment eager bcopy (and sync eager).
+    pub max_bcopy: usize,
+    pub max_bcopy_sync: usize,
+    /// Eager zcopy from this size up to `max_zcopy` (None: the lane has no AM zcopy).
+    pub zcopy: Option<(usize, usize)>,
+    /// Rendezvous from this size (`usize::MAX`: never).
+    pub rndv: usize,
+    /// Whether the endpoint has an RMA lane for get-zcopy rendezvous.
+    pub rma: bool,
+}
+
+/// The lanes' attributes that selection reads.
+#[derive(Clone, Copy, Debug)]
+pub struct LaneAttrs<'a> {
+    pub am: &'a IfaceAttr,
+    pub rma: Option<&'a IfaceAttr>,
+}
+
+impl Thresholds {
+    /// Computes the ranges of an endpoint from its lanes and the configuration.
+    pub fn new(l: LaneAttrs, rndv_cfg: AutoSize, zcopy_cfg: AutoSize) -> Thresholds {
+        let am = l.am;
+        let short = am
+            .flags
+            .contains(IfaceFlags::AM_SHORT)
+            .then_some(am.am.max_short);
+        let max_bcopy = am.am.max_bcopy.saturating_sub(EAGER_HDR);
+        let zcopy = am.flags.contains(IfaceFlags::AM_ZCOPY).then(|| {
+            let from = match zcopy_cfg {
+                AutoSize::Auto => AUTO_ZCOPY_THRESH,
+                AutoSize::Bytes(n) => n,
+            };
+            (from, am.am.max_zcopy.saturating_sub(EAGER_HDR))
+        });
+        let rndv = match rndv_cfg {
+            AutoSize::Bytes(n) => n,
+            AutoSize::Auto => auto_rndv(l),
+        };
+        Thresholds {
+            max_short: short,
+            max_bcopy,
+            max_bcopy_sync: am.am.max_bcopy.saturating_sub(EAGER_SYNC_HDR),
+            zcopy,
+            rndv,
+            rma: l.rma.is_some(),
+        }
+    }
+
+    /// The protocol for `size` bytes.
+    pub fn select(&self, op: Op, mem: MemoryType, dt: DtClass, size: usize) -> Proto {
+        // Only host memory exists today: other memory types take the generic path of their
+        // datatype until their transports land (the key already carries the memory type).
+        let _ = mem;
+        if size >= self.rndv {
+            return if self.rma && dt != DtClass::Generic {
+                Proto::RndvGet
+            } else {
+                Proto::RndvAm
+            };
+        }
+        let sync = op == Op::TagSendSync;
+        if !sync && dt == DtClass::Contig && self.max_short.is_some_and(|m| size <= m) {
+            return Proto::EagerShort;
+        }
+        if let Some((from, to)) = self.zcopy {
+            if !sync && dt != DtClass::Generic && size >= from && size <= to {
+                return Proto::EagerZcopy;
+            }
+        }
+        let single = if sync {
+            self.max_bcopy_sync
+        } else {
+            self.max_bcopy
+        };
+        if size <= single {
+            Proto::EagerBcopy
+        } else {
+            Proto::EagerMulti
+        }
+    }
+
+    /// The size ranges of each protocol for one (op, mem, dt), in order, like
+    /// `UCX_PROTO_INFO=y`.
+    pub fn ranges(&self, op: Op, mem: MemoryType, dt: DtClass) -> Vec<(usize, usize, Proto)> {
+        let mut points: Vec<usize> = vec![0];
+        for v in [
+            self.max_short.map(|m| m + 1),
+            Some(self.max_bcopy + 1),
+            Some(self.max_bcopy_sync + 1),
+            self.zcopy.map(|z| z.0),
+            self.zcopy.map(|z| z.1 + 1),
+            Some(self.rndv),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if v != usize::MAX {
+                points.push(v);
+            }
+        }
+        points.sort_unstable();
+        points.dedup();
+        let mut out: Vec<(usize, usize, Proto)> = Vec::new();
+        for (i, &p) in points.iter().enumerate() {
+            let end = points.get(i + 1).map_or(usize::MAX, |n| n - 1);
+            let proto = self.select(op, mem, dt, p);
+            match out.last_mut() {
+                Some(last) if last.2 == proto => last.1 = end,
+                _ => out.push((p, end, proto)),
+            }
+        }
+        out
+    }
+}
+
+/// The size where rendezvous becomes cheaper than eager (see the module documentation).
+fn auto_rndv(l: LaneAttrs) -> usize {
+    let am = l.am.perf;
+    let (fixed, per_byte_rndv) = match l.rma {
+        Some(rma) => (
+            rma.perf.overhead_ns + 2.0 * am.latency_ns + am.overhead_ns,
+            1e9 / rma.perf.bandwidth,
+        ),
+        None => (2.0 * (am.latency_ns + am.overhead_ns), 1e9 / am.bandwidth),
+    };
+    let per_byte_eager = 1e9 / am.bandwidth + 1e9 / COPY_BW;
+    let gain = per_byte_eager - per_byte_rndv;
+    if gain <= 0.0 {
+        return usize::MAX;
+    }
+    // At least one full eager fragment: a rendezvous never replaces a single bcopy.
+    let min = l.am.am.max_bcopy.saturating_sub(EAGER_FIRST_HDR) + 1;
+    ((fixed / gain) as usize).max(min)
+}
+
+/// Formats a size as UCX's protocol table does (`8K`, `inf`).
+pub fn fmt_size(n: usize) -> String {
+    if n == usize::MAX {
+        "inf".into()
+    } else if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{}M", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{}K", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uct::{OpLimits, PerfEstimate};
+
+    fn attr(
+        flags: IfaceFlags,
+        short: usize,
+        bcopy: usize,
+        zcopy: usize,
+        perf: (f64, f64, f64),
+    ) -> IfaceAttr {
+        IfaceAttr {
+            flags,
+            am: OpLimits {
+                max_short: short,
+                max_bcopy: bcopy,
+                max_zcopy: zcopy,
+                ..Default::default()
+            },
+            put: OpLimits::default(),
+            get: OpLimits::default(),
+            perf: PerfEstimate {
+                overhead_ns: perf.0,
+                latency_ns: perf.1,
+                bandwidth: perf.2,
+            },
+            device_addr_len: 0,
+            iface_addr_len: 0,
+        }
+    }
+
+    #[test]
+    fn shm_ranges_are_contiguous_and_ordered() {
+        let posix = attr(
+            IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY,
+            8232,
+            8240,
+            0,
+            (15.0, 80.0, 12e9),
+        );
+        let cma = attr(IfaceFlags::GET_ZCOPY, 0, 0, 0, (600.0, 80.0, 11e9));
+        let t = Thresholds::new(
+            LaneAttrs {
+                am: &posix,
+                rma: Some(&cma),
+            },
+            AutoSize::Auto,
+            AutoSize::Auto,
+        );
+        assert!(t.rndv > 8240 && t.rndv < 64 * 1024, "{}", t.rndv);
+        let r = t.ranges(Op::TagSend, MemoryType::Host, DtClass::Contig);
+        assert_eq!(r[0], (0, 8232, Proto::EagerShort));
+        assert_eq!(r.last().unwrap().2, Proto::RndvGet);
+        assert_eq!(r.last().unwrap().1, usize::MAX);
+        for w in r.windows(2) {
+            assert_eq!(w[0].1 + 1, w[1].0);
+        }
+        // Generic data cannot be read remotely: the pipeline serves it.
+        assert_eq!(
+            t.select(Op::TagSend, MemoryType::Host, DtClass::Generic, 1 << 20),
+            Proto::RndvAm
+        );
+        // Synchronous sends never use eager short (the ack needs the sender's request id).
+        assert_eq!(
+            t.select(Op::TagSendSync, MemoryType::Host, DtClass::Contig, 8),
+            Proto::EagerBcopy
+        );
+    }
+
+    #[test]
+    fn config_overrides_and_tcp_zcopy() {
+        let tcp = attr(
+            IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY | IfaceFlags::AM_ZCOPY,
+            8184,
+            65536,
+            65536,
+            (2000.0, 5000.0, 3e9),
+        );
+        let l = LaneAttrs {
+            am: &tcp,
+            rma: None,
+        };
+        let t = Thresholds::new(l, AutoSize::Bytes(1000), AutoSize::Bytes(100));
+        assert_eq!(t.rndv, 1000);
+        assert_eq!(
+            t.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 999),
+            Proto::EagerShort
+        );
+        assert_eq!(
+            t.select(Op::TagSend, MemoryType::Host, DtClass::Iov, 500),
+            Proto::EagerZcopy
+        );
+        assert_eq!(
+            t.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 1000),
+            Proto::RndvAm
+        );
+        let never = Thresholds::new(l, AutoSize::Bytes(usize::MAX), AutoSize::Auto);
+        assert_eq!(
+            never.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 1 << 30),
+            Proto::EagerMulti
+        );
+        let auto = Thresholds::new(l, AutoSize::Auto, AutoSize::Auto);
+        assert!(auto.rndv > 65536 - EAGER_FIRST_HDR);
+    }
+
+    #[test]
+    fn sizes_format_like_ucx() {
+        assert_eq!(fmt_size(8192), "8K");
+        assert_eq!(fmt_size(1 << 20), "1M");
+        assert_eq!(fmt_size(8193), "8193");
+        assert_eq!(fmt_size(usize::MAX), "inf");
+    }
+}

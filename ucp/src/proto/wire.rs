@@ -1,0 +1,329 @@
+//! The headers of `ucp`'s protocol messages, and their checked decoders.
+//!
+//! Every message is a transport active message; the AM id says which header follows. All
+//! integers are little-endian. `ep` is always the *receiver's* endpoint id for the sender
+//! (learned at wire-up), `sreq`/`rreq` are request ids of the sender/receiver, echoed back
+//! unchanged.
+//!
+//! ```text
+//! EAGER        tag:u64 data
+//! EAGER_SYNC   tag:u64 ep:u32 sreq:u64 data
+//! EAGER_FIRST  tag:u64 ep:u32 flags:u8 sreq:u64 total:u64 data
+//! EAGER_MIDDLE ep:u32 sreq:u64 offset:u64 data
+//! RTS          tag:u64 ep:u32 flags:u8 sreq:u64 total:u64 mode:u8 [GET: rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}]
+//! RTR          ep:u32 sreq:u64 rreq:u64
+//! RNDV_DATA    ep:u32 rreq:u64 offset:u64 data
+//! ACK          ep:u32 sreq:u64 status:i8
+//! WIREUP       kind:u8 uuid:u64 src_ep:u32 dst_ep:u32 addr_len:u32 addr
+//! ```
+//!
+//! A decoder returns `None` for anything short, oversized or out of range; the worker then
+//! closes the endpoint the message came from (when it can tell) and logs it.
+
+use ucs::wire::{Reader, Writer};
+
+pub const AM_WIREUP: u8 = 1;
+pub const AM_EAGER: u8 = 2;
+pub const AM_EAGER_SYNC: u8 = 3;
+pub const AM_EAGER_FIRST: u8 = 4;
+pub const AM_EAGER_MIDDLE: u8 = 5;
+pub const AM_RTS: u8 = 6;
+pub const AM_RTR: u8 = 7;
+pub const AM_RNDV_DATA: u8 = 8;
+pub const AM_ACK: u8 = 9;
+
+/// Header bytes in front of the data of each message kind.
+pub const EAGER_HDR: usize = 8;
+pub const EAGER_SYNC_HDR: usize = 8 + 4 + 8;
+pub const EAGER_FIRST_HDR: usize = 8 + 4 + 1 + 8 + 8;
+pub const EAGER_MIDDLE_HDR: usize = 4 + 8 + 8;
+pub const RNDV_DATA_HDR: usize = 4 + 8 + 8;
+
+/// `flags` bit: the sender waits for an acknowledgement of the match (synchronous send).
+pub const FLAG_SYNC: u8 = 1;
+
+/// Most segments a GET rendezvous announces.
+pub const MAX_RTS_SEGS: usize = 1 << 20;
+
+/// How the receiver of an RTS gets the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RndvMode {
+    /// The receiver reads the sender's segments with a zero-copy get, then sends ACK.
+    Get = 1,
+    /// The receiver answers RTR; the sender streams RNDV_DATA fragments.
+    Am = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirstHdr {
+    pub tag: u64,
+    pub ep: u32,
+    pub flags: u8,
+    pub sreq: u64,
+    pub total: u64,
+}
+
+impl FirstHdr {
+    pub fn write(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.tag.to_le_bytes());
+        out[8..12].copy_from_slice(&self.ep.to_le_bytes());
+        out[12] = self.flags;
+        out[13..21].copy_from_slice(&self.sreq.to_le_bytes());
+        out[21..29].copy_from_slice(&self.total.to_le_bytes());
+    }
+    pub fn read(r: &mut Reader) -> Option<FirstHdr> {
+        Some(FirstHdr {
+            tag: r.u64()?,
+            ep: r.u32()?,
+            flags: r.u8()?,
+            sreq: r.u64()?,
+            total: r.u64()?,
+        })
+    }
+}
+
+/// `ep sreq offset` (EAGER_MIDDLE) or `ep rreq offset` (RNDV_DATA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragHdr {
+    pub ep: u32,
+    pub req: u64,
+    pub offset: u64,
+}
+
+impl FragHdr {
+    pub fn write(&self, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&self.ep.to_le_bytes());
+        out[4..12].copy_from_slice(&self.req.to_le_bytes());
+        out[12..20].copy_from_slice(&self.offset.to_le_bytes());
+    }
+    pub fn read(r: &mut Reader) -> Option<FragHdr> {
+        Some(FragHdr {
+            ep: r.u32()?,
+            req: r.u64()?,
+            offset: r.u64()?,
+        })
+    }
+}
+
+/// A remote segment of a GET rendezvous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteSeg {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// An RTS's rendezvous part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RtsData {
+    Get { rkey: Vec<u8>, segs: Vec<RemoteSeg> },
+    Am,
+}
+
+pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
+    let mut b = vec![0u8; EAGER_FIRST_HDR];
+    h.write(&mut b);
+    let mut w = Writer { buf: b };
+    match data {
+        RtsData::Get { rkey, segs } => {
+            w = w.u8(RndvMode::Get as u8).u16(rkey.len() as u16).bytes(rkey);
+            w = w.u32(segs.len() as u32);
+            for s in segs {
+                w = w.u64(s.addr).u64(s.len);
+            }
+        }
+        RtsData::Am => w = w.u8(RndvMode::Am as u8),
+    }
+    w.buf
+}
+
+/// Decodes an RTS; the segment lengths must add up to `total`.
+pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
+    let mut r = Reader::new(buf);
+    let h = FirstHdr::read(&mut r)?;
+    let data = match r.u8()? {
+        1 => {
+            let n = r.u16()? as usize;
+            let rkey = r.bytes(n)?.to_vec();
+            let nseg = r.u32()? as usize;
+            if nseg > MAX_RTS_SEGS || r.remaining() != nseg * 16 {
+                return None;
+            }
+            let mut segs = Vec::with_capacity(nseg);
+            let mut sum = 0u64;
+            for _ in 0..nseg {
+                let s = RemoteSeg {
+                    addr: r.u64()?,
+                    len: r.u64()?,
+                };
+                s.addr.checked_add(s.len)?;
+                sum = sum.checked_add(s.len)?;
+                segs.push(s);
+            }
+            if sum != h.total {
+                return None;
+            }
+            RtsData::Get { rkey, segs }
+        }
+        2 => RtsData::Am,
+        _ => return None,
+    };
+    if !r.is_empty() {
+        return None;
+    }
+    Some((h, data))
+}
+
+/// RTR and ACK share a shape: `ep a b` (ACK's `b` is its status).
+pub fn encode_rtr(ep: u32, sreq: u64, rreq: u64) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[0..4].copy_from_slice(&ep.to_le_bytes());
+    b[4..12].copy_from_slice(&sreq.to_le_bytes());
+    b[12..20].copy_from_slice(&rreq.to_le_bytes());
+    b
+}
+
+pub fn decode_rtr(buf: &[u8]) -> Option<(u32, u64, u64)> {
+    let mut r = Reader::new(buf);
+    let v = (r.u32()?, r.u64()?, r.u64()?);
+    r.is_empty().then_some(v)
+}
+
+pub fn encode_ack(ep: u32, sreq: u64, status: i8) -> [u8; 13] {
+    let mut b = [0u8; 13];
+    b[0..4].copy_from_slice(&ep.to_le_bytes());
+    b[4..12].copy_from_slice(&sreq.to_le_bytes());
+    b[12] = status as u8;
+    b
+}
+
+pub fn decode_ack(buf: &[u8]) -> Option<(u32, u64, i8)> {
+    let mut r = Reader::new(buf);
+    let v = (r.u32()?, r.u64()?, r.u8()? as i8);
+    r.is_empty().then_some(v)
+}
+
+/// Wire-up message kinds.
+pub const WIREUP_REQ: u8 = 1;
+pub const WIREUP_REP: u8 = 2;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wireup {
+    pub kind: u8,
+    pub uuid: u64,
+    pub src_ep: u32,
+    pub dst_ep: u32,
+    /// The sender's worker address (REQ only).
+    pub addr: Vec<u8>,
+}
+
+impl Wireup {
+    pub fn encode(&self) -> Vec<u8> {
+        Writer::new()
+            .u8(self.kind)
+            .u64(self.uuid)
+            .u32(self.src_ep)
+            .u32(self.dst_ep)
+            .u32(self.addr.len() as u32)
+            .bytes(&self.addr)
+            .buf
+    }
+    pub fn decode(buf: &[u8]) -> Option<Wireup> {
+        let mut r = Reader::new(buf);
+        let kind = r.u8()?;
+        if kind != WIREUP_REQ && kind != WIREUP_REP {
+            return None;
+        }
+        let w = Wireup {
+            kind,
+            uuid: r.u64()?,
+            src_ep: r.u32()?,
+            dst_ep: r.u32()?,
+            addr: {
+                let n = r.u32()? as usize;
+                r.bytes(n)?.to_vec()
+            },
+        };
+        r.is_empty().then_some(w)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rts_round_trip_and_checks() {
+        let h = FirstHdr {
+            tag: 7,
+            ep: 3,
+            flags: FLAG_SYNC,
+            sreq: 99,
+            total: 30,
+        };
+        let d = RtsData::Get {
+            rkey: vec![1, 2, 3],
+            segs: vec![
+                RemoteSeg { addr: 100, len: 10 },
+                RemoteSeg { addr: 200, len: 20 },
+            ],
+        };
+        let b = encode_rts(&h, &d);
+        assert_eq!(decode_rts(&b), Some((h, d)));
+        for n in 0..b.len() {
+            assert_eq!(decode_rts(&b[..n]), None, "prefix {n}");
+        }
+        // Segment lengths that do not add up to total.
+        let bad = encode_rts(
+            &FirstHdr { total: 31, ..h },
+            &RtsData::Get {
+                rkey: vec![],
+                segs: vec![RemoteSeg { addr: 0, len: 30 }],
+            },
+        );
+        assert_eq!(decode_rts(&bad), None);
+        // An address range that wraps.
+        let wrap = encode_rts(
+            &FirstHdr { total: 2, ..h },
+            &RtsData::Get {
+                rkey: vec![],
+                segs: vec![RemoteSeg {
+                    addr: u64::MAX,
+                    len: 2,
+                }],
+            },
+        );
+        assert_eq!(decode_rts(&wrap), None);
+        let am = encode_rts(&h, &RtsData::Am);
+        assert_eq!(decode_rts(&am), Some((h, RtsData::Am)));
+        let mut bad_mode = am.clone();
+        *bad_mode.last_mut().unwrap() = 9;
+        assert_eq!(decode_rts(&bad_mode), None);
+    }
+
+    #[test]
+    fn small_headers_round_trip() {
+        assert_eq!(decode_rtr(&encode_rtr(1, 2, 3)), Some((1, 2, 3)));
+        assert_eq!(decode_rtr(&encode_rtr(1, 2, 3)[..19]), None);
+        assert_eq!(decode_ack(&encode_ack(5, 6, -4)), Some((5, 6, -4)));
+        let w = Wireup {
+            kind: WIREUP_REQ,
+            uuid: 1,
+            src_ep: 2,
+            dst_ep: u32::MAX,
+            addr: vec![9; 5],
+        };
+        assert_eq!(Wireup::decode(&w.encode()), Some(w.clone()));
+        let mut b = w.encode();
+        b[0] = 3;
+        assert_eq!(Wireup::decode(&b), None);
+        let mut f = [0u8; EAGER_MIDDLE_HDR];
+        let fh = FragHdr {
+            ep: 1,
+            req: 2,
+            offset: 3,
+        };
+        fh.write(&mut f);
+        assert_eq!(FragHdr::read(&mut Reader::new(&f)), Some(fh));
+    }
+}

@@ -1,0 +1,367 @@
+//! What each protocol message does when it arrives: the worker core as the transports'
+//! event handler.
+//!
+//! Every message is decoded with the checked decoders of `proto::wire`. A message that
+//! names one of our endpoints and is malformed or inconsistent (unknown request, offset past
+//! the message) fails that endpoint; one too short to name an endpoint is dropped and
+//! counted (`WorkerStats::malformed`), since a transport AM does not say who sent it.
+
+use ucs::wire::Reader;
+use ucs::Status;
+use uct::{Comp, EpId, Handler};
+
+use super::tag::{deliver, finish_recv, on_completion, recv_eager, start_rndv_recv};
+use super::wireup::fail_ep;
+use super::{Core, FragBuf, FragTarget, Op, Unexp, COMP_FLUSH};
+use crate::address::WorkerAddress;
+use crate::proto::select::Proto;
+use crate::proto::wire::{self, FirstHdr, FragHdr, Wireup, FLAG_SYNC};
+use crate::request::ReqId;
+use crate::tag::{ArriveResult, SenderId, TagInfo};
+
+/// The largest multi-fragment eager message we buffer when it arrives unexpected.
+const MAX_EAGER_TOTAL: u64 = 1 << 30;
+
+/// Plain eager messages carry no sender: they are complete on arrival and need no answer.
+const ANONYMOUS: SenderId = SenderId(u64::MAX);
+
+impl Handler for Core {
+    fn am(&mut self, id: u8, data: &[u8]) {
+        let ok = match id {
+            wire::AM_EAGER => self.on_eager(data),
+            wire::AM_EAGER_SYNC => self.on_eager_sync(data),
+            wire::AM_EAGER_FIRST => self.on_first(data),
+            wire::AM_EAGER_MIDDLE => self.on_middle(data),
+            wire::AM_RTS => self.on_rts(data),
+            wire::AM_RTR => self.on_rtr(data),
+            wire::AM_RNDV_DATA => self.on_rndv_data(data),
+            wire::AM_ACK => self.on_ack(data),
+            wire::AM_WIREUP => self.on_wireup(data),
+            _ => Err(None),
+        };
+        if let Err(ep) = ok {
+            self.stats.malformed += 1;
+            log::warn!(
+                "ucp: malformed protocol message (am id {id}, {} bytes)",
+                data.len()
+            );
+            if let Some(ep) = ep {
+                fail_ep(self, ep, Status::IoError, true);
+            }
+        }
+    }
+
+    fn completion(&mut self, comp: Comp, status: Status) {
+        if comp & COMP_FLUSH != 0 {
+            super::wireup::flush_completion(self, ReqId(comp & !COMP_FLUSH));
+        } else {
+            on_completion(self, ReqId(comp), status);
+        }
+    }
+
+    fn ep_error(&mut self, ep: EpId, status: Status) {
+        if let Some(&idx) = self.uct_eps.get(&(self.cur_iface, ep)) {
+            fail_ep(self, idx, status, true);
+        }
+    }
+}
+
+/// `Err(Some(ep))`: malformed, from endpoint `ep`; `Err(None)`: malformed, sender unknown.
+type Res = Result<(), Option<usize>>;
+
+impl Core {
+    /// Checks that `ep` names a live endpoint of ours.
+    fn live_ep(&self, ep: u32) -> Result<usize, Option<usize>> {
+        let i = ep as usize;
+        match self.eps.get(i) {
+            Some(e) if e.failed.is_none() => Ok(i),
+            // Late messages for a failed or closed endpoint are dropped quietly.
+            Some(_) => Err(None),
+            None => Err(None),
+        }
+    }
+
+    fn on_eager(&mut self, data: &[u8]) -> Res {
+        if data.len() < wire::EAGER_HDR {
+            return Err(None);
+        }
+        let tag = u64::from_le_bytes(data[..8].try_into().map_err(|_| None)?);
+        let payload = &data[8..];
+        let info = TagInfo {
+            sender_tag: tag,
+            length: payload.len(),
+            sender: ANONYMOUS,
+        };
+        if let Some(id) = self.matcher.match_expected(tag) {
+            recv_eager(self, id, info, payload);
+        } else {
+            self.stats.unexpected += 1;
+            let msg = Unexp::Eager {
+                data: payload.to_vec(),
+                sync: None,
+            };
+            self.store_unexpected(info, msg);
+        }
+        Ok(())
+    }
+
+    fn store_unexpected(&mut self, info: TagInfo, msg: Unexp) {
+        match self
+            .matcher
+            .arrive(info.sender, info.sender_tag, info.length, msg)
+        {
+            ArriveResult::Unexpected => {}
+            // match_expected found nothing a moment ago; deliver anyway if it did now.
+            ArriveResult::Matched(m) => deliver(self, m.info, m.msg, m.user),
+        }
+    }
+
+    fn on_eager_sync(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let (tag, ep, sreq) = match (r.u64(), r.u32(), r.u64()) {
+            (Some(t), Some(e), Some(s)) => (t, e, s),
+            _ => return Err(None),
+        };
+        let ep = self.live_ep(ep)?;
+        let payload = r.rest();
+        let info = TagInfo {
+            sender_tag: tag,
+            length: payload.len(),
+            sender: SenderId(ep as u64),
+        };
+        if let Some(id) = self.matcher.match_expected(tag) {
+            recv_eager(self, id, info, payload);
+            self.queue_ctrl(
+                ep,
+                super::Ctrl::Ack {
+                    sreq,
+                    status: Status::Ok,
+                },
+            );
+        } else {
+            self.stats.unexpected += 1;
+            let msg = Unexp::Eager {
+                data: payload.to_vec(),
+                sync: Some((ep, sreq)),
+            };
+            self.store_unexpected(info, msg);
+        }
+        Ok(())
+    }
+
+    fn on_first(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let h = FirstHdr::read(&mut r).ok_or(None)?;
+        let ep = self.live_ep(h.ep)?;
+        let payload = r.rest();
+        if h.total > MAX_EAGER_TOTAL || (payload.len() as u64) >= h.total {
+            return Err(Some(ep));
+        }
+        if self.frags.contains_key(&(ep, h.sreq)) {
+            return Err(Some(ep));
+        }
+        let total = h.total as usize;
+        let info = TagInfo {
+            sender_tag: h.tag,
+            length: total,
+            sender: SenderId(ep as u64),
+        };
+        let sync = h.flags & FLAG_SYNC != 0;
+        if let Some(id) = self.matcher.match_expected(h.tag) {
+            if let Some(Op::Recv(rv)) = self.reqs.get_mut(id).map(|r| &mut r.state) {
+                rv.handle = None;
+                rv.info = Some(info);
+                rv.expect = total;
+                rv.received = payload.len();
+                rv.peer = Some((ep, h.sreq));
+                rv.ack_sync = sync;
+                if let Err(s) = rv.data.unpack(0, payload) {
+                    rv.status = s;
+                }
+                self.frags.insert((ep, h.sreq), FragTarget::Recv(id));
+            }
+        } else {
+            self.stats.unexpected += 1;
+            let mut buf = vec![0u8; total];
+            buf[..payload.len()].copy_from_slice(payload);
+            let f = self.unexp_frags.insert(FragBuf {
+                buf,
+                received: payload.len(),
+                ep,
+                sreq: h.sreq,
+                sync,
+            });
+            self.frags.insert((ep, h.sreq), FragTarget::Unexpected(f));
+            self.store_unexpected(info, Unexp::Frag(f));
+        }
+        Ok(())
+    }
+
+    fn on_middle(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let h = FragHdr::read(&mut r).ok_or(None)?;
+        let ep = self.live_ep(h.ep)?;
+        let payload = r.rest();
+        let key = (ep, h.req);
+        let target = *self.frags.get(&key).ok_or(Some(ep))?;
+        let off = usize::try_from(h.offset).map_err(|_| Some(ep))?;
+        match target {
+            FragTarget::Unexpected(f) => {
+                let fb = self.unexp_frags.get_mut(f).ok_or(Some(ep))?;
+                let end = off.checked_add(payload.len()).ok_or(Some(ep))?;
+                if end > fb.buf.len() || off != fb.received {
+                    return Err(Some(ep));
+                }
+                fb.buf[off..end].copy_from_slice(payload);
+                fb.received = end;
+                if end == fb.buf.len() {
+                    self.frags.remove(&key);
+                }
+            }
+            FragTarget::Recv(id) => {
+                let Some(Op::Recv(rv)) = self.reqs.get_mut(id).map(|r| &mut r.state) else {
+                    self.frags.remove(&key);
+                    return Ok(());
+                };
+                let end = off.checked_add(payload.len()).ok_or(Some(ep))?;
+                if end > rv.expect || off != rv.received {
+                    return Err(Some(ep));
+                }
+                if let Err(s) = rv.data.unpack(off, payload) {
+                    rv.status = s;
+                }
+                rv.received = end;
+                if end == rv.expect {
+                    self.frags.remove(&key);
+                    finish_recv(self, id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_rts(&mut self, data: &[u8]) -> Res {
+        let ep_hint =
+            (data.len() >= 12).then(|| u32::from_le_bytes([data[8], data[9], data[10], data[11]]));
+        let (h, rts) = match wire::decode_rts(data) {
+            Some(x) => x,
+            None => return Err(ep_hint.and_then(|e| self.live_ep(e).ok())),
+        };
+        let ep = self.live_ep(h.ep)?;
+        let info = TagInfo {
+            sender_tag: h.tag,
+            length: usize::try_from(h.total).map_err(|_| Some(ep))?,
+            sender: SenderId(ep as u64),
+        };
+        if let Some(id) = self.matcher.match_expected(h.tag) {
+            start_rndv_recv(self, id, info, ep, h.sreq, rts);
+        } else {
+            self.stats.unexpected += 1;
+            self.store_unexpected(
+                info,
+                Unexp::Rts {
+                    ep,
+                    sreq: h.sreq,
+                    rts,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn on_rtr(&mut self, data: &[u8]) -> Res {
+        let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(None)?;
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(sreq);
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvAm && s.rreq.is_none() => {
+                s.rreq = Some(rreq);
+                if !s.queued {
+                    s.queued = true;
+                    self.eps[ep].queue.push_back(id);
+                }
+                self.mark_ready(ep);
+                Ok(())
+            }
+            _ => Err(Some(ep)),
+        }
+    }
+
+    fn on_rndv_data(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let h = FragHdr::read(&mut r).ok_or(None)?;
+        let ep = self.live_ep(h.ep)?;
+        let payload = r.rest();
+        let id = ReqId(h.req);
+        let off = usize::try_from(h.offset).map_err(|_| Some(ep))?;
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
+                let end = off.checked_add(payload.len()).ok_or(Some(ep))?;
+                if end > rv.expect || off != rv.received {
+                    return Err(Some(ep));
+                }
+                if let Err(s) = rv.data.unpack(off, payload) {
+                    rv.status = s;
+                }
+                rv.received = end;
+                if end == rv.expect {
+                    let (status, info) = (rv.status, rv.info);
+                    self.complete(id, status, info);
+                }
+                Ok(())
+            }
+            // A receive that was completed early (truncation) still gets the stream the
+            // sender had already started: drop it.
+            Some(Op::Done { .. }) => Ok(()),
+            _ => Err(Some(ep)),
+        }
+    }
+
+    fn on_ack(&mut self, data: &[u8]) -> Res {
+        let (ep, sreq, status) = wire::decode_ack(data).ok_or(None)?;
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(sreq);
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Send(s)) if s.ep == ep => {
+                s.wait_ack = false;
+                let status = Status::from_code(status).unwrap_or(Status::IoError);
+                if s.proto == Proto::RndvAm && s.rreq.is_none() {
+                    // The receiver refused the data (truncation): nothing to stream.
+                    s.rreq = Some(0);
+                    s.offset = s.total;
+                }
+                if status != Status::Ok {
+                    self.complete(id, status, None);
+                } else {
+                    self.finished.push(id);
+                    self.work = true;
+                }
+                Ok(())
+            }
+            _ => Err(Some(ep)),
+        }
+    }
+
+    fn on_wireup(&mut self, data: &[u8]) -> Res {
+        let w = Wireup::decode(data).ok_or(None)?;
+        match w.kind {
+            wire::WIREUP_REQ => {
+                let addr = WorkerAddress::decode(&w.addr).map_err(|_| None)?;
+                if addr.uuid != w.uuid {
+                    return Err(None);
+                }
+                self.accepts.push_back((w, addr));
+                self.work = true;
+            }
+            _ => {
+                let ep = self.live_ep(w.dst_ep)?;
+                if self.eps[ep].remote_uuid != w.uuid {
+                    return Err(Some(ep));
+                }
+                self.eps[ep].remote_id = Some(w.src_ep);
+                self.mark_ready(ep);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,584 @@
+//! The worker (`ucp_worker_h`): the transport interfaces of one context, the endpoints,
+//! the requests, the tag matcher, and the progress engine that drives them.
+//!
+//! # Structure
+//!
+//! A [`Worker`] is its interfaces plus a [`Core`] holding every piece of protocol state.
+//! `progress()` hands each interface the core as its event handler: received messages are
+//! matched and copied into user buffers right there, but nothing is *sent* from inside a
+//! handler (an interface cannot be re-entered). What must be sent in answer — an
+//! acknowledgement, a rendezvous RTR, a wire-up reply, the next fragments of a stalled
+//! send — is queued as an action and run after the interfaces return (`run_actions`).
+//!
+//! * [`tag`](self::tag): tag send/receive, probe, cancel, and the protocols behind them.
+//! * [`handler`](self::handler): what each protocol message does on arrival.
+//! * [`wireup`](self::wireup): endpoint creation, lanes, wire-up, failure.
+//!
+//! # Endpoints and wire-up
+//!
+//! Endpoints are created from a peer's [`WorkerAddress`]: for each of our interfaces the
+//! peer reaches, the lane is picked from the transports' estimates (self for our own
+//! worker, shared memory and CMA on the same host, tcp otherwise). Every protocol header
+//! names the *receiver's* endpoint id, which the sender learns from a wire-up exchange:
+//! the new endpoint sends `WIREUP REQ` with its id and our address, and the peer answers
+//! `WIREUP REP` with the id of its endpoint for us (an existing one if it already has one
+//! for us that is not paired yet, so two sides that connect to each other pair up). Sends
+//! posted before the reply wait in the endpoint's queue, in order.
+
+mod handler;
+pub(crate) mod tag;
+#[cfg(test)]
+#[allow(unsafe_code)] // tests describe their buffers as user code does
+mod tests;
+mod wireup;
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use slab::Slab;
+use ucs::{Status, UcsResult};
+use uct::component::DeviceKind;
+use uct::{EpId, Iface, IfaceAttr, MemH};
+
+use crate::address::{TlAddress, WorkerAddress};
+use crate::context::{Context, Error};
+use crate::datatype::DataState;
+use crate::proto::select::{Proto, Thresholds};
+use crate::request::{Completion, ReqId, Requests};
+use crate::tag::{TagInfo, TagMatcher};
+
+pub use tag::{RecvParams, SendParams};
+
+/// An endpoint of a worker (`ucp_ep_h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EpHandle(pub u32);
+
+impl EpHandle {
+    fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Counters a test or tool can read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Messages that arrived before a matching receive was posted.
+    pub unexpected: u64,
+    /// Messages by protocol, as sent.
+    pub eager_short: u64,
+    pub eager_bcopy: u64,
+    pub eager_zcopy: u64,
+    pub eager_multi: u64,
+    pub rndv_get: u64,
+    pub rndv_am: u64,
+    /// Protocol messages refused as malformed.
+    pub malformed: u64,
+}
+
+/// A transport interface as the core knows it.
+#[derive(Debug)]
+pub(crate) struct IfaceInfo {
+    pub(crate) tl: &'static str,
+    pub(crate) device: String,
+    pub(crate) kind: DeviceKind,
+    pub(crate) attr: IfaceAttr,
+}
+
+/// A lane: an interface and the transport endpoint on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lane {
+    pub(crate) iface: usize,
+    pub(crate) ep: EpId,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ep {
+    pub(crate) remote_uuid: u64,
+    /// The peer's endpoint id for us, from wire-up.
+    pub(crate) remote_id: Option<u32>,
+    pub(crate) am: Lane,
+    pub(crate) rma: Option<Lane>,
+    pub(crate) thresh: Thresholds,
+    /// Sends in posting order that could not go out yet (wire-up, no resources, stream).
+    pub(crate) queue: VecDeque<ReqId>,
+    pub(crate) failed: Option<Status>,
+    /// Send requests not yet complete.
+    pub(crate) outstanding: u32,
+}
+
+/// A protocol message to send from `run_actions`.
+#[derive(Debug)]
+pub(crate) enum Ctrl {
+    Ack { sreq: u64, status: Status },
+    Rtr { sreq: u64, rreq: u64 },
+    WireupRep { dst: u32 },
+    WireupReq,
+}
+
+/// An unexpected message, stored in the matcher until a receive takes it.
+#[derive(Debug)]
+pub(crate) enum Unexp {
+    Eager {
+        data: Vec<u8>,
+        /// `(ep, sreq)` to acknowledge on match (synchronous send).
+        sync: Option<(usize, u64)>,
+    },
+    /// A multi-fragment eager message, in `Core::unexp_frags`.
+    Frag(usize),
+    Rts {
+        ep: usize,
+        sreq: u64,
+        rts: crate::proto::wire::RtsData,
+    },
+}
+
+/// The fragments of a multi-fragment message received before its receive was posted.
+#[derive(Debug)]
+pub(crate) struct FragBuf {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) received: usize,
+    pub(crate) ep: usize,
+    pub(crate) sreq: u64,
+    pub(crate) sync: bool,
+}
+
+/// Where the later fragments of a multi-fragment message go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FragTarget {
+    Unexpected(usize),
+    Recv(ReqId),
+}
+
+/// The state of one operation.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Send(SendOp),
+    Recv(RecvOp),
+    Flush(FlushOp),
+    Done {
+        status: Status,
+        info: Option<TagInfo>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct SendOp {
+    pub(crate) ep: usize,
+    pub(crate) tag: u64,
+    pub(crate) data: DataState,
+    pub(crate) total: usize,
+    pub(crate) proto: Proto,
+    pub(crate) flags: u8,
+    /// The first message (single eager, FIRST or RTS) went out.
+    pub(crate) started: bool,
+    /// Bytes of data sent so far.
+    pub(crate) offset: usize,
+    /// RndvAm: the receiver's request, from its RTR.
+    pub(crate) rreq: Option<u64>,
+    /// Waiting for an ACK (synchronous send, rendezvous get).
+    pub(crate) wait_ack: bool,
+    /// Zero-copy operations not yet completed by the transport.
+    pub(crate) wait_comp: u32,
+    /// The registration behind a rendezvous get, and its interface.
+    pub(crate) memh: Option<(usize, MemH)>,
+    /// In the endpoint's queue.
+    pub(crate) queued: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct RecvOp {
+    pub(crate) data: DataState,
+    pub(crate) handle: Option<crate::tag::RecvHandle>,
+    pub(crate) info: Option<TagInfo>,
+    pub(crate) received: usize,
+    /// Bytes that will arrive (the message length clipped to the capacity).
+    pub(crate) expect: usize,
+    pub(crate) status: Status,
+    /// The rendezvous sender to acknowledge or the fragment stream's source, `(ep, sreq)`.
+    pub(crate) peer: Option<(usize, u64)>,
+    /// Outstanding get operations, and the RTS to read for a pending get.
+    pub(crate) gets: u32,
+    pub(crate) rts: Option<crate::proto::wire::RtsData>,
+    /// Bounce buffer for a get into data without addresses (generic datatypes).
+    pub(crate) bounce: Option<Vec<u8>>,
+    pub(crate) ack_sync: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct FlushOp {
+    pub(crate) ep: Option<usize>,
+    /// Transport flushes issued and not yet complete; `None` until issued.
+    pub(crate) uct: Option<u32>,
+    /// Destroy the endpoint when done (close).
+    pub(crate) close: bool,
+}
+
+/// Completion tokens of transport flushes carry this bit; the rest is the request id.
+pub(crate) const COMP_FLUSH: u64 = 1 << 63;
+
+/// All protocol state of a worker; the interfaces' event handler.
+pub(crate) struct Core {
+    pub(crate) uuid: u64,
+    pub(crate) address: Vec<u8>,
+    pub(crate) info: Vec<IfaceInfo>,
+    pub(crate) rndv_cfg: ucs::config::AutoSize,
+    pub(crate) zcopy_cfg: ucs::config::AutoSize,
+    pub(crate) eps: Slab<Ep>,
+    pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
+    pub(crate) reqs: Requests<Op>,
+    pub(crate) matcher: TagMatcher<Unexp, ReqId>,
+    pub(crate) frags: HashMap<(usize, u64), FragTarget>,
+    pub(crate) unexp_frags: Slab<FragBuf>,
+    pub(crate) ctrl: VecDeque<(usize, Ctrl)>,
+    /// Wire-up requests from peers, to answer (their decoded message and address).
+    pub(crate) accepts: VecDeque<(crate::proto::wire::Wireup, WorkerAddress)>,
+    /// Endpoints whose queue may move.
+    pub(crate) ready: VecDeque<usize>,
+    /// Receives that matched a get rendezvous and must issue their gets.
+    pub(crate) gets: VecDeque<ReqId>,
+    pub(crate) flushes: Vec<ReqId>,
+    /// Sends that may be complete (an ACK or transport completion arrived).
+    pub(crate) finished: Vec<ReqId>,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
+    /// Set when any of the queues above may hold work for `run_actions`.
+    pub(crate) work: bool,
+    /// The interface being progressed (for the handler).
+    pub(crate) cur_iface: usize,
+    pub(crate) stats: WorkerStats,
+}
+
+/// A worker. Driven by one thread at a time (`&mut self`); wrap it in a mutex for the
+/// serialized thread mode.
+pub struct Worker {
+    ctx: Arc<Context>,
+    ifaces: Vec<Box<dyn Iface>>,
+    core: Core,
+    epoll: ucs::wakeup::Epoll,
+    has_event_fd: bool,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("uuid", &self.core.uuid)
+            .field("ifaces", &self.core.info)
+            .field("eps", &self.core.eps.len())
+            .field("requests", &self.core.reqs.len())
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Opens every transport the context allows. Fails only when none opens.
+    pub fn new(ctx: &Arc<Context>) -> Result<Worker, Error> {
+        let mut ifaces: Vec<Box<dyn Iface>> = Vec::new();
+        let mut info = Vec::new();
+        let mut failures = Vec::new();
+        for res in &ctx.discovery.available {
+            match uct::open(res, &ctx.config) {
+                Ok(i) => {
+                    info.push(IfaceInfo {
+                        tl: res.tl,
+                        device: res.device.clone(),
+                        kind: res.kind,
+                        attr: i.attr().clone(),
+                    });
+                    ifaces.push(i);
+                }
+                Err(e) => {
+                    log::warn!("{e}");
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        if ifaces.is_empty() {
+            return Err(Error::NoTransport(if failures.is_empty() {
+                "none allowed by UCX_TLS".into()
+            } else {
+                failures.join("; ")
+            }));
+        }
+        let epoll = ucs::wakeup::Epoll::new().map_err(|source| Error::Os {
+            call: "epoll_create1",
+            source,
+        })?;
+        let mut has_event_fd = false;
+        for (i, iface) in ifaces.iter().enumerate() {
+            if let Some(fd) = iface.event_fd() {
+                epoll
+                    .add(fd, libc::EPOLLIN as u32, i as u64)
+                    .map_err(|source| Error::Os {
+                        call: "epoll_ctl",
+                        source,
+                    })?;
+                has_event_fd = true;
+            }
+        }
+        let uuid = rand::random::<u64>();
+        let address = WorkerAddress {
+            uuid,
+            host_id: ucs::sys::host_id(),
+            pid: std::process::id(),
+            tls: ifaces
+                .iter()
+                .zip(&info)
+                .map(|(i, inf)| TlAddress {
+                    tl: inf.tl.to_string(),
+                    device: inf.device.clone(),
+                    device_addr: i.device_address().to_vec(),
+                    iface_addr: i.iface_address().to_vec(),
+                })
+                .collect(),
+        }
+        .encode();
+        let core = Core {
+            uuid,
+            address,
+            info,
+            rndv_cfg: ctx.config.rndv_thresh,
+            zcopy_cfg: ctx.config.zcopy_thresh,
+            eps: Slab::new(),
+            uct_eps: HashMap::new(),
+            reqs: Requests::new(),
+            matcher: TagMatcher::with_capacity(64, 64),
+            frags: HashMap::new(),
+            unexp_frags: Slab::new(),
+            ctrl: VecDeque::new(),
+            accepts: VecDeque::new(),
+            ready: VecDeque::new(),
+            gets: VecDeque::new(),
+            flushes: Vec::new(),
+            finished: Vec::new(),
+            completions: VecDeque::new(),
+            ep_errors: VecDeque::new(),
+            work: false,
+            cur_iface: 0,
+            stats: WorkerStats::default(),
+        };
+        Ok(Worker {
+            ctx: Arc::clone(ctx),
+            ifaces,
+            core,
+            epoll,
+            has_event_fd,
+        })
+    }
+
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// This worker's address, for peers' `ep_create` (`ucp_worker_get_address`).
+    pub fn address(&self) -> &[u8] {
+        &self.core.address
+    }
+
+    /// The transports this worker opened, as `tl/device`.
+    pub fn transports(&self) -> Vec<String> {
+        self.core
+            .info
+            .iter()
+            .map(|i| format!("{}/{}", i.tl, i.device))
+            .collect()
+    }
+
+    pub fn stats(&self) -> WorkerStats {
+        self.core.stats
+    }
+
+    /// Makes progress on every interface and on the protocols; returns the number of
+    /// events handled (`ucp_worker_progress`).
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for (i, iface) in self.ifaces.iter_mut().enumerate() {
+            self.core.cur_iface = i;
+            n += iface.progress(&mut self.core);
+        }
+        if self.core.work {
+            n += self.run_actions();
+        }
+        n
+    }
+
+    /// Takes the next completion of a request posted with `notify`.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.core.completions.pop_front()
+    }
+
+    /// Takes the next endpoint failure (each failed endpoint is reported once).
+    pub fn poll_ep_error(&mut self) -> Option<(EpHandle, Status)> {
+        self.core.ep_errors.pop_front()
+    }
+
+    /// The status of a request: `InProgress` while it runs, then its final status
+    /// (`ucp_request_check_status`). A stale or unknown id gives `InvalidParam`.
+    pub fn request_status(&self, id: ReqId) -> Status {
+        match self.core.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Done { status, .. }) => *status,
+            Some(_) => Status::InProgress,
+            None => Status::InvalidParam,
+        }
+    }
+
+    /// For a completed receive: the sender's tag and the message length
+    /// (`ucp_tag_recv_request_test`).
+    pub fn request_info(&self, id: ReqId) -> Option<TagInfo> {
+        match self.core.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Done { info, .. }) => *info,
+            _ => None,
+        }
+    }
+
+    /// Releases a request handle (`ucp_request_free`): a finished request's slot is freed
+    /// now, a running one's when it finishes (its completion is then not reported).
+    pub fn request_free(&mut self, id: ReqId) {
+        let done = match self.core.reqs.get_mut(id) {
+            Some(r) => {
+                r.released = true;
+                r.notify = false;
+                matches!(r.state, Op::Done { .. })
+            }
+            None => false,
+        };
+        if done {
+            self.core.reqs.remove(id);
+        }
+    }
+
+    /// Runs until the request finishes, then frees it and returns its status and info.
+    pub fn wait(&mut self, id: ReqId) -> (Status, Option<TagInfo>) {
+        loop {
+            let s = self.request_status(id);
+            if s != Status::InProgress {
+                let info = self.request_info(id);
+                self.request_free(id);
+                return (s, info);
+            }
+            if self.progress() == 0 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// A descriptor that becomes readable when `progress` has something to do, after
+    /// `arm` succeeded (`ucp_worker_get_efd`). `None` when no interface can wake a sleeper
+    /// (then poll).
+    pub fn event_fd(&self) -> Option<RawFd> {
+        use std::os::fd::AsRawFd;
+        self.has_event_fd.then(|| self.epoll.as_raw_fd())
+    }
+
+    /// Prepares for sleeping on `event_fd` (`ucp_worker_arm`): `Err(Busy)` means there is
+    /// work already; progress instead of sleeping.
+    pub fn arm(&mut self) -> UcsResult<()> {
+        if self.core.work || !self.core.completions.is_empty() || !self.core.ep_errors.is_empty() {
+            return Err(Status::Busy);
+        }
+        // Drain the epoll readiness left from the last wakeup before arming again.
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        while self.epoll.wait(&mut ev, 0).unwrap_or(0) > 0 {}
+        for iface in self.ifaces.iter_mut() {
+            match iface.arm() {
+                Ok(()) | Err(Status::Unsupported) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps until `event_fd` is readable or `timeout_ms` passes (-1: forever)
+    /// (`ucp_worker_wait`, after a successful `arm`).
+    pub fn wait_event(&mut self, timeout_ms: i32) -> UcsResult<()> {
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        self.epoll
+            .wait(&mut ev, timeout_ms)
+            .map(drop)
+            .map_err(|_| Status::IoError)
+    }
+
+    /// Runs the actions the handlers queued; returns how many ran.
+    fn run_actions(&mut self) -> usize {
+        self.core.work = false;
+        let mut n = 0;
+        let Worker { ifaces, core, .. } = self;
+        while let Some((w, addr)) = core.accepts.pop_front() {
+            wireup::accept(ifaces, core, w, addr);
+            n += 1;
+        }
+        let mut blocked = 0;
+        let len = core.ctrl.len();
+        for _ in 0..len {
+            let Some((ep, c)) = core.ctrl.pop_front() else {
+                break;
+            };
+            match wireup::send_ctrl(ifaces, core, ep, &c) {
+                Err(Status::NoResource) => {
+                    core.ctrl.push_back((ep, c));
+                    blocked += 1;
+                }
+                Err(e) => log::debug!("ucp: control message to ep {ep} dropped: {e}"),
+                Ok(()) => n += 1,
+            }
+        }
+        for id in std::mem::take(&mut core.finished) {
+            tag::maybe_finish_send(ifaces, core, id);
+            n += 1;
+        }
+        while let Some(id) = core.gets.pop_front() {
+            tag::start_get(ifaces, core, id);
+            n += 1;
+        }
+        let ready: Vec<usize> = core.ready.drain(..).collect();
+        for ep in ready {
+            if tag::drain_queue(ifaces, core, ep) {
+                n += 1;
+            }
+        }
+        if !core.flushes.is_empty() {
+            n += wireup::progress_flushes(ifaces, core);
+        }
+        if blocked > 0 || !core.ready.is_empty() || !core.flushes.is_empty() {
+            core.work = true;
+        }
+        n
+    }
+}
+
+impl Core {
+    /// Finishes request `id` with `status`: reports it, or frees it when released.
+    pub(crate) fn complete(&mut self, id: ReqId, status: Status, info: Option<TagInfo>) {
+        let Some(r) = self.reqs.get_mut(id) else {
+            return;
+        };
+        if let Op::Send(s) = &r.state {
+            let ep = s.ep;
+            if let Some(e) = self.eps.get_mut(ep) {
+                e.outstanding = e.outstanding.saturating_sub(1);
+            }
+        }
+        r.state = Op::Done { status, info };
+        if r.notify {
+            self.completions.push_back(Completion {
+                req: id,
+                status,
+                info,
+                user_data: r.user_data,
+            });
+        }
+        if r.released {
+            self.reqs.remove(id);
+        }
+    }
+
+    pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {
+        self.ctrl.push_back((ep, c));
+        self.work = true;
+    }
+
+    pub(crate) fn mark_ready(&mut self, ep: usize) {
+        self.ready.push_back(ep);
+        self.work = true;
+    }
+}

@@ -1,0 +1,781 @@
+//! Tag send and receive: the user calls, and the protocols that move the data (eager
+//! short/bcopy/zcopy, multi-fragment eager, synchronous eager, rendezvous get-zcopy and
+//! the rendezvous AM pipeline). What happens when protocol messages arrive is in
+//! `handler.rs`.
+
+use smallvec::SmallVec;
+use ucs::{Status, UcsResult};
+use uct::{Done, Iface, Iov, MemoryType};
+
+use super::{wireup, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
+use crate::buf;
+use crate::datatype::{Data, DataState};
+use crate::proto::select::{Op as SelOp, Proto};
+use crate::proto::wire::{self, FirstHdr, FragHdr, RemoteSeg, RtsData, FLAG_SYNC};
+use crate::request::ReqId;
+use crate::tag::{MessageHandle, PostResult, TagInfo};
+
+use super::EpHandle;
+
+/// Options of a send.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendParams {
+    /// Complete only once the receiver has matched the message (`ucp_tag_send_sync_nbx`).
+    pub sync: bool,
+    /// Reported back with the completion.
+    pub user_data: u64,
+    /// Report the completion through `Worker::poll_completion`.
+    pub notify: bool,
+}
+
+/// Options of a receive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvParams {
+    pub user_data: u64,
+    pub notify: bool,
+}
+
+impl Worker {
+    /// Sends `data` tagged `tag` on `ep` (`ucp_tag_send_nbx`). `Ok(None)`: done already,
+    /// the buffer may be reused. `Ok(Some(id))`: the request to test, wait for, and free.
+    pub fn tag_send(
+        &mut self,
+        ep: EpHandle,
+        data: &Data,
+        tag: u64,
+        p: SendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        let Worker { ifaces, core, .. } = self;
+        let idx = ep.idx();
+        let e = core.eps.get(idx).ok_or(Status::InvalidParam)?;
+        if let Some(s) = e.failed {
+            return Err(s);
+        }
+        let mut st = data.start_pack();
+        let total = st.len();
+        let sop = if p.sync {
+            SelOp::TagSendSync
+        } else {
+            SelOp::TagSend
+        };
+        let mut proto = e.thresh.select(sop, MemoryType::Host, data.class(), total);
+        if proto == Proto::RndvGet && !rts_fits(core, idx, data) {
+            proto = Proto::RndvAm;
+        }
+        // Fast path: a single message that needs no request.
+        if e.queue.is_empty() && e.remote_id.is_some() && !p.sync {
+            let lane = e.am;
+            let iface = &mut ifaces[lane.iface];
+            let r = match (proto, &st) {
+                (Proto::EagerShort, DataState::Contig(b)) => {
+                    b.with_slice(|s| iface.am_short(lane.ep, wire::AM_EAGER, tag, s))
+                }
+                (Proto::EagerBcopy, _) => iface
+                    .am_bcopy(lane.ep, wire::AM_EAGER, &mut |buf| {
+                        buf[..8].copy_from_slice(&tag.to_le_bytes());
+                        8 + st.pack(0, &mut buf[8..8 + total])
+                    })
+                    .map(drop),
+                _ => Err(Status::NoResource),
+            };
+            match r {
+                Ok(()) => {
+                    if proto == Proto::EagerShort {
+                        core.stats.eager_short += 1;
+                    } else {
+                        core.stats.eager_bcopy += 1;
+                    }
+                    if p.notify {
+                        // The caller asked for a completion event: give it a request.
+                        let id = core.reqs.insert(
+                            Op::Done {
+                                status: Status::Ok,
+                                info: None,
+                            },
+                            p.user_data,
+                            true,
+                        );
+                        core.completions.push_back(crate::request::Completion {
+                            req: id,
+                            status: Status::Ok,
+                            info: None,
+                            user_data: p.user_data,
+                        });
+                        return Ok(Some(id));
+                    }
+                    return Ok(None);
+                }
+                Err(Status::NoResource) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match proto {
+            Proto::EagerShort => core.stats.eager_short += 1,
+            Proto::EagerBcopy => core.stats.eager_bcopy += 1,
+            Proto::EagerZcopy => core.stats.eager_zcopy += 1,
+            Proto::EagerMulti => core.stats.eager_multi += 1,
+            Proto::RndvGet => core.stats.rndv_get += 1,
+            Proto::RndvAm => core.stats.rndv_am += 1,
+        }
+        let id = core.reqs.insert(
+            Op::Send(SendOp {
+                ep: idx,
+                tag,
+                data: st,
+                total,
+                proto,
+                flags: if p.sync { FLAG_SYNC } else { 0 },
+                started: false,
+                offset: 0,
+                rreq: None,
+                wait_ack: false,
+                wait_comp: 0,
+                memh: None,
+                queued: false,
+            }),
+            p.user_data,
+            p.notify,
+        );
+        let e = &mut core.eps[idx];
+        e.outstanding += 1;
+        if e.queue.is_empty() && e.remote_id.is_some() {
+            match push_send(ifaces, core, id) {
+                Ok(true) => {}
+                Ok(false) => enqueue(core, idx, id),
+                Err(s) => core.complete(id, s, None),
+            }
+        } else {
+            enqueue(core, idx, id);
+        }
+        maybe_finish_send(ifaces, core, id);
+        Ok(Some(id))
+    }
+
+    /// Posts a receive for `(tag, tag_mask)` into `data` (`ucp_tag_recv_nbx`).
+    pub fn tag_recv(
+        &mut self,
+        data: &Data,
+        tag: u64,
+        tag_mask: u64,
+        p: RecvParams,
+    ) -> UcsResult<ReqId> {
+        let core = &mut self.core;
+        let id = core
+            .reqs
+            .insert(Op::Recv(new_recv(data)), p.user_data, p.notify);
+        match core.matcher.post_recv(tag, tag_mask, id) {
+            PostResult::Matched(m) => deliver(core, m.info, m.msg, id),
+            PostResult::Queued(h) => {
+                if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+                    r.handle = Some(h);
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    /// Looks for an unexpected message matching `(tag, tag_mask)` (`ucp_tag_probe_nb`).
+    /// With `remove`, the message leaves the queue and the handle receives it later.
+    pub fn tag_probe(
+        &mut self,
+        tag: u64,
+        tag_mask: u64,
+        remove: bool,
+    ) -> Option<(TagInfo, Option<MessageHandle>)> {
+        self.core
+            .matcher
+            .probe(tag, tag_mask, remove)
+            .map(|r| (r.info, r.message))
+    }
+
+    /// Receives a message taken by `tag_probe(.., remove = true)` (`ucp_tag_msg_recv_nbx`).
+    pub fn tag_msg_recv(
+        &mut self,
+        data: &Data,
+        msg: MessageHandle,
+        p: RecvParams,
+    ) -> UcsResult<ReqId> {
+        let core = &mut self.core;
+        let id = core
+            .reqs
+            .insert(Op::Recv(new_recv(data)), p.user_data, p.notify);
+        match core.matcher.msg_recv(msg, id) {
+            Ok(m) => {
+                deliver(core, m.info, m.msg, id);
+                Ok(id)
+            }
+            Err(id) => {
+                core.reqs.remove(id);
+                Err(Status::InvalidParam)
+            }
+        }
+    }
+
+    /// Cancels a receive that has not matched yet (`ucp_request_cancel`): it completes with
+    /// `Canceled`. Anything else is left to finish.
+    pub fn request_cancel(&mut self, id: ReqId) {
+        let core = &mut self.core;
+        let h = match core.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Recv(r)) => r.handle,
+            _ => None,
+        };
+        if let Some(h) = h {
+            if core.matcher.cancel(h).is_some() {
+                core.complete(id, Status::Canceled, None);
+            }
+        }
+    }
+
+    /// Unexpected messages waiting for a receive.
+    pub fn unexpected_len(&self) -> usize {
+        self.core.matcher.unexpected_len()
+    }
+}
+
+fn new_recv(data: &Data) -> RecvOp {
+    RecvOp {
+        data: data.start_unpack(),
+        handle: None,
+        info: None,
+        received: 0,
+        expect: 0,
+        status: Status::Ok,
+        peer: None,
+        gets: 0,
+        rts: None,
+        bounce: None,
+        ack_sync: false,
+    }
+}
+
+/// Whether a get-rendezvous RTS for `data` fits one bcopy message of `ep`'s AM lane.
+fn rts_fits(core: &Core, ep: usize, data: &Data) -> bool {
+    let entries = match data {
+        Data::Contig(_) => 1,
+        Data::Iov(v) => v.len(),
+        Data::Generic { .. } => return false,
+    };
+    let seg = core.info[core.eps[ep].am.iface].attr.am.max_bcopy;
+    wire::EAGER_FIRST_HDR + 1 + 2 + 64 + 4 + 16 * entries <= seg
+}
+
+fn enqueue(core: &mut Core, ep: usize, id: ReqId) {
+    if let Some(Op::Send(s)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        if !s.queued {
+            s.queued = true;
+            core.eps[ep].queue.push_back(id);
+        }
+    }
+}
+
+/// Sends what request `id` can send now. `Ok(true)`: nothing more to send until a peer
+/// answers; `Ok(false)`: out of resources, call again later.
+pub(super) fn push_send(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    id: ReqId,
+) -> UcsResult<bool> {
+    let Core {
+        reqs, eps, info, ..
+    } = core;
+    let Some(Op::Send(s)) = reqs.get_mut(id).map(|r| &mut r.state) else {
+        return Ok(true);
+    };
+    let e = &eps[s.ep];
+    let rid = e.remote_id.ok_or(Status::NotConnected)?;
+    let lane = e.am;
+    let rma = e.rma;
+    let seg = info[lane.iface].attr.am.max_bcopy;
+    let iface = &mut ifaces[lane.iface];
+    let total = s.total;
+    let sync = s.flags & FLAG_SYNC != 0;
+    let tag = s.tag;
+    let nb = |r: UcsResult<usize>| -> UcsResult<Option<usize>> {
+        match r {
+            Ok(n) => Ok(Some(n)),
+            Err(Status::NoResource) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    match s.proto {
+        Proto::EagerShort => {
+            let r = match &s.data {
+                DataState::Contig(b) => {
+                    b.with_slice(|d| iface.am_short(lane.ep, wire::AM_EAGER, tag, d))
+                }
+                _ => Err(Status::InvalidParam),
+            };
+            if nb(r.map(|()| 0))?.is_none() {
+                return Ok(false);
+            }
+            s.started = true;
+            s.offset = total;
+        }
+        Proto::EagerBcopy => {
+            let data = &mut s.data;
+            let r = if sync {
+                iface.am_bcopy(lane.ep, wire::AM_EAGER_SYNC, &mut |buf| {
+                    buf[0..8].copy_from_slice(&tag.to_le_bytes());
+                    buf[8..12].copy_from_slice(&rid.to_le_bytes());
+                    buf[12..20].copy_from_slice(&id.0.to_le_bytes());
+                    let h = wire::EAGER_SYNC_HDR;
+                    h + data.pack(0, &mut buf[h..h + total])
+                })
+            } else {
+                iface.am_bcopy(lane.ep, wire::AM_EAGER, &mut |buf| {
+                    buf[..8].copy_from_slice(&tag.to_le_bytes());
+                    8 + data.pack(0, &mut buf[8..8 + total])
+                })
+            };
+            if nb(r)?.is_none() {
+                return Ok(false);
+            }
+            s.started = true;
+            s.offset = total;
+            s.wait_ack = sync;
+        }
+        Proto::EagerZcopy => {
+            let iov: SmallVec<[Iov; 8]> = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
+            match buf::am_zcopy(
+                iface.as_mut(),
+                lane.ep,
+                wire::AM_EAGER,
+                &tag.to_le_bytes(),
+                &iov,
+                id.0,
+            ) {
+                Ok(Done::Now) => {}
+                Ok(Done::Later) => s.wait_comp += 1,
+                Err(Status::NoResource) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            s.started = true;
+            s.offset = total;
+        }
+        Proto::EagerMulti => {
+            if !s.started {
+                let hdr = FirstHdr {
+                    tag,
+                    ep: rid,
+                    flags: s.flags,
+                    sreq: id.0,
+                    total: total as u64,
+                };
+                let data = &mut s.data;
+                let r = iface.am_bcopy(lane.ep, wire::AM_EAGER_FIRST, &mut |buf| {
+                    let h = wire::EAGER_FIRST_HDR;
+                    hdr.write(&mut buf[..h]);
+                    h + data.pack(0, &mut buf[h..seg])
+                });
+                let Some(n) = nb(r)? else { return Ok(false) };
+                s.started = true;
+                s.offset = n - wire::EAGER_FIRST_HDR;
+                s.wait_ack = sync;
+            }
+            while s.offset < total {
+                let hdr = FragHdr {
+                    ep: rid,
+                    req: id.0,
+                    offset: s.offset as u64,
+                };
+                let (data, off) = (&mut s.data, s.offset);
+                let r = iface.am_bcopy(lane.ep, wire::AM_EAGER_MIDDLE, &mut |buf| {
+                    let h = wire::EAGER_MIDDLE_HDR;
+                    hdr.write(&mut buf[..h]);
+                    h + data.pack(off, &mut buf[h..seg])
+                });
+                let Some(n) = nb(r)? else { return Ok(false) };
+                s.offset += n - wire::EAGER_MIDDLE_HDR;
+            }
+        }
+        Proto::RndvGet => {
+            let rma = rma.ok_or(Status::Unsupported)?;
+            let iov = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
+            let segs: Vec<RemoteSeg> = iov
+                .iter()
+                .filter(|v| v.length > 0)
+                .map(|v| RemoteSeg {
+                    addr: v.buffer as u64,
+                    len: v.length as u64,
+                })
+                .collect();
+            // One registration spanning every segment: its remote key bounds what the
+            // receiver may read.
+            let lo = segs.iter().map(|v| v.addr).min().unwrap_or(0);
+            let hi = segs.iter().map(|v| v.addr + v.len).max().unwrap_or(0);
+            let (rkey, memh) = match &s.memh {
+                Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
+                None => {
+                    let md = ifaces[rma.iface].md();
+                    let m = buf::register_span(md, lo, (hi - lo) as usize)?;
+                    (md.mkey_pack(&m), Some(m))
+                }
+            };
+            if let Some(m) = memh {
+                s.memh = Some((rma.iface, m));
+            }
+            let msg = wire::encode_rts(
+                &FirstHdr {
+                    tag,
+                    ep: rid,
+                    flags: s.flags,
+                    sreq: id.0,
+                    total: total as u64,
+                },
+                &RtsData::Get { rkey, segs },
+            );
+            let iface = &mut ifaces[lane.iface];
+            if nb(send_bytes(iface.as_mut(), lane, wire::AM_RTS, &msg))?.is_none() {
+                return Ok(false);
+            }
+            s.started = true;
+            s.offset = total;
+            s.wait_ack = true;
+        }
+        Proto::RndvAm => {
+            if !s.started {
+                let msg = wire::encode_rts(
+                    &FirstHdr {
+                        tag,
+                        ep: rid,
+                        flags: s.flags,
+                        sreq: id.0,
+                        total: total as u64,
+                    },
+                    &RtsData::Am,
+                );
+                if nb(send_bytes(iface.as_mut(), lane, wire::AM_RTS, &msg))?.is_none() {
+                    return Ok(false);
+                }
+                s.started = true;
+            }
+            let Some(rreq) = s.rreq else {
+                // The RTR puts the request back in the queue.
+                return Ok(true);
+            };
+            while s.offset < total {
+                let hdr = FragHdr {
+                    ep: rid,
+                    req: rreq,
+                    offset: s.offset as u64,
+                };
+                let (data, off) = (&mut s.data, s.offset);
+                let r = iface.am_bcopy(lane.ep, wire::AM_RNDV_DATA, &mut |buf| {
+                    let h = wire::RNDV_DATA_HDR;
+                    hdr.write(&mut buf[..h]);
+                    h + data.pack(off, &mut buf[h..seg])
+                });
+                let Some(n) = nb(r)? else { return Ok(false) };
+                s.offset += n - wire::RNDV_DATA_HDR;
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn send_bytes(iface: &mut dyn Iface, lane: super::Lane, id: u8, b: &[u8]) -> UcsResult<usize> {
+    iface
+        .am_bcopy(lane.ep, id, &mut |buf| {
+            if buf.len() < b.len() {
+                return 0;
+            }
+            buf[..b.len()].copy_from_slice(b);
+            b.len()
+        })
+        .and_then(|n| {
+            if n == b.len() {
+                Ok(n)
+            } else {
+                Err(Status::MessageTruncated)
+            }
+        })
+}
+
+/// Completes send `id` if nothing about it is outstanding any more.
+pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
+    let Some(Op::Send(s)) = core.reqs.get(id).map(|r| &r.state) else {
+        return;
+    };
+    let sent = s.started && s.offset >= s.total && (s.proto != Proto::RndvAm || s.rreq.is_some());
+    if !sent || s.wait_ack || s.wait_comp > 0 {
+        return;
+    }
+    if let Some((i, m)) = s.memh {
+        let _ = ifaces[i].md().mem_dereg(&m);
+    }
+    core.complete(id, Status::Ok, None);
+}
+
+/// Sends the queued requests of `ep` in order until one blocks. Returns whether any moved.
+pub(super) fn drain_queue(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usize) -> bool {
+    let mut moved = false;
+    loop {
+        let Some(e) = core.eps.get(ep) else {
+            return moved;
+        };
+        if e.failed.is_some() || e.remote_id.is_none() {
+            return moved;
+        }
+        let Some(&id) = e.queue.front() else {
+            return moved;
+        };
+        match push_send(ifaces, core, id) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Out of resources: try again on the next progress.
+                core.mark_ready(ep);
+                return moved;
+            }
+            Err(s) => core.complete(id, s, None),
+        }
+        moved = true;
+        core.eps[ep].queue.pop_front();
+        if let Some(Op::Send(s)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+            s.queued = false;
+        }
+        maybe_finish_send(ifaces, core, id);
+    }
+}
+
+/// Delivers a matched message `msg` (with `info`) into receive `id`.
+pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
+    match msg {
+        Unexp::Eager { data, sync } => {
+            recv_eager(core, id, info, &data);
+            if let Some((ep, sreq)) = sync {
+                core.queue_ctrl(
+                    ep,
+                    Ctrl::Ack {
+                        sreq,
+                        status: Status::Ok,
+                    },
+                );
+            }
+        }
+        Unexp::Frag(f) => {
+            let fb = core.unexp_frags.remove(f);
+            let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+                return;
+            };
+            r.handle = None;
+            r.info = Some(info);
+            r.expect = info.length;
+            r.received = fb.received;
+            r.peer = Some((fb.ep, fb.sreq));
+            r.ack_sync = fb.sync;
+            if let Err(s) = r.data.unpack(0, &fb.buf[..fb.received]) {
+                r.status = s;
+            }
+            if fb.received >= info.length {
+                finish_recv(core, id);
+            } else {
+                core.frags.insert((fb.ep, fb.sreq), FragTarget::Recv(id));
+            }
+        }
+        Unexp::Rts { ep, sreq, rts } => start_rndv_recv(core, id, info, ep, sreq, rts),
+    }
+}
+
+/// A whole eager message for receive `id`.
+pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u8]) {
+    let status = match core.reqs.get_mut(id).map(|r| &mut r.state) {
+        Some(Op::Recv(r)) => match r.data.unpack(0, payload) {
+            Ok(()) => Status::Ok,
+            Err(s) => s,
+        },
+        _ => return,
+    };
+    core.complete(id, status, Some(info));
+}
+
+/// Completes a receive whose bytes have all arrived, acknowledging a synchronous send.
+pub(super) fn finish_recv(core: &mut Core, id: ReqId) {
+    let Some(Op::Recv(r)) = core.reqs.get(id).map(|r| &r.state) else {
+        return;
+    };
+    let (status, info, peer, sync) = (r.status, r.info, r.peer, r.ack_sync);
+    if sync {
+        if let Some((ep, sreq)) = peer {
+            core.queue_ctrl(
+                ep,
+                Ctrl::Ack {
+                    sreq,
+                    status: Status::Ok,
+                },
+            );
+        }
+    }
+    core.complete(id, status, info);
+}
+
+/// A rendezvous RTS matched receive `id`.
+pub(super) fn start_rndv_recv(
+    core: &mut Core,
+    id: ReqId,
+    info: TagInfo,
+    ep: usize,
+    sreq: u64,
+    rts: RtsData,
+) {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    r.handle = None;
+    r.info = Some(info);
+    r.expect = info.length;
+    r.peer = Some((ep, sreq));
+    if info.length > r.data.len() {
+        // Truncated: release the sender without moving data.
+        core.queue_ctrl(
+            ep,
+            Ctrl::Ack {
+                sreq,
+                status: Status::Ok,
+            },
+        );
+        core.complete(id, Status::MessageTruncated, Some(info));
+        return;
+    }
+    match rts {
+        RtsData::Get { .. } => {
+            r.rts = Some(rts);
+            core.gets.push_back(id);
+            core.work = true;
+        }
+        RtsData::Am => {
+            if info.length == 0 {
+                core.queue_ctrl(ep, Ctrl::Rtr { sreq, rreq: id.0 });
+                core.complete(id, Status::Ok, Some(info));
+                return;
+            }
+            core.queue_ctrl(ep, Ctrl::Rtr { sreq, rreq: id.0 });
+        }
+    }
+}
+
+/// Issues the gets of a matched get-rendezvous receive.
+pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    let Some(RtsData::Get { rkey, segs }) = r.rts.take() else {
+        return;
+    };
+    let Some((ep, sreq)) = r.peer else { return };
+    let total = r.expect;
+    let Some(lane) = core.eps.get(ep).and_then(|e| e.rma) else {
+        fail_get(core, id, ep, sreq, Status::Unsupported);
+        return;
+    };
+    let iface = &mut ifaces[lane.iface];
+    let rk = match iface.md().rkey_unpack(&rkey) {
+        Ok(k) => k,
+        Err(s) => {
+            fail_get(core, id, ep, sreq, s);
+            return;
+        }
+    };
+    let local: SmallVec<[Iov; 8]> = match r.data.iovs(0, total) {
+        Some(v) => v,
+        None => {
+            // Generic data: read into a bounce buffer owned by the request, unpack after.
+            let b = r.bounce.insert(vec![0u8; total]);
+            smallvec::smallvec![Iov::from_mut_slice(b)]
+        }
+    };
+    let mut err = None;
+    let mut later = 0u32;
+    let mut li = 0usize;
+    let mut loff = 0usize;
+    for seg in &segs {
+        // The local pieces covering this remote segment.
+        let mut pieces: SmallVec<[Iov; 8]> = SmallVec::new();
+        let mut need = seg.len as usize;
+        while need > 0 && li < local.len() {
+            let l = local[li];
+            let take = (l.length - loff).min(need);
+            pieces.push(Iov {
+                buffer: l.buffer.wrapping_add(loff),
+                length: take,
+            });
+            need -= take;
+            loff += take;
+            if loff == l.length {
+                li += 1;
+                loff = 0;
+            }
+        }
+        match buf::get_zcopy(iface.as_mut(), lane.ep, &pieces, seg.addr, &rk, id.0) {
+            Ok(Done::Now) => {}
+            Ok(Done::Later) => later += 1,
+            Err(s) => {
+                err = Some(s);
+                break;
+            }
+        }
+    }
+    if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        r.gets += later;
+        if let Some(s) = err {
+            r.status = s;
+        }
+        if r.gets == 0 {
+            finish_get(core, id);
+        }
+    }
+}
+
+fn fail_get(core: &mut Core, id: ReqId, ep: usize, sreq: u64, s: Status) {
+    log::warn!("ucp: rendezvous get failed: {s}");
+    core.queue_ctrl(ep, Ctrl::Ack { sreq, status: s });
+    let info = match core.reqs.get(id).map(|r| &r.state) {
+        Some(Op::Recv(r)) => r.info,
+        _ => None,
+    };
+    core.complete(id, s, info);
+}
+
+/// Every get of receive `id` finished: unpack a bounce buffer, acknowledge, complete.
+pub(super) fn finish_get(core: &mut Core, id: ReqId) {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    if let Some(b) = r.bounce.take() {
+        if let Err(s) = r.data.unpack(0, &b) {
+            r.status = s;
+        }
+    }
+    r.received = r.expect;
+    let (status, info, peer) = (r.status, r.info, r.peer);
+    if let Some((ep, sreq)) = peer {
+        core.queue_ctrl(ep, Ctrl::Ack { sreq, status });
+    }
+    core.complete(id, status, info);
+}
+
+/// A transport completion for request `id`.
+pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
+    match core.reqs.get_mut(id).map(|r| &mut r.state) {
+        Some(Op::Send(s)) => {
+            s.wait_comp = s.wait_comp.saturating_sub(1);
+            if status != Status::Ok {
+                core.complete(id, status, None);
+            } else {
+                // Finishing may deregister memory: the worker does it in run_actions.
+                core.finished.push(id);
+                core.work = true;
+            }
+        }
+        Some(Op::Recv(r)) => {
+            r.gets = r.gets.saturating_sub(1);
+            if status != Status::Ok {
+                r.status = status;
+            }
+            if r.gets == 0 {
+                finish_get(core, id);
+            }
+        }
+        Some(Op::Flush(_)) => wireup::flush_completion(core, id),
+        _ => {}
+    }
+}

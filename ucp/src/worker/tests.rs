@@ -1,0 +1,502 @@
+//! Two workers in one process, driven by one thread: every protocol over every transport
+//! that connects them (self for a worker talking to itself; posix + cma, and tcp over
+//! loopback, between two workers). The multi-process versions are in the `tests` crate.
+
+use std::sync::Arc;
+
+use smallvec::smallvec;
+use ucs::{Config, Status};
+
+use super::*;
+use crate::buf::Buf;
+use crate::datatype::{Data, GenericDt, PackState, UnpackState};
+use crate::proto::select::Proto;
+
+fn ctx(tls: &str) -> Arc<Context> {
+    let tls = tls.to_string();
+    Context::new(
+        Config::from_lookup(|k| match k {
+            "TLS" => Some(tls.clone()),
+            "NET_DEVICES" => Some("lo".into()),
+            _ => None,
+        })
+        .unwrap(),
+    )
+}
+
+/// Progresses both workers until `done` or 10 s pass.
+fn drive(a: &mut Worker, b: &mut Worker, mut done: impl FnMut(&Worker, &Worker) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(a, b) {
+        a.progress();
+        b.progress();
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "timed out"
+        );
+    }
+}
+
+fn pair(tls: &str) -> (Worker, Worker, EpHandle, EpHandle) {
+    let c = ctx(tls);
+    let mut a = Worker::new(&c).unwrap();
+    let mut b = Worker::new(&c).unwrap();
+    let ab = a.ep_create(b.address()).unwrap();
+    let ba = b.ep_create(a.address()).unwrap();
+    (a, b, ab, ba)
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn contig(v: &[u8]) -> Data {
+    // SAFETY: every test keeps the vector alive and untouched until the request completes.
+    Data::Contig(unsafe { Buf::from_slice(v) })
+}
+
+fn contig_mut(v: &mut [u8]) -> Data {
+    // SAFETY: as above.
+    Data::Contig(unsafe { Buf::from_mut_slice(v) })
+}
+
+/// Sends `n` bytes a→b with `sync`, checks data and completion; returns the protocol used.
+fn round(a: &mut Worker, b: &mut Worker, ab: EpHandle, n: usize, sync: bool) -> Proto {
+    let src = pattern(n, n as u8);
+    let mut dst = vec![0u8; n];
+    let before = a.stats();
+    let tag = 0x1000 + n as u64;
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), tag, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(
+            ab,
+            &contig(&src),
+            tag,
+            SendParams {
+                sync,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    drive(a, b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    if let Some(s) = s {
+        assert_eq!(a.wait(s).0, Status::Ok, "send of {n}");
+    }
+    let (st, info) = b.wait(r);
+    assert_eq!(st, Status::Ok, "recv of {n}");
+    let info = info.unwrap();
+    assert_eq!((info.sender_tag, info.length), (tag, n));
+    assert!(dst == src, "data of {n} bytes");
+    let after = a.stats();
+    let d = |f: fn(&WorkerStats) -> u64| f(&after) - f(&before);
+    match () {
+        _ if d(|s| s.eager_short) > 0 => Proto::EagerShort,
+        _ if d(|s| s.eager_bcopy) > 0 => Proto::EagerBcopy,
+        _ if d(|s| s.eager_zcopy) > 0 => Proto::EagerZcopy,
+        _ if d(|s| s.eager_multi) > 0 => Proto::EagerMulti,
+        _ if d(|s| s.rndv_get) > 0 => Proto::RndvGet,
+        _ => Proto::RndvAm,
+    }
+}
+
+fn sizes_around_switch_points(w: &Worker, ep: EpHandle) -> Vec<usize> {
+    let t = w.core.eps[ep.idx()].thresh;
+    let mut v = vec![0, 1, 8, 100, 4096, 300_000];
+    let mut edges = vec![t.max_bcopy, t.max_bcopy_sync];
+    edges.extend(t.max_short);
+    if let Some((a, b)) = t.zcopy {
+        edges.extend([a, b]);
+    }
+    if t.rndv < 4 << 20 {
+        edges.push(t.rndv);
+    }
+    for e in edges {
+        v.extend([e.saturating_sub(1), e, e + 1]);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn all_sizes(tls: &str, expect: &[Proto]) {
+    let (mut a, mut b, ab, _ba) = pair(tls);
+    let mut seen = Vec::new();
+    for n in sizes_around_switch_points(&a, ab) {
+        for sync in [false, true] {
+            let p = round(&mut a, &mut b, ab, n, sync);
+            if !seen.contains(&p) {
+                seen.push(p);
+            }
+        }
+    }
+    for p in expect {
+        assert!(seen.contains(p), "{tls}: {p} never used ({seen:?})");
+    }
+}
+
+#[test]
+fn every_size_class_over_shm() {
+    all_sizes(
+        "posix,cma",
+        &[
+            Proto::EagerShort,
+            Proto::EagerBcopy,
+            Proto::EagerMulti,
+            Proto::RndvGet,
+        ],
+    );
+}
+
+#[test]
+fn every_size_class_over_tcp() {
+    all_sizes(
+        "tcp",
+        &[
+            Proto::EagerShort,
+            Proto::EagerBcopy,
+            Proto::EagerZcopy,
+            Proto::EagerMulti,
+            Proto::RndvAm,
+        ],
+    );
+}
+
+#[test]
+fn worker_talks_to_itself_over_self() {
+    let c = ctx("self");
+    let mut w = Worker::new(&c).unwrap();
+    let own = w.address().to_vec();
+    let ep = w.ep_create(&own).unwrap();
+    for n in [0usize, 8, 5000, 100_000] {
+        let src = pattern(n, 3);
+        let mut dst = vec![0u8; n];
+        let r = w
+            .tag_recv(&contig_mut(&mut dst), 9, u64::MAX, RecvParams::default())
+            .unwrap();
+        let s = w
+            .tag_send(ep, &contig(&src), 9, SendParams::default())
+            .unwrap();
+        if let Some(s) = s {
+            assert_eq!(w.wait(s).0, Status::Ok);
+        }
+        assert_eq!(w.wait(r).0, Status::Ok);
+        assert!(dst == src, "{n}");
+    }
+}
+
+#[test]
+fn unexpected_then_posted_in_order_with_mixed_sizes() {
+    for tls in ["posix,cma", "tcp"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        let sizes = [10usize, 20_000, 3, 200_000, 0, 9000, 1 << 20];
+        let srcs: Vec<Vec<u8>> = sizes.iter().map(|&n| pattern(n, 7)).collect();
+        let mut sends = Vec::new();
+        for s in &srcs {
+            // All with the same tag: they must be received in send order.
+            sends.extend(
+                a.tag_send(ab, &contig(s), 5, SendParams::default())
+                    .unwrap(),
+            );
+        }
+        // Let everything that can arrive unexpectedly arrive.
+        for _ in 0..2000 {
+            a.progress();
+            b.progress();
+        }
+        assert!(b.unexpected_len() > 0, "{tls}");
+        let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        let reqs: Vec<ReqId> = dsts
+            .iter_mut()
+            .map(|d| {
+                b.tag_recv(&contig_mut(d), 5, u64::MAX, RecvParams::default())
+                    .unwrap()
+            })
+            .collect();
+        drive(&mut a, &mut b, |a, b| {
+            reqs.iter()
+                .all(|&r| b.request_status(r) != Status::InProgress)
+                && sends
+                    .iter()
+                    .all(|&s| a.request_status(s) != Status::InProgress)
+        });
+        for (i, r) in reqs.into_iter().enumerate() {
+            let (st, info) = b.wait(r);
+            assert_eq!(st, Status::Ok, "{tls} #{i}");
+            assert_eq!(info.unwrap().length, sizes[i]);
+        }
+        assert_eq!(dsts, srcs, "{tls}");
+    }
+}
+
+#[test]
+fn iov_shapes_differ_on_each_side() {
+    for tls in ["posix,cma", "tcp"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        for total in [100usize, 50_000, 600_000] {
+            let src = pattern(total, 1);
+            // Sender: 7 pieces of uneven size; receiver: 3 pieces.
+            let cuts = [
+                0,
+                total / 9,
+                total / 5,
+                total / 3,
+                total / 2,
+                total * 2 / 3,
+                total * 7 / 8,
+                total,
+            ];
+            // SAFETY: src outlives the send.
+            let siov: smallvec::SmallVec<[Buf; 4]> = cuts
+                .windows(2)
+                .map(|w| unsafe { Buf::from_slice(&src[w[0]..w[1]]) })
+                .collect();
+            let mut d1 = vec![0u8; total / 4];
+            let mut d2 = vec![0u8; total / 2];
+            let mut d3 = vec![0u8; total - total / 4 - total / 2];
+            // SAFETY: the destination vectors outlive the receive.
+            let riov: smallvec::SmallVec<[Buf; 4]> = unsafe {
+                smallvec![
+                    Buf::from_mut_slice(&mut d1),
+                    Buf::from_mut_slice(&mut d2),
+                    Buf::from_mut_slice(&mut d3)
+                ]
+            };
+            let r = b
+                .tag_recv(&Data::Iov(riov), 1, u64::MAX, RecvParams::default())
+                .unwrap();
+            let s = a
+                .tag_send(ab, &Data::Iov(siov), 1, SendParams::default())
+                .unwrap();
+            drive(&mut a, &mut b, |a, b| {
+                b.request_status(r) != Status::InProgress
+                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+            });
+            assert_eq!(b.wait(r).0, Status::Ok);
+            let got: Vec<u8> = [d1, d2, d3].concat();
+            assert!(got == src, "{tls} {total}");
+        }
+    }
+}
+
+/// A generic datatype that sends every other byte of a buffer (like a strided MPI type).
+struct EveryOther;
+struct Packer {
+    src: Vec<u8>,
+}
+struct Unpacker {
+    out: Arc<std::sync::Mutex<Vec<u8>>>,
+    cap: usize,
+}
+impl PackState for Packer {
+    fn packed_size(&self) -> usize {
+        self.src.len().div_ceil(2)
+    }
+    fn pack(&mut self, off: usize, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.packed_size() - off);
+        for (i, d) in dst[..n].iter_mut().enumerate() {
+            *d = self.src[2 * (off + i)];
+        }
+        n
+    }
+}
+impl UnpackState for Unpacker {
+    fn packed_size(&self) -> usize {
+        self.cap
+    }
+    fn unpack(&mut self, off: usize, src: &[u8]) -> Result<(), Status> {
+        let mut o = self.out.lock().unwrap();
+        o[off..off + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+}
+static GENERIC_OUT: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> =
+    std::sync::OnceLock::new();
+impl GenericDt for EveryOther {
+    fn start_pack(&self, _addr: u64, count: usize) -> Box<dyn PackState> {
+        Box::new(Packer {
+            src: pattern(count, 5),
+        })
+    }
+    fn start_unpack(&self, _addr: u64, count: usize) -> Box<dyn UnpackState> {
+        let out = Arc::clone(GENERIC_OUT.get().unwrap());
+        *out.lock().unwrap() = vec![0; count];
+        Box::new(Unpacker { out, cap: count })
+    }
+}
+
+#[test]
+fn generic_datatype_over_every_protocol() {
+    GENERIC_OUT.get_or_init(Default::default);
+    for tls in ["posix,cma", "tcp"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        for count in [10usize, 20_000, 700_000] {
+            let dt: Arc<dyn GenericDt> = Arc::new(EveryOther);
+            let packed = count.div_ceil(2);
+            let r = b
+                .tag_recv(
+                    &Data::Generic {
+                        dt: Arc::clone(&dt),
+                        addr: 0,
+                        count: packed,
+                    },
+                    2,
+                    u64::MAX,
+                    RecvParams::default(),
+                )
+                .unwrap();
+            let s = a
+                .tag_send(
+                    ab,
+                    &Data::Generic { dt, addr: 0, count },
+                    2,
+                    SendParams::default(),
+                )
+                .unwrap();
+            drive(&mut a, &mut b, |a, b| {
+                b.request_status(r) != Status::InProgress
+                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+            });
+            assert_eq!(b.wait(r).0, Status::Ok, "{tls} {count}");
+            let want: Vec<u8> = pattern(count, 5).into_iter().step_by(2).collect();
+            assert!(
+                *GENERIC_OUT.get().unwrap().lock().unwrap() == want,
+                "{tls} {count}"
+            );
+        }
+    }
+}
+
+#[test]
+fn truncation_cancel_probe_and_wildcards() {
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    // Truncation, eager and rendezvous.
+    for n in [100usize, 1 << 20] {
+        let src = pattern(n, 0);
+        let mut small = vec![0u8; n / 2];
+        let r = b
+            .tag_recv(&contig_mut(&mut small), 3, u64::MAX, RecvParams::default())
+            .unwrap();
+        let s = a
+            .tag_send(ab, &contig(&src), 3, SendParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            b.request_status(r) != Status::InProgress
+                && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+        });
+        assert_eq!(b.wait(r).0, Status::MessageTruncated, "{n}");
+        if let Some(s) = s {
+            assert_eq!(a.wait(s).0, Status::Ok, "sender of truncated {n}");
+        }
+    }
+    // Cancel a posted receive.
+    let mut buf = vec![0u8; 8];
+    let r = b
+        .tag_recv(&contig_mut(&mut buf), 77, u64::MAX, RecvParams::default())
+        .unwrap();
+    b.request_cancel(r);
+    assert_eq!(b.wait(r).0, Status::Canceled);
+    // Probe without and with removal, then receive the probed message; wildcard mask.
+    let src = pattern(30_000, 9);
+    let s = a
+        .tag_send(ab, &contig(&src), 0xab_cdef, SendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |_, b| b.unexpected_len() > 0);
+    let (info, none) = b.tag_probe(0xab_0000, 0xff_0000, false).unwrap();
+    assert!(none.is_none());
+    assert_eq!((info.sender_tag, info.length), (0xab_cdef, 30_000));
+    let (_, msg) = b.tag_probe(0, 0, true).unwrap();
+    assert!(b.tag_probe(0, 0, false).is_none());
+    let mut dst = vec![0u8; 30_000];
+    let r = b
+        .tag_msg_recv(&contig_mut(&mut dst), msg.unwrap(), RecvParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    assert_eq!(b.wait(r).0, Status::Ok);
+    assert!(dst == src);
+}
+
+#[test]
+fn many_outstanding_sends_and_flush() {
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let n = 10_000;
+    let src = pattern(64, 1);
+    let mut sends = Vec::new();
+    for i in 0..n {
+        sends.extend(
+            a.tag_send(ab, &contig(&src), i, SendParams::default())
+                .unwrap(),
+        );
+    }
+    let mut dsts = vec![[0u8; 64]; n as usize];
+    let reqs: Vec<ReqId> = dsts
+        .iter_mut()
+        .enumerate()
+        .map(|(i, d)| {
+            b.tag_recv(&contig_mut(d), i as u64, u64::MAX, RecvParams::default())
+                .unwrap()
+        })
+        .collect();
+    let f = a.flush(Some(ab)).unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        a.request_status(f) != Status::InProgress
+            && reqs
+                .iter()
+                .all(|&r| b.request_status(r) != Status::InProgress)
+    });
+    assert!(sends.iter().all(|&s| a.request_status(s) == Status::Ok));
+    assert_eq!(a.wait(f).0, Status::Ok);
+    for r in reqs {
+        assert_eq!(b.wait(r).0, Status::Ok);
+    }
+    assert!(dsts.iter().all(|d| d[..] == src[..]));
+}
+
+#[test]
+fn protocol_table_is_printed() {
+    let (a, _b, ab, _) = pair("posix,cma");
+    let t = a.ep_proto_info(ab).unwrap();
+    assert!(t.contains("am posix/memory"), "{t}");
+    assert!(t.contains("rma cma/memory"), "{t}");
+    assert!(t.contains("eager short"), "{t}");
+    assert!(t.contains("rendezvous get zcopy"), "{t}");
+}
+
+#[test]
+fn malformed_messages_fail_the_endpoint_not_the_worker() {
+    let (mut a, mut b, ab, ba) = pair("posix,cma");
+    // Wire up both directions first.
+    let src = [1u8; 4];
+    let mut dst = [0u8; 4];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 1, u64::MAX, RecvParams::default())
+        .unwrap();
+    a.tag_send(ab, &contig(&src), 1, SendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |_, b| {
+        b.request_status(r) != Status::InProgress
+    });
+    // An RTR for a request b never sent, and a truncated header, delivered straight to b's
+    // handler as if a transport had received them.
+    let bogus = crate::proto::wire::encode_rtr(ba.0, 0xdead_beef, 1);
+    uct::Handler::am(&mut b.core, crate::proto::wire::AM_RTR, &bogus);
+    uct::Handler::am(&mut b.core, crate::proto::wire::AM_EAGER, &[1, 2]);
+    assert_eq!(b.stats().malformed, 2);
+    assert_eq!(b.poll_ep_error().map(|e| e.1), Some(Status::IoError));
+    // The failed endpoint refuses sends; the worker itself still works.
+    assert!(b
+        .tag_send(ba, &contig(&src), 1, SendParams::default())
+        .is_err());
+    let own = b.address().to_vec();
+    let ep2 = b.ep_create(&own);
+    assert!(ep2.is_err(), "self is not in posix,cma");
+}

@@ -1,0 +1,427 @@
+//! Endpoint creation, lane selection, wire-up, control messages, flush/close and failure.
+
+use std::collections::VecDeque;
+
+use ucs::{Status, UcsResult};
+use uct::component::DeviceKind;
+use uct::{Done, Iface, IfaceFlags};
+
+use super::{Core, Ctrl, Ep, EpHandle, FlushOp, Lane, Op, Worker, COMP_FLUSH};
+use crate::address::WorkerAddress;
+use crate::proto::select::{LaneAttrs, Thresholds};
+use crate::proto::wire::{self, Wireup, WIREUP_REP, WIREUP_REQ};
+use crate::request::ReqId;
+use crate::tag::SenderId;
+
+/// Which lanes an endpoint to `peer` uses: `(am, rma)`.
+fn select_lanes(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &Core,
+    peer: &WorkerAddress,
+) -> UcsResult<(Lane, Option<Lane>)> {
+    let same_worker = peer.uuid == core.uuid;
+    let mut am: Option<(f64, usize, usize)> = None;
+    let mut rma: Option<(f64, usize, usize)> = None;
+    for (i, iface) in ifaces.iter().enumerate() {
+        let info = &core.info[i];
+        // The self transport only reaches our own worker, and our own worker is reached
+        // only through it.
+        if (info.tl == "self") != same_worker {
+            continue;
+        }
+        for (j, t) in peer.tls.iter().enumerate() {
+            if t.tl != info.tl || !iface.is_reachable(&t.device_addr, &t.iface_addr) {
+                continue;
+            }
+            let a = &info.attr;
+            if a.flags.contains(IfaceFlags::AM_BCOPY) {
+                let cost = a.perf.time_ns(64);
+                if am.is_none_or(|(c, _, _)| cost < c) {
+                    am = Some((cost, i, j));
+                }
+            }
+            // Rendezvous reads through a memory transport; tcp's get is emulated over its
+            // own AM and is no better than the pipeline.
+            if a.flags.contains(IfaceFlags::GET_ZCOPY) && info.kind != DeviceKind::Network {
+                let cost = a.perf.time_ns(1 << 20);
+                if rma.is_none_or(|(c, _, _)| cost < c) {
+                    rma = Some((cost, i, j));
+                }
+            }
+        }
+    }
+    let (_, ai, aj) = am.ok_or(Status::Unreachable)?;
+    let connect = |ifaces: &mut [Box<dyn Iface>], i: usize, j: usize| {
+        let t = &peer.tls[j];
+        ifaces[i]
+            .ep_connect(&t.device_addr, &t.iface_addr)
+            .map(|ep| Lane { iface: i, ep })
+    };
+    let am_lane = connect(ifaces, ai, aj)?;
+    let rma_lane = match rma {
+        Some((_, ri, _)) if ri == ai => Some(Lane {
+            iface: ri,
+            ep: am_lane.ep,
+        }),
+        Some((_, ri, rj)) => match connect(ifaces, ri, rj) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                log::debug!("ucp: no rma lane via {}: {e}", core.info[ri].tl);
+                None
+            }
+        },
+        None => None,
+    };
+    Ok((am_lane, rma_lane))
+}
+
+/// Creates an endpoint to `peer` and registers its lanes.
+fn new_ep(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    peer: &WorkerAddress,
+) -> UcsResult<usize> {
+    let (am, rma) = select_lanes(ifaces, core, peer)?;
+    let thresh = Thresholds::new(
+        LaneAttrs {
+            am: &core.info[am.iface].attr,
+            rma: rma.map(|l| &core.info[l.iface].attr),
+        },
+        core.rndv_cfg,
+        core.zcopy_cfg,
+    );
+    let idx = core.eps.insert(Ep {
+        remote_uuid: peer.uuid,
+        remote_id: None,
+        am,
+        rma,
+        thresh,
+        queue: VecDeque::new(),
+        failed: None,
+        outstanding: 0,
+    });
+    core.uct_eps.insert((am.iface, am.ep), idx);
+    if let Some(r) = rma {
+        core.uct_eps.insert((r.iface, r.ep), idx);
+    }
+    log::debug!(
+        "ucp: ep {idx} to worker {:#x}: am lane {}/{}, rma lane {}",
+        peer.uuid,
+        core.info[am.iface].tl,
+        core.info[am.iface].device,
+        rma.map_or("none".to_string(), |l| core.info[l.iface].tl.to_string())
+    );
+    Ok(idx)
+}
+
+impl Worker {
+    /// Creates an endpoint to the worker whose address is `addr` (`ucp_ep_create` with
+    /// `UCP_EP_PARAM_FIELD_REMOTE_ADDRESS`). Sends may be posted at once; they go out when
+    /// wire-up completes.
+    pub fn ep_create(&mut self, addr: &[u8]) -> UcsResult<EpHandle> {
+        let peer = WorkerAddress::decode(addr)?;
+        let Worker { ifaces, core, .. } = self;
+        let idx = new_ep(ifaces, core, &peer)?;
+        core.queue_ctrl(idx, Ctrl::WireupReq);
+        Ok(EpHandle(idx as u32))
+    }
+
+    /// The protocol table of an endpoint: which protocol serves which sizes, per datatype
+    /// class (like `UCX_PROTO_INFO=y`).
+    pub fn ep_proto_info(&self, ep: EpHandle) -> Option<String> {
+        use crate::datatype::DtClass;
+        use crate::proto::select::{fmt_size, Op as SOp};
+        use std::fmt::Write;
+        let e = self.core.eps.get(ep.idx())?;
+        let am = &self.core.info[e.am.iface];
+        let mut s = format!(
+            "ep {} lanes: am {}/{}, rma {}\n",
+            ep.0,
+            am.tl,
+            am.device,
+            e.rma.map_or("none".into(), |l| format!(
+                "{}/{}",
+                self.core.info[l.iface].tl, self.core.info[l.iface].device
+            ))
+        );
+        for (op, opname) in [
+            (SOp::TagSend, "tag_send"),
+            (SOp::TagSendSync, "tag_send_sync"),
+        ] {
+            for (dt, dtname) in [
+                (DtClass::Contig, "contig"),
+                (DtClass::Iov, "iov"),
+                (DtClass::Generic, "generic"),
+            ] {
+                let _ = writeln!(s, "  {opname}(host, {dtname}):");
+                for (a, b, p) in e.thresh.ranges(op, uct::MemoryType::Host, dt) {
+                    let _ = writeln!(s, "    {:>8} .. {:<8} {p}", fmt_size(a), fmt_size(b));
+                }
+            }
+        }
+        Some(s)
+    }
+
+    /// Flushes an endpoint, or every endpoint (`ucp_ep_flush_nbx` / `ucp_worker_flush_nbx`):
+    /// completes when every send posted before it has completed.
+    pub fn flush(&mut self, ep: Option<EpHandle>) -> UcsResult<ReqId> {
+        self.flush_op(ep, false, 0, false)
+    }
+
+    /// Closes an endpoint after flushing it (`ucp_ep_close_nbx` in flush mode); the handle
+    /// is invalid once the returned request completes.
+    pub fn ep_close(&mut self, ep: EpHandle) -> UcsResult<ReqId> {
+        self.flush_op(Some(ep), true, 0, false)
+    }
+
+    pub(crate) fn flush_op(
+        &mut self,
+        ep: Option<EpHandle>,
+        close: bool,
+        user_data: u64,
+        notify: bool,
+    ) -> UcsResult<ReqId> {
+        if let Some(e) = ep {
+            if !self.core.eps.contains(e.idx()) {
+                return Err(Status::InvalidParam);
+            }
+        }
+        let id = self.core.reqs.insert(
+            Op::Flush(FlushOp {
+                ep: ep.map(EpHandle::idx),
+                uct: None,
+                close,
+            }),
+            user_data,
+            notify,
+        );
+        self.core.flushes.push(id);
+        self.core.work = true;
+        Ok(id)
+    }
+}
+
+/// Answers a peer's wire-up request: pairs it with our endpoint for that worker that has
+/// no peer yet (or already names it), or creates one.
+pub(super) fn accept(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    w: Wireup,
+    peer: WorkerAddress,
+) {
+    let existing = core
+        .eps
+        .iter()
+        .find(|(_, e)| {
+            e.remote_uuid == w.uuid
+                && e.failed.is_none()
+                && (e.remote_id.is_none() || e.remote_id == Some(w.src_ep))
+        })
+        .map(|(i, _)| i);
+    let idx = match existing {
+        Some(i) => i,
+        None => match new_ep(ifaces, core, &peer) {
+            Ok(i) => i,
+            Err(e) => {
+                log::warn!("ucp: cannot answer wire-up from worker {:#x}: {e}", w.uuid);
+                return;
+            }
+        },
+    };
+    core.eps[idx].remote_id = Some(w.src_ep);
+    core.queue_ctrl(idx, Ctrl::WireupRep { dst: w.src_ep });
+    core.mark_ready(idx);
+}
+
+/// Sends one control message on `ep`'s AM lane.
+pub(super) fn send_ctrl(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    ep: usize,
+    c: &Ctrl,
+) -> UcsResult<()> {
+    let Some(e) = core.eps.get(ep) else {
+        return Err(Status::InvalidParam);
+    };
+    if let Some(s) = e.failed {
+        return Err(s);
+    }
+    let lane = e.am;
+    let iface = &mut ifaces[lane.iface];
+    let bcopy = |iface: &mut Box<dyn Iface>, id: u8, b: &[u8]| {
+        iface
+            .am_bcopy(lane.ep, id, &mut |buf| {
+                buf[..b.len()].copy_from_slice(b);
+                b.len()
+            })
+            .map(drop)
+    };
+    match *c {
+        Ctrl::WireupReq => {
+            let m = Wireup {
+                kind: WIREUP_REQ,
+                uuid: core.uuid,
+                src_ep: ep as u32,
+                dst_ep: u32::MAX,
+                addr: core.address.clone(),
+            };
+            bcopy(iface, wire::AM_WIREUP, &m.encode())
+        }
+        Ctrl::WireupRep { dst } => {
+            let m = Wireup {
+                kind: WIREUP_REP,
+                uuid: core.uuid,
+                src_ep: ep as u32,
+                dst_ep: dst,
+                addr: Vec::new(),
+            };
+            bcopy(iface, wire::AM_WIREUP, &m.encode())
+        }
+        Ctrl::Ack { sreq, status } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            bcopy(
+                iface,
+                wire::AM_ACK,
+                &wire::encode_ack(rid, sreq, status.code()),
+            )
+        }
+        Ctrl::Rtr { sreq, rreq } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            bcopy(iface, wire::AM_RTR, &wire::encode_rtr(rid, sreq, rreq))
+        }
+    }
+}
+
+/// Moves flush requests along; returns how many completed.
+pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -> usize {
+    let mut done = 0;
+    let ids = std::mem::take(&mut core.flushes);
+    for id in ids {
+        let Some(Op::Flush(f)) = core.reqs.get(id).map(|r| &r.state) else {
+            continue;
+        };
+        let (ep, close, uct) = (f.ep, f.close, f.uct);
+        // Sends still running on the endpoint(s)?
+        let busy = match ep {
+            Some(e) => core
+                .eps
+                .get(e)
+                .is_some_and(|e| e.failed.is_none() && (e.outstanding > 0 || !e.queue.is_empty())),
+            None => core
+                .eps
+                .iter()
+                .any(|(_, e)| e.failed.is_none() && (e.outstanding > 0 || !e.queue.is_empty())),
+        };
+        if busy {
+            core.flushes.push(id);
+            continue;
+        }
+        let pending = match uct {
+            Some(n) => n,
+            None => {
+                // Flush the lanes at the transport level.
+                let mut lanes = Vec::new();
+                for (i, e) in core.eps.iter() {
+                    if ep.is_none_or(|x| x == i) && e.failed.is_none() {
+                        lanes.push(e.am);
+                        if let Some(r) = e.rma {
+                            lanes.push(r);
+                        }
+                    }
+                }
+                let mut n = 0;
+                for l in lanes {
+                    match ifaces[l.iface].flush(Some(l.ep), id.0 | COMP_FLUSH) {
+                        Ok(Done::Later) => n += 1,
+                        Ok(Done::Now) | Err(_) => {}
+                    }
+                }
+                if let Some(Op::Flush(f)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+                    f.uct = Some(n);
+                }
+                n
+            }
+        };
+        if pending > 0 {
+            core.flushes.push(id);
+            continue;
+        }
+        let status = match ep.and_then(|e| core.eps.get(e)).and_then(|e| e.failed) {
+            Some(s) => s,
+            None => Status::Ok,
+        };
+        if close {
+            if let Some(e) = ep {
+                destroy_ep(ifaces, core, e);
+            }
+        }
+        core.complete(id, status, None);
+        done += 1;
+    }
+    done
+}
+
+/// A transport flush completed.
+pub(super) fn flush_completion(core: &mut Core, id: ReqId) {
+    if let Some(Op::Flush(f)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        if let Some(n) = f.uct.as_mut() {
+            *n = n.saturating_sub(1);
+        }
+        core.work = true;
+    }
+}
+
+/// Removes an endpoint and its transport endpoints.
+pub(super) fn destroy_ep(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usize) {
+    fail_ep(core, ep, Status::Canceled, false);
+    let Some(e) = core.eps.try_remove(ep) else {
+        return;
+    };
+    core.uct_eps.remove(&(e.am.iface, e.am.ep));
+    ifaces[e.am.iface].ep_destroy(e.am.ep);
+    if let Some(r) = e.rma {
+        if r != e.am {
+            core.uct_eps.remove(&(r.iface, r.ep));
+            ifaces[r.iface].ep_destroy(r.ep);
+        }
+    }
+}
+
+/// Fails every operation that depends on `ep` with `status`, once, and reports the
+/// failure when `report`.
+pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, report: bool) {
+    let Some(e) = core.eps.get_mut(ep) else {
+        return;
+    };
+    if e.failed.is_some() {
+        return;
+    }
+    e.failed = Some(status);
+    e.queue.clear();
+    if report {
+        log::warn!("ucp: endpoint {ep} failed: {status}");
+        core.ep_errors.push_back((EpHandle(ep as u32), status));
+    }
+    let victims = core.reqs.ids_where(|op| match op {
+        Op::Send(s) => s.ep == ep,
+        Op::Recv(r) => r.peer.is_some_and(|(e, _)| e == ep),
+        _ => false,
+    });
+    for id in victims {
+        core.complete(id, status, None);
+    }
+    // Messages in flight from this peer can no longer finish.
+    let frags: Vec<(usize, u64)> = core.frags.keys().filter(|k| k.0 == ep).copied().collect();
+    for k in frags {
+        if let Some(super::FragTarget::Unexpected(f)) = core.frags.remove(&k) {
+            core.unexp_frags.try_remove(f);
+        }
+    }
+    core.matcher.drain_sender(SenderId(ep as u64), |_, msg| {
+        if let super::Unexp::Frag(f) = msg {
+            // The slab entry was dropped above with the fragment map.
+            let _ = f;
+        }
+    });
+    core.work = true;
+}
