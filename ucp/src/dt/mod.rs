@@ -105,6 +105,7 @@
 //! a window of the packed stream) copy between a buffer holding the layout and contiguous
 //! bytes with strided loops generated from the canonical form, after one bounds check.
 
+pub mod apps;
 mod canon;
 mod iter;
 mod layout;
