@@ -507,6 +507,27 @@ impl Worker {
             wireup::accept(ifaces, core, w, addr);
             n += 1;
         }
+        // Gets and sends first: they queue acknowledgements, sent below in this same call.
+        while let Some(id) = core.gets.pop_front() {
+            tag::start_get(ifaces, core, id);
+            n += 1;
+        }
+        // (Taken and put back, so the vector keeps its capacity.)
+        let mut finished = std::mem::take(&mut core.finished);
+        for id in finished.drain(..) {
+            tag::maybe_finish_send(ifaces, core, id);
+            n += 1;
+        }
+        core.finished = finished;
+        // Endpoints that block again are re-queued behind: visit each queued one once.
+        for _ in 0..core.ready.len() {
+            let Some(ep) = core.ready.pop_front() else {
+                break;
+            };
+            if tag::drain_queue(ifaces, core, ep) {
+                n += 1;
+            }
+        }
         let mut blocked = 0;
         let len = core.ctrl.len();
         for _ in 0..len {
@@ -520,20 +541,6 @@ impl Worker {
                 }
                 Err(e) => log::debug!("ucp: control message to ep {ep} dropped: {e}"),
                 Ok(()) => n += 1,
-            }
-        }
-        for id in std::mem::take(&mut core.finished) {
-            tag::maybe_finish_send(ifaces, core, id);
-            n += 1;
-        }
-        while let Some(id) = core.gets.pop_front() {
-            tag::start_get(ifaces, core, id);
-            n += 1;
-        }
-        let ready: Vec<usize> = core.ready.drain(..).collect();
-        for ep in ready {
-            if tag::drain_queue(ifaces, core, ep) {
-                n += 1;
             }
         }
         if !core.flushes.is_empty() {
