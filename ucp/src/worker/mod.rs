@@ -13,6 +13,7 @@
 //! * [`tag`](self::tag): tag send/receive, probe, cancel, and the protocols behind them.
 //! * [`handler`](self::handler): what each protocol message does on arrival.
 //! * [`wireup`](self::wireup): endpoint creation, lanes, wire-up, failure.
+//! * [`listener`](self::listener): client/server connection through a socket address.
 //!
 //! # Endpoints and wire-up
 //!
@@ -26,6 +27,7 @@
 //! posted before the reply wait in the endpoint's queue, in order.
 
 mod handler;
+mod listener;
 pub(crate) mod tag;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does
@@ -48,6 +50,7 @@ use crate::proto::select::{Proto, Thresholds};
 use crate::request::{Completion, ReqId, Requests};
 use crate::tag::{TagInfo, TagMatcher};
 
+pub use listener::ConnRequest;
 pub use tag::{RecvParams, SendParams};
 
 /// An endpoint of a worker (`ucp_ep_h`).
@@ -105,6 +108,8 @@ pub(crate) struct Ep {
     pub(crate) failed: Option<Status>,
     /// Send requests not yet complete.
     pub(crate) outstanding: u32,
+    /// In `Core::ready`.
+    pub(crate) in_ready: bool,
 }
 
 /// A protocol message to send from `run_actions`.
@@ -257,6 +262,7 @@ pub struct Worker {
     core: Core,
     epoll: ucs::wakeup::Epoll,
     has_event_fd: bool,
+    sock: listener::Sockets,
 }
 
 impl std::fmt::Debug for Worker {
@@ -363,6 +369,7 @@ impl Worker {
             core,
             epoll,
             has_event_fd,
+            sock: listener::Sockets::default(),
         })
     }
 
@@ -398,6 +405,9 @@ impl Worker {
         }
         if self.core.work {
             n += self.run_actions();
+        }
+        if self.sock.active() {
+            listener::poll_sockets(self);
         }
         n
     }
@@ -489,12 +499,12 @@ impl Worker {
     }
 
     /// Sleeps until `event_fd` is readable or `timeout_ms` passes (-1: forever)
-    /// (`ucp_worker_wait`, after a successful `arm`).
-    pub fn wait_event(&mut self, timeout_ms: i32) -> UcsResult<()> {
+    /// (`ucp_worker_wait`, after a successful `arm`). Returns whether an event came.
+    pub fn wait_event(&mut self, timeout_ms: i32) -> UcsResult<bool> {
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
         self.epoll
             .wait(&mut ev, timeout_ms)
-            .map(drop)
+            .map(|n| n > 0)
             .map_err(|_| Status::IoError)
     }
 
@@ -524,6 +534,9 @@ impl Worker {
             let Some(ep) = core.ready.pop_front() else {
                 break;
             };
+            if let Some(e) = core.eps.get_mut(ep) {
+                e.in_ready = false;
+            }
             if tag::drain_queue(ifaces, core, ep) {
                 n += 1;
             }
@@ -585,7 +598,12 @@ impl Core {
     }
 
     pub(crate) fn mark_ready(&mut self, ep: usize) {
-        self.ready.push_back(ep);
-        self.work = true;
+        if let Some(e) = self.eps.get_mut(ep) {
+            if !e.in_ready {
+                e.in_ready = true;
+                self.ready.push_back(ep);
+            }
+            self.work = true;
+        }
     }
 }

@@ -259,12 +259,18 @@ fn rts_fits(core: &Core, ep: usize, data: &Data) -> bool {
     wire::EAGER_FIRST_HDR + 1 + 2 + 64 + 4 + 16 * entries <= seg
 }
 
+/// Queues send `id` behind the endpoint's other waiting sends. A wired-up endpoint is
+/// retried from the next progress call (it is out of resources, or behind one that is);
+/// one still wiring up is retried when the wire-up reply arrives.
 fn enqueue(core: &mut Core, ep: usize, id: ReqId) {
     if let Some(Op::Send(s)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         if !s.queued {
             s.queued = true;
             core.eps[ep].queue.push_back(id);
         }
+    }
+    if core.eps[ep].remote_id.is_some() {
+        core.mark_ready(ep);
     }
 }
 

@@ -500,3 +500,164 @@ fn malformed_messages_fail_the_endpoint_not_the_worker() {
     let ep2 = b.ep_create(&own);
     assert!(ep2.is_err(), "self is not in posix,cma");
 }
+
+#[test]
+fn sockaddr_listener_accepts_and_rejects() {
+    let c = ctx("posix,cma");
+    let mut server = Worker::new(&c).unwrap();
+    let mut client = Worker::new(&c).unwrap();
+    let at = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    // The client blocks until the server answers with its address: serve from a thread.
+    let t = std::thread::spawn(move || {
+        let mut accepted = None;
+        let start = std::time::Instant::now();
+        let mut seen = 0;
+        while seen < 2 {
+            server.progress();
+            if let Some(req) = server.poll_conn_request() {
+                seen += 1;
+                if seen == 1 {
+                    accepted = Some(server.accept(req).unwrap());
+                } else {
+                    server.reject(req);
+                }
+            }
+            assert!(start.elapsed().as_secs() < 10, "no connection requests");
+        }
+        // Receive one message on the accepted connection.
+        let mut buf = [0u8; 5];
+        let r = server
+            .tag_recv(&contig_mut(&mut buf), 42, u64::MAX, RecvParams::default())
+            .unwrap();
+        assert_eq!(server.wait(r).0, Status::Ok);
+        assert_eq!(&buf, b"hello");
+        (server, accepted.unwrap())
+    });
+    let ep = client.ep_connect_sockaddr(at).unwrap();
+    let msg = *b"hello";
+    let s = client
+        .tag_send(ep, &contig(&msg), 42, SendParams::default())
+        .unwrap();
+    let rejected = client.ep_connect_sockaddr(at).unwrap();
+    let start = std::time::Instant::now();
+    let mut err = None;
+    while err.is_none() || s.is_some_and(|s| client.request_status(s) == Status::InProgress) {
+        client.progress();
+        if let Some(e) = client.poll_ep_error() {
+            err = Some(e);
+        }
+        assert!(start.elapsed().as_secs() < 10, "client did not finish");
+    }
+    assert_eq!(err, Some((rejected, Status::Rejected)));
+    let (_server, _ep) = t.join().unwrap();
+    // Nobody listens here any more: a clear error, not a hang.
+    drop(_server);
+    assert!(client.ep_connect_sockaddr(at).is_err());
+}
+
+#[test]
+fn arm_then_sleep_until_a_message_arrives() {
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    // Wire up first.
+    round(&mut a, &mut b, ab, 8, false);
+    let fd_present = b.event_fd().is_some();
+    assert!(fd_present, "posix offers an event fd");
+    let mut buf = [0u8; 8];
+    let r = b
+        .tag_recv(&contig_mut(&mut buf), 5, u64::MAX, RecvParams::default())
+        .unwrap();
+    // Nothing pending: arm succeeds (drain first; an earlier wakeup may still be set).
+    while b.arm() == Err(Status::Busy) {
+        b.progress();
+    }
+    assert!(!b.wait_event(0).unwrap(), "nothing arrived yet");
+    let m = [7u8; 8];
+    assert!(a
+        .tag_send(ab, &contig(&m), 5, SendParams::default())
+        .unwrap()
+        .is_none());
+    assert!(
+        b.wait_event(5000).unwrap(),
+        "the send woke the armed worker"
+    );
+    assert_eq!(b.wait(r).0, Status::Ok);
+    assert_eq!(buf, m);
+}
+
+#[test]
+fn serialized_thread_mode_through_a_mutex() {
+    // A worker is Send; the serialized mode is a worker behind a lock, used by two threads.
+    fn is_send<T: Send>() {}
+    is_send::<Worker>();
+    let (a, mut b, ab, _) = pair("posix,cma");
+    let a = Arc::new(std::sync::Mutex::new(a));
+    let n = 200u64;
+    let sender = {
+        let a = Arc::clone(&a);
+        std::thread::spawn(move || {
+            let msgs: Vec<[u8; 16]> = (0..n).map(|i| [i as u8; 16]).collect();
+            let mut reqs = Vec::new();
+            for (i, m) in msgs.iter().enumerate() {
+                let mut w = a.lock().unwrap();
+                reqs.extend(
+                    w.tag_send(ab, &contig(m), i as u64, SendParams::default())
+                        .unwrap(),
+                );
+            }
+            // Keep the buffers alive until every send completed.
+            loop {
+                let mut w = a.lock().unwrap();
+                w.progress();
+                if reqs
+                    .iter()
+                    .all(|&r| w.request_status(r) != Status::InProgress)
+                {
+                    break;
+                }
+            }
+            drop(msgs);
+        })
+    };
+    let progresser = {
+        let a = Arc::clone(&a);
+        std::thread::spawn(move || {
+            for _ in 0..20_000 {
+                a.lock().unwrap().progress();
+            }
+        })
+    };
+    let mut bufs = vec![[0u8; 16]; n as usize];
+    let reqs: Vec<ReqId> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, d)| {
+            b.tag_recv(&contig_mut(d), i as u64, u64::MAX, RecvParams::default())
+                .unwrap()
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    while reqs
+        .iter()
+        .any(|&r| b.request_status(r) == Status::InProgress)
+    {
+        b.progress();
+        a.lock().unwrap().progress();
+        if start.elapsed().as_secs() >= 10 {
+            let done = reqs
+                .iter()
+                .filter(|&&r| b.request_status(r) != Status::InProgress)
+                .count();
+            panic!(
+                "{done} of {n} received; a: {:?}, b: {:?}, unexpected at b: {}",
+                a.lock().unwrap().stats(),
+                b.stats(),
+                b.unexpected_len()
+            );
+        }
+    }
+    sender.join().unwrap();
+    progresser.join().unwrap();
+    for (i, d) in bufs.iter().enumerate() {
+        assert_eq!(d, &[i as u8; 16]);
+    }
+}

@@ -76,7 +76,7 @@ fn select_lanes(
 }
 
 /// Creates an endpoint to `peer` and registers its lanes.
-fn new_ep(
+pub(super) fn new_ep(
     ifaces: &mut [Box<dyn Iface>],
     core: &mut Core,
     peer: &WorkerAddress,
@@ -99,6 +99,7 @@ fn new_ep(
         queue: VecDeque::new(),
         failed: None,
         outstanding: 0,
+        in_ready: false,
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
     if let Some(r) = rma {

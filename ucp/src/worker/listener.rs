@@ -1,0 +1,272 @@
+//! Client/server connection establishment through a socket address (`ucp_listener_create`,
+//! `ucp_ep_create` with `UCP_EP_PARAM_FIELD_SOCK_ADDR`, `ucp_listener_reject`).
+//!
+//! The socket only carries the two worker addresses; everything after that is ordinary
+//! wire-up over the transports.
+//!
+//! ```text
+//! client -> server   "RUCXCONN" len:u32 client-worker-address
+//! server -> client   "RUCXACPT" len:u32 server-worker-address     (at once, on accept(2))
+//! server -> client   'A' (the application accepted) or 'R' (it rejected), then close
+//! ```
+//!
+//! The client's endpoint is created from the server's address as soon as it arrives, but
+//! sends no wire-up request: the server's `accept` creates the server-side endpoint, whose
+//! request pairs with it. Sends posted meanwhile wait in the endpoint's queue. A reject
+//! (or the socket closing before a decision) fails the client endpoint with `Rejected`
+//! (or `NotConnected`), reported through `poll_ep_error`. The server never blocks: sockets
+//! are non-blocking and half-received hellos wait for the next progress call.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use ucs::{Status, UcsResult};
+
+use super::wireup::{fail_ep, new_ep};
+use super::{EpHandle, Worker};
+use crate::address::WorkerAddress;
+
+const HELLO: &[u8; 8] = b"RUCXCONN";
+const REPLY: &[u8; 8] = b"RUCXACPT";
+const MAX_ADDR: usize = 64 * 1024;
+/// How long a client waits for the server's address.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Listeners are polled once every this many progress calls.
+const POLL_EVERY: u32 = 64;
+
+/// A connection request waiting for the application's `accept` or `reject`.
+#[derive(Debug)]
+pub struct ConnRequest {
+    /// The client's socket address.
+    pub client: SocketAddr,
+    worker_addr: Vec<u8>,
+    stream: TcpStream,
+}
+
+#[derive(Debug)]
+struct Handshake {
+    stream: TcpStream,
+    client: SocketAddr,
+    buf: Vec<u8>,
+}
+
+/// The socket-level state of a worker.
+#[derive(Debug, Default)]
+pub(crate) struct Sockets {
+    listeners: Vec<TcpListener>,
+    handshakes: Vec<Handshake>,
+    requests: VecDeque<ConnRequest>,
+    /// Client endpoints waiting for the server's decision.
+    pending: Vec<(usize, TcpStream)>,
+    tick: u32,
+}
+
+impl Sockets {
+    pub(crate) fn active(&self) -> bool {
+        !self.listeners.is_empty() || !self.pending.is_empty()
+    }
+}
+
+/// Reads a complete `magic len addr` message from the front of `buf`, if there.
+fn parse(buf: &[u8], magic: &[u8; 8]) -> Result<Option<Vec<u8>>, ()> {
+    let n = buf.len().min(8);
+    if buf[..n] != magic[..n] {
+        return Err(());
+    }
+    if buf.len() < 12 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    if len > MAX_ADDR {
+        return Err(());
+    }
+    if buf.len() < 12 + len {
+        return Ok(None);
+    }
+    Ok(Some(buf[12..12 + len].to_vec()))
+}
+
+fn frame(magic: &[u8; 8], addr: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12 + addr.len());
+    v.extend_from_slice(magic);
+    v.extend_from_slice(&(addr.len() as u32).to_le_bytes());
+    v.extend_from_slice(addr);
+    v
+}
+
+impl Worker {
+    /// Listens on `addr` for clients' `ep_connect_sockaddr` (`ucp_listener_create`).
+    /// Returns the bound address (port 0 picks a free port).
+    pub fn listen(&mut self, addr: SocketAddr) -> UcsResult<SocketAddr> {
+        let l = TcpListener::bind(addr).map_err(|e| {
+            log::warn!("ucp: cannot listen on {addr}: {e}");
+            Status::from_errno(e.raw_os_error().unwrap_or(libc::EINVAL))
+        })?;
+        l.set_nonblocking(true).map_err(|_| Status::IoError)?;
+        let bound = l.local_addr().map_err(|_| Status::IoError)?;
+        self.sock.listeners.push(l);
+        Ok(bound)
+    }
+
+    /// Takes the next connection request (the `conn_handler` of a UCX listener).
+    pub fn poll_conn_request(&mut self) -> Option<ConnRequest> {
+        poll_listeners(self);
+        self.sock.requests.pop_front()
+    }
+
+    /// Accepts a connection request: creates this side's endpoint to the client.
+    pub fn accept(&mut self, req: ConnRequest) -> UcsResult<EpHandle> {
+        let ConnRequest {
+            worker_addr,
+            mut stream,
+            ..
+        } = req;
+        let ep = self.ep_create(&worker_addr)?;
+        let _ = stream.write_all(b"A");
+        Ok(ep)
+    }
+
+    /// Rejects a connection request (`ucp_listener_reject`): the client's endpoint fails
+    /// with `Rejected`.
+    pub fn reject(&mut self, req: ConnRequest) {
+        let mut s = req.stream;
+        let _ = s.write_all(b"R");
+    }
+
+    /// Connects to a listening worker at `addr`. Waits (at most 10 s) for the server to
+    /// answer with its worker address; the endpoint becomes usable once the server's
+    /// application accepts.
+    pub fn ep_connect_sockaddr(&mut self, addr: SocketAddr) -> UcsResult<EpHandle> {
+        let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| {
+            log::warn!("ucp: connect to {addr}: {e}");
+            match e.kind() {
+                ErrorKind::ConnectionRefused => Status::Unreachable,
+                ErrorKind::TimedOut => Status::TimedOut,
+                _ => Status::IoError,
+            }
+        })?;
+        let _ = s.set_nodelay(true);
+        s.set_read_timeout(Some(CONNECT_TIMEOUT))
+            .map_err(|_| Status::IoError)?;
+        s.write_all(&frame(HELLO, &self.core.address))
+            .map_err(|_| Status::IoError)?;
+        // Exactly the reply, no further: the decision byte that follows is read later.
+        let io = |e: std::io::Error| match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => Status::TimedOut,
+            ErrorKind::UnexpectedEof => Status::NotConnected,
+            _ => Status::IoError,
+        };
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).map_err(io)?;
+        if parse(&head, REPLY).is_err() {
+            return Err(Status::InvalidParam);
+        }
+        let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        let mut server = vec![0u8; len];
+        s.read_exact(&mut server).map_err(io)?;
+        let peer = WorkerAddress::decode(&server)?;
+        let Worker { ifaces, core, .. } = self;
+        let idx = new_ep(ifaces, core, &peer)?;
+        s.set_nonblocking(true).map_err(|_| Status::IoError)?;
+        self.sock.pending.push((idx, s));
+        Ok(EpHandle(idx as u32))
+    }
+}
+
+/// Accepts new sockets, advances handshakes, and watches clients' pending decisions.
+pub(super) fn poll_sockets(w: &mut Worker) {
+    w.sock.tick = w.sock.tick.wrapping_add(1);
+    if !w.sock.tick.is_multiple_of(POLL_EVERY) {
+        return;
+    }
+    poll_listeners(w);
+    poll_pending(w);
+}
+
+fn poll_listeners(w: &mut Worker) {
+    let sock = &mut w.sock;
+    for l in &sock.listeners {
+        loop {
+            match l.accept() {
+                Ok((stream, client)) => {
+                    if stream.set_nonblocking(true).is_ok() {
+                        let _ = stream.set_nodelay(true);
+                        sock.handshakes.push(Handshake {
+                            stream,
+                            client,
+                            buf: Vec::new(),
+                        });
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    log::warn!("ucp: accept: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    let mut i = 0;
+    while i < sock.handshakes.len() {
+        let h = &mut sock.handshakes[i];
+        let mut chunk = [0u8; 4096];
+        let step = match h.stream.read(&mut chunk) {
+            Ok(0) => Err(()),
+            Ok(n) => {
+                h.buf.extend_from_slice(&chunk[..n]);
+                parse(&h.buf, HELLO)
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
+            Err(_) => Err(()),
+        };
+        match step {
+            Ok(None) => i += 1,
+            Err(()) => {
+                log::warn!("ucp: malformed connection request from {}", h.client);
+                sock.handshakes.swap_remove(i);
+            }
+            Ok(Some(addr)) => {
+                let mut h = sock.handshakes.swap_remove(i);
+                if WorkerAddress::decode(&addr).is_err()
+                    || h.stream.write_all(&frame(REPLY, &w.core.address)).is_err()
+                {
+                    log::warn!("ucp: dropped connection request from {}", h.client);
+                    continue;
+                }
+                sock.requests.push_back(ConnRequest {
+                    client: h.client,
+                    worker_addr: addr,
+                    stream: h.stream,
+                });
+            }
+        }
+    }
+}
+
+fn poll_pending(w: &mut Worker) {
+    let Worker { sock, core, .. } = w;
+    let mut i = 0;
+    while i < sock.pending.len() {
+        let (ep, s) = &mut sock.pending[i];
+        let ep = *ep;
+        let mut b = [0u8; 1];
+        let verdict = match s.read(&mut b) {
+            Ok(1) if b[0] == b'A' => Some(Ok(())),
+            Ok(1) => Some(Err(Status::Rejected)),
+            Ok(_) => Some(Err(Status::NotConnected)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(_) => Some(Err(Status::NotConnected)),
+        };
+        match verdict {
+            None => i += 1,
+            Some(v) => {
+                sock.pending.swap_remove(i);
+                if let Err(s) = v {
+                    fail_ep(core, ep, s, true);
+                }
+            }
+        }
+    }
+}
