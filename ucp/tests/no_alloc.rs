@@ -52,9 +52,9 @@ fn warm_tag_traffic_allocates_nothing() {
     // SAFETY: both vectors outlive every request below, each of which is waited for.
     let (sd, rd) = unsafe { (Buf::from_slice(&src), Buf::from_mut_slice(&mut dst)) };
 
-    let mut one_round = |a: &mut Worker, b: &mut Worker, i: u64| {
+    let one_round = |a: &mut Worker, b: &mut Worker, i: u64| {
         let len = [8usize, 1024][i as usize % 2];
-        let sync = i % 3 == 0;
+        let sync = i.is_multiple_of(3);
         let r = b
             .tag_recv(&Data::Contig(rd), i, u64::MAX, RecvParams::default())
             .unwrap();
