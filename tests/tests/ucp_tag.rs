@@ -1,6 +1,6 @@
 //! `ucp` tag matching and its protocols between two real processes, over every transport
 //! pairing the worker can choose: shared memory with CMA (`UCX_TLS=posix,cma`) and tcp
-//! over loopback (`UCX_TLS=tcp`). Each case runs `rucx-ucp-peer a <case>` against
+//! over loopback (`UCX_TLS=tcp`), and shared memory with the put-zcopy rendezvous. Each case runs `rucx-ucp-peer a <case>` against
 //! `rucx-ucp-peer b <case>`; the peers check every byte and report `DONE` or `FAIL`.
 
 use std::io::{BufRead, BufReader, Write};
@@ -10,8 +10,12 @@ use std::time::Duration;
 
 const PEER: &str = env!("CARGO_BIN_EXE_rucx-ucp-peer");
 
-/// Transport configurations: (name, UCX_TLS, UCX_NET_DEVICES).
-const CONFIGS: &[(&str, &str, &str)] = &[("shm", "posix,cma", "all"), ("tcp", "tcp", "lo")];
+/// Transport configurations: (name, UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_SCHEME).
+const CONFIGS: &[(&str, &str, &str, &str)] = &[
+    ("shm", "posix,cma", "all", "auto"),
+    ("shm-put", "posix,cma", "all", "put_zcopy"),
+    ("tcp", "tcp", "lo", "auto"),
+];
 
 struct Proc {
     child: Child,
@@ -19,11 +23,13 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(role: &str, case: &str, tls: &str, dev: &str) -> Proc {
+    fn spawn(role: &str, case: &str, cfg: (&str, &str, &str)) -> Proc {
+        let (tls, dev, scheme) = cfg;
         let mut child = Command::new(PEER)
             .args([role, case])
             .env("UCX_TLS", tls)
             .env("UCX_NET_DEVICES", dev)
+            .env("UCX_RNDV_SCHEME", scheme)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -56,9 +62,9 @@ impl Drop for Proc {
 }
 
 fn run_case(case: &str) {
-    for &(name, tls, dev) in CONFIGS {
-        let mut a = Proc::spawn("a", case, tls, dev);
-        let mut b = Proc::spawn("b", case, tls, dev);
+    for &(name, tls, dev, scheme) in CONFIGS {
+        let mut a = Proc::spawn("a", case, (tls, dev, scheme));
+        let mut b = Proc::spawn("b", case, (tls, dev, scheme));
         let aa = a.line("ADDR");
         let ba = b.line("ADDR");
         let hex = |l: &str| {

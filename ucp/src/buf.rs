@@ -173,6 +173,21 @@ pub(crate) fn get_zcopy(
     unsafe { iface.get_zcopy(ep, local, remote_addr, rkey, comp) }
 }
 
+/// Writes the bytes of `local` to `remote_addr..` of the peer's region (zero copy). Same
+/// soundness argument as [`get_zcopy`]: the entries come from Bufs of a live send.
+pub(crate) fn put_zcopy(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    local: &[Iov],
+    remote_addr: u64,
+    rkey: &RemoteKey,
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: the iov entries come from Bufs of a send that stays alive until this
+    // completion is seen (the worker holds the request until then).
+    unsafe { iface.put_zcopy(ep, local, remote_addr, rkey, comp) }
+}
+
 /// Sends `header` and the bytes of `iov` as an active message without copying them first.
 /// Same soundness argument as [`get_zcopy`].
 pub(crate) fn am_zcopy(

@@ -84,6 +84,18 @@ pub const TABLE: &[ConfigVar] = &[
         doc: "Most iov entries in one process_vm_readv/writev call; 'auto' is the system IOV_MAX.",
     },
     ConfigVar {
+        name: "RNDV_SCHEME",
+        default: "auto",
+        doc: "Rendezvous protocol on endpoints with a zero-copy memory lane: get_zcopy (the \
+              receiver reads), put_zcopy (the sender writes), or auto (get_zcopy).",
+    },
+    ConfigVar {
+        name: "PROTO_INFO",
+        default: "n",
+        doc: "y: print each new endpoint's protocol table (which protocol serves which \
+              message sizes) to stderr.",
+    },
+    ConfigVar {
         name: "ERROR_CHECK_INTERVAL",
         default: "100ms",
         doc: "How often a transport checks that the peers it talks to are alive.",
@@ -236,7 +248,36 @@ pub struct Config {
     pub tcp_rcvbuf: AutoSize,
     pub tcp_port_range: (u16, u16),
     pub cma_max_iov: AutoSize,
+    pub rndv_scheme: RndvScheme,
+    pub proto_info: bool,
     pub error_check_interval_ns: u64,
+}
+
+/// `UCX_RNDV_SCHEME`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RndvScheme {
+    Auto,
+    GetZcopy,
+    PutZcopy,
+}
+
+impl fmt::Display for RndvScheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RndvScheme::Auto => "auto",
+            RndvScheme::GetZcopy => "get_zcopy",
+            RndvScheme::PutZcopy => "put_zcopy",
+        })
+    }
+}
+
+/// Parses UCX's boolean spellings.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "on" | "1" | "true" => Some(true),
+        "n" | "no" | "off" | "0" | "false" => Some(false),
+        _ => None,
+    }
 }
 
 impl Default for Config {
@@ -388,6 +429,16 @@ impl Config {
             }
         };
 
+        let (rs, rs_n) = get("RNDV_SCHEME");
+        let rndv_scheme = match rs.trim().to_ascii_lowercase().as_str() {
+            "auto" => RndvScheme::Auto,
+            "get_zcopy" => RndvScheme::GetZcopy,
+            "put_zcopy" => RndvScheme::PutZcopy,
+            _ => return Err(bad(rs_n, &rs, "expected auto, get_zcopy or put_zcopy")),
+        };
+        let (pi, pi_n) = get("PROTO_INFO");
+        let proto_info = parse_bool(&pi).ok_or_else(|| bad(pi_n, &pi, "expected y or n"))?;
+
         let (t, t_n) = get("ERROR_CHECK_INTERVAL");
         let error_check_interval_ns =
             parse_time_ns(&t).ok_or_else(|| bad(t_n, &t, "expected a time such as 100ms"))?;
@@ -405,6 +456,8 @@ impl Config {
             tcp_rcvbuf: auto_size("TCP_RCVBUF")?,
             tcp_port_range,
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
+            rndv_scheme,
+            proto_info,
             error_check_interval_ns,
         })
     }
@@ -437,6 +490,8 @@ impl Config {
                 (lo, hi) => format!("{lo}-{hi}"),
             },
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
+            "RNDV_SCHEME" => self.rndv_scheme.to_string(),
+            "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),
             "ERROR_CHECK_INTERVAL" => format_time_ns(self.error_check_interval_ns),
             _ => return None,
         })

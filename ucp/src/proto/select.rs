@@ -9,7 +9,8 @@
 //!   message, on lanes with AM zero-copy (tcp), for contiguous and iov data;
 //! * **eager multi-fragment bcopy** above that, up to the rendezvous threshold;
 //! * **rendezvous** from `UCX_RNDV_THRESH`: *get zcopy* when the endpoint has an RMA lane
-//!   (CMA on the same host) and the sender's data has addresses (contiguous or iov), else
+//!   (CMA on the same host) and the sender's data has addresses (contiguous or iov) —
+//!   *put zcopy* instead with `UCX_RNDV_SCHEME=put_zcopy` —, else
 //!   the *AM pipeline* (the receiver answers RTR and the sender streams fragments).
 //!
 //! `auto` thresholds are where the estimated times cross. Eager costs the AM lane's time
@@ -20,7 +21,7 @@
 
 use std::fmt;
 
-use ucs::config::AutoSize;
+use ucs::config::{AutoSize, RndvScheme};
 use uct::{IfaceAttr, IfaceFlags, MemoryType};
 
 use super::wire::{EAGER_FIRST_HDR, EAGER_HDR, EAGER_SYNC_HDR};
@@ -47,6 +48,7 @@ pub enum Proto {
     EagerZcopy,
     EagerMulti,
     RndvGet,
+    RndvPut,
     RndvAm,
 }
 
@@ -58,6 +60,7 @@ impl fmt::Display for Proto {
             Proto::EagerZcopy => "eager zcopy",
             Proto::EagerMulti => "eager multi-fragment bcopy",
             Proto::RndvGet => "rendezvous get zcopy",
+            Proto::RndvPut => "rendezvous put zcopy",
             Proto::RndvAm => "rendezvous am pipeline",
         })
     }
@@ -75,8 +78,10 @@ pub struct Thresholds {
     pub zcopy: Option<(usize, usize)>,
     /// Rendezvous from this size (`usize::MAX`: never).
     pub rndv: usize,
-    /// Whether the endpoint has an RMA lane for get-zcopy rendezvous.
+    /// Whether the endpoint has an RMA lane for zero-copy rendezvous.
     pub rma: bool,
+    /// Zero-copy rendezvous writes (put) instead of reading (get).
+    pub put: bool,
 }
 
 /// The lanes' attributes that selection reads.
@@ -88,7 +93,12 @@ pub struct LaneAttrs<'a> {
 
 impl Thresholds {
     /// Computes the ranges of an endpoint from its lanes and the configuration.
-    pub fn new(l: LaneAttrs, rndv_cfg: AutoSize, zcopy_cfg: AutoSize) -> Thresholds {
+    pub fn new(
+        l: LaneAttrs,
+        rndv_cfg: AutoSize,
+        zcopy_cfg: AutoSize,
+        scheme: RndvScheme,
+    ) -> Thresholds {
         let am = l.am;
         let short = am
             .flags
@@ -113,6 +123,7 @@ impl Thresholds {
             zcopy,
             rndv,
             rma: l.rma.is_some(),
+            put: scheme == RndvScheme::PutZcopy,
         }
     }
 
@@ -123,7 +134,11 @@ impl Thresholds {
         let _ = mem;
         if size >= self.rndv {
             return if self.rma && dt != DtClass::Generic {
-                Proto::RndvGet
+                if self.put {
+                    Proto::RndvPut
+                } else {
+                    Proto::RndvGet
+                }
             } else {
                 Proto::RndvAm
             };
@@ -265,6 +280,7 @@ mod tests {
             },
             AutoSize::Auto,
             AutoSize::Auto,
+            RndvScheme::Auto,
         );
         assert!(t.rndv > 8240 && t.rndv < 64 * 1024, "{}", t.rndv);
         let r = t.ranges(Op::TagSend, MemoryType::Host, DtClass::Contig);
@@ -299,7 +315,12 @@ mod tests {
             am: &tcp,
             rma: None,
         };
-        let t = Thresholds::new(l, AutoSize::Bytes(1000), AutoSize::Bytes(100));
+        let t = Thresholds::new(
+            l,
+            AutoSize::Bytes(1000),
+            AutoSize::Bytes(100),
+            RndvScheme::Auto,
+        );
         assert_eq!(t.rndv, 1000);
         assert_eq!(
             t.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 999),
@@ -313,12 +334,17 @@ mod tests {
             t.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 1000),
             Proto::RndvAm
         );
-        let never = Thresholds::new(l, AutoSize::Bytes(usize::MAX), AutoSize::Auto);
+        let never = Thresholds::new(
+            l,
+            AutoSize::Bytes(usize::MAX),
+            AutoSize::Auto,
+            RndvScheme::Auto,
+        );
         assert_eq!(
             never.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 1 << 30),
             Proto::EagerMulti
         );
-        let auto = Thresholds::new(l, AutoSize::Auto, AutoSize::Auto);
+        let auto = Thresholds::new(l, AutoSize::Auto, AutoSize::Auto, RndvScheme::Auto);
         assert!(auto.rndv > 65536 - EAGER_FIRST_HDR);
     }
 

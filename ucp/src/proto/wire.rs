@@ -14,6 +14,8 @@
 //! RTR          ep:u32 sreq:u64 rreq:u64
 //! RNDV_DATA    ep:u32 rreq:u64 offset:u64 data
 //! ACK          ep:u32 sreq:u64 status:i8
+//! RTR_PUT      ep:u32 sreq:u64 rreq:u64 rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}
+//! FIN          ep:u32 rreq:u64 status:i8          (put rendezvous: the data is in place)
 //! WIREUP       kind:u8 uuid:u64 src_ep:u32 dst_ep:u32 addr_len:u32 addr
 //! ```
 //!
@@ -31,6 +33,8 @@ pub const AM_RTS: u8 = 6;
 pub const AM_RTR: u8 = 7;
 pub const AM_RNDV_DATA: u8 = 8;
 pub const AM_ACK: u8 = 9;
+pub const AM_RTR_PUT: u8 = 10;
+pub const AM_FIN: u8 = 11;
 
 /// Header bytes in front of the data of each message kind.
 pub const EAGER_HDR: usize = 8;
@@ -53,6 +57,9 @@ pub enum RndvMode {
     Get = 1,
     /// The receiver answers RTR; the sender streams RNDV_DATA fragments.
     Am = 2,
+    /// The receiver answers RTR_PUT with its segments; the sender writes them, then FIN.
+    /// (A receiver that cannot expose its segments answers RTR: the pipeline.)
+    Put = 3,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +125,7 @@ pub struct RemoteSeg {
 pub enum RtsData {
     Get { rkey: Vec<u8>, segs: Vec<RemoteSeg> },
     Am,
+    Put,
 }
 
 pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
@@ -125,14 +133,9 @@ pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
     h.write(&mut b);
     let mut w = Writer { buf: b };
     match data {
-        RtsData::Get { rkey, segs } => {
-            w = w.u8(RndvMode::Get as u8).u16(rkey.len() as u16).bytes(rkey);
-            w = w.u32(segs.len() as u32);
-            for s in segs {
-                w = w.u64(s.addr).u64(s.len);
-            }
-        }
+        RtsData::Get { rkey, segs } => w = write_segs(w.u8(RndvMode::Get as u8), rkey, segs),
         RtsData::Am => w = w.u8(RndvMode::Am as u8),
+        RtsData::Put => w = w.u8(RndvMode::Put as u8),
     }
     w.buf
 }
@@ -143,35 +146,62 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
     let h = FirstHdr::read(&mut r)?;
     let data = match r.u8()? {
         1 => {
-            let n = r.u16()? as usize;
-            let rkey = r.bytes(n)?.to_vec();
-            let nseg = r.u32()? as usize;
-            if nseg > MAX_RTS_SEGS || r.remaining() != nseg * 16 {
-                return None;
-            }
-            let mut segs = Vec::with_capacity(nseg);
-            let mut sum = 0u64;
-            for _ in 0..nseg {
-                let s = RemoteSeg {
-                    addr: r.u64()?,
-                    len: r.u64()?,
-                };
-                s.addr.checked_add(s.len)?;
-                sum = sum.checked_add(s.len)?;
-                segs.push(s);
-            }
-            if sum != h.total {
-                return None;
-            }
+            let (rkey, segs) = read_segs(&mut r, Some(h.total))?;
             RtsData::Get { rkey, segs }
         }
         2 => RtsData::Am,
+        3 => RtsData::Put,
         _ => return None,
     };
     if !r.is_empty() {
         return None;
     }
     Some((h, data))
+}
+
+/// Reads `rkey_len rkey nseg segs` to the end of `r`; the lengths must add up to `total`
+/// when given.
+fn read_segs(r: &mut Reader, total: Option<u64>) -> Option<(Vec<u8>, Vec<RemoteSeg>)> {
+    let n = r.u16()? as usize;
+    let rkey = r.bytes(n)?.to_vec();
+    let nseg = r.u32()? as usize;
+    if nseg > MAX_RTS_SEGS || r.remaining() != nseg * 16 {
+        return None;
+    }
+    let mut segs = Vec::with_capacity(nseg);
+    let mut sum = 0u64;
+    for _ in 0..nseg {
+        let s = RemoteSeg {
+            addr: r.u64()?,
+            len: r.u64()?,
+        };
+        s.addr.checked_add(s.len)?;
+        sum = sum.checked_add(s.len)?;
+        segs.push(s);
+    }
+    total.is_none_or(|t| t == sum).then_some((rkey, segs))
+}
+
+fn write_segs(mut w: Writer, rkey: &[u8], segs: &[RemoteSeg]) -> Writer {
+    w = w.u16(rkey.len() as u16).bytes(rkey).u32(segs.len() as u32);
+    for s in segs {
+        w = w.u64(s.addr).u64(s.len);
+    }
+    w
+}
+
+/// An RTR_PUT: the receiver's request and segments.
+pub fn encode_rtr_put(ep: u32, sreq: u64, rreq: u64, rkey: &[u8], segs: &[RemoteSeg]) -> Vec<u8> {
+    write_segs(Writer::new().u32(ep).u64(sreq).u64(rreq), rkey, segs).buf
+}
+
+/// Decodes an RTR_PUT. The caller checks that its segments add up to the message length.
+pub fn decode_rtr_put(buf: &[u8]) -> Option<(u32, u64, u64, Vec<u8>, Vec<RemoteSeg>)> {
+    let mut r = Reader::new(buf);
+    let (ep, sreq, rreq) = (r.u32()?, r.u64()?, r.u64()?);
+    // The total is checked by the caller, which knows the message.
+    let (rkey, segs) = read_segs(&mut r, None)?;
+    Some((ep, sreq, rreq, rkey, segs))
 }
 
 /// RTR and ACK share a shape: `ep a b` (ACK's `b` is its status).
@@ -294,6 +324,19 @@ mod tests {
             },
         );
         assert_eq!(decode_rts(&wrap), None);
+        assert_eq!(
+            decode_rts(&encode_rts(&h, &RtsData::Put)),
+            Some((h, RtsData::Put))
+        );
+        let segs = [RemoteSeg { addr: 1, len: 2 }];
+        let b = encode_rtr_put(1, 2, 3, &[9, 9], &segs);
+        assert_eq!(
+            decode_rtr_put(&b),
+            Some((1, 2, 3, vec![9, 9], segs.to_vec()))
+        );
+        for n in 0..b.len() {
+            assert_eq!(decode_rtr_put(&b[..n]), None);
+        }
         let am = encode_rts(&h, &RtsData::Am);
         assert_eq!(decode_rts(&am), Some((h, RtsData::Am)));
         let mut bad_mode = am.clone();

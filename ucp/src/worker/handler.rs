@@ -36,6 +36,8 @@ impl Handler for Core {
             wire::AM_RTR => self.on_rtr(data),
             wire::AM_RNDV_DATA => self.on_rndv_data(data),
             wire::AM_ACK => self.on_ack(data),
+            wire::AM_RTR_PUT => self.on_rtr_put(data),
+            wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
             _ => Err(None),
         };
@@ -274,13 +276,55 @@ impl Core {
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
-            Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvAm && s.rreq.is_none() => {
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && matches!(s.proto, Proto::RndvAm | Proto::RndvPut)
+                    && s.rreq.is_none() =>
+            {
                 s.rreq = Some(rreq);
                 if !s.queued {
                     s.queued = true;
                     self.eps[ep].queue.push_back(id);
                 }
                 self.mark_ready(ep);
+                Ok(())
+            }
+            _ => Err(Some(ep)),
+        }
+    }
+
+    fn on_rtr_put(&mut self, data: &[u8]) -> Res {
+        let (ep, sreq, rreq, rkey, segs) = wire::decode_rtr_put(data).ok_or(None)?;
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(sreq);
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && s.proto == Proto::RndvPut
+                    && s.rreq.is_none()
+                    && segs.iter().map(|g| g.len).sum::<u64>() == s.total as u64 =>
+            {
+                s.rreq = Some(rreq);
+                s.put = Some((rkey, segs));
+                if !s.queued {
+                    s.queued = true;
+                    self.eps[ep].queue.push_back(id);
+                }
+                self.mark_ready(ep);
+                Ok(())
+            }
+            _ => Err(Some(ep)),
+        }
+    }
+
+    fn on_fin(&mut self, data: &[u8]) -> Res {
+        let (ep, rreq, status) = wire::decode_ack(data).ok_or(None)?;
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(rreq);
+        match self.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Recv(r)) if r.peer.is_some_and(|(e, _)| e == ep) && r.memh.is_some() => {
+                let status = Status::from_code(status).unwrap_or(Status::IoError);
+                super::tag::on_fin(self, id, status);
                 Ok(())
             }
             _ => Err(Some(ep)),
@@ -325,7 +369,7 @@ impl Core {
             Some(Op::Send(s)) if s.ep == ep => {
                 s.wait_ack = false;
                 let status = Status::from_code(status).unwrap_or(Status::IoError);
-                if s.proto == Proto::RndvAm && s.rreq.is_none() {
+                if matches!(s.proto, Proto::RndvAm | Proto::RndvPut) && s.rreq.is_none() {
                     // The receiver refused the data (truncation): nothing to stream.
                     s.rreq = Some(0);
                     s.offset = s.total;

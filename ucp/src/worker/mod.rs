@@ -74,6 +74,7 @@ pub struct WorkerStats {
     pub eager_zcopy: u64,
     pub eager_multi: u64,
     pub rndv_get: u64,
+    pub rndv_put: u64,
     pub rndv_am: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
@@ -115,9 +116,27 @@ pub(crate) struct Ep {
 /// A protocol message to send from `run_actions`.
 #[derive(Debug)]
 pub(crate) enum Ctrl {
-    Ack { sreq: u64, status: Status },
-    Rtr { sreq: u64, rreq: u64 },
-    WireupRep { dst: u32 },
+    Ack {
+        sreq: u64,
+        status: Status,
+    },
+    Rtr {
+        sreq: u64,
+        rreq: u64,
+    },
+    RtrPut {
+        sreq: u64,
+        rreq: u64,
+        rkey: Vec<u8>,
+        segs: Vec<crate::proto::wire::RemoteSeg>,
+    },
+    Fin {
+        rreq: u64,
+        status: Status,
+    },
+    WireupRep {
+        dst: u32,
+    },
     WireupReq,
 }
 
@@ -189,6 +208,10 @@ pub(crate) struct SendOp {
     pub(crate) memh: Option<(usize, MemH)>,
     /// In the endpoint's queue.
     pub(crate) queued: bool,
+    /// Put rendezvous: the receiver's key and segments, from its RTR_PUT.
+    pub(crate) put: Option<(Vec<u8>, Vec<crate::proto::wire::RemoteSeg>)>,
+    /// Put rendezvous: the writes are posted; FIN goes once they complete.
+    pub(crate) fin_pending: bool,
 }
 
 #[derive(Debug)]
@@ -208,6 +231,8 @@ pub(crate) struct RecvOp {
     /// Bounce buffer for a get into data without addresses (generic datatypes).
     pub(crate) bounce: Option<Vec<u8>>,
     pub(crate) ack_sync: bool,
+    /// Put rendezvous: the registration the sender writes into.
+    pub(crate) memh: Option<(usize, MemH)>,
 }
 
 #[derive(Debug)]
@@ -229,6 +254,8 @@ pub(crate) struct Core {
     pub(crate) info: Vec<IfaceInfo>,
     pub(crate) rndv_cfg: ucs::config::AutoSize,
     pub(crate) zcopy_cfg: ucs::config::AutoSize,
+    pub(crate) rndv_scheme: ucs::config::RndvScheme,
+    pub(crate) proto_info: bool,
     pub(crate) eps: Slab<Ep>,
     pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
     pub(crate) reqs: Requests<Op>,
@@ -242,6 +269,10 @@ pub(crate) struct Core {
     pub(crate) ready: VecDeque<usize>,
     /// Receives that matched a get rendezvous and must issue their gets.
     pub(crate) gets: VecDeque<ReqId>,
+    /// Receives that matched a put rendezvous and must expose their buffer (RTR_PUT).
+    pub(crate) puts: VecDeque<ReqId>,
+    /// Registrations to release.
+    pub(crate) deregs: Vec<(usize, MemH)>,
     pub(crate) flushes: Vec<ReqId>,
     /// Sends that may be complete (an ACK or transport completion arrived).
     pub(crate) finished: Vec<ReqId>,
@@ -345,6 +376,8 @@ impl Worker {
             info,
             rndv_cfg: ctx.config.rndv_thresh,
             zcopy_cfg: ctx.config.zcopy_thresh,
+            rndv_scheme: ctx.config.rndv_scheme,
+            proto_info: ctx.config.proto_info,
             eps: Slab::new(),
             uct_eps: HashMap::new(),
             reqs: Requests::new(),
@@ -355,6 +388,8 @@ impl Worker {
             accepts: VecDeque::new(),
             ready: VecDeque::new(),
             gets: VecDeque::new(),
+            puts: VecDeque::new(),
+            deregs: Vec::new(),
             flushes: Vec::new(),
             finished: Vec::new(),
             completions: VecDeque::new(),
@@ -521,6 +556,13 @@ impl Worker {
         while let Some(id) = core.gets.pop_front() {
             tag::start_get(ifaces, core, id);
             n += 1;
+        }
+        while let Some(id) = core.puts.pop_front() {
+            tag::start_put_recv(ifaces, core, id);
+            n += 1;
+        }
+        for (i, m) in core.deregs.drain(..) {
+            let _ = ifaces[i].md().mem_dereg(&m);
         }
         // (Taken and put back, so the vector keeps its capacity.)
         let mut finished = std::mem::take(&mut core.finished);

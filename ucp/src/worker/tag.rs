@@ -59,7 +59,7 @@ impl Worker {
             SelOp::TagSend
         };
         let mut proto = e.thresh.select(sop, MemoryType::Host, data.class(), total);
-        if proto == Proto::RndvGet && !rts_fits(core, idx, data) {
+        if matches!(proto, Proto::RndvGet | Proto::RndvPut) && !rts_fits(core, idx, data) {
             proto = Proto::RndvAm;
         }
         // Fast path: a single message that needs no request.
@@ -115,6 +115,7 @@ impl Worker {
             Proto::EagerZcopy => core.stats.eager_zcopy += 1,
             Proto::EagerMulti => core.stats.eager_multi += 1,
             Proto::RndvGet => core.stats.rndv_get += 1,
+            Proto::RndvPut => core.stats.rndv_put += 1,
             Proto::RndvAm => core.stats.rndv_am += 1,
         }
         let id = core.reqs.insert(
@@ -132,6 +133,8 @@ impl Worker {
                 wait_comp: 0,
                 memh: None,
                 queued: false,
+                put: None,
+                fin_pending: false,
             }),
             p.user_data,
             p.notify,
@@ -245,6 +248,7 @@ fn new_recv(data: &Data) -> RecvOp {
         rts: None,
         bounce: None,
         ack_sync: false,
+        memh: None,
     }
 }
 
@@ -438,8 +442,13 @@ pub(super) fn push_send(
             s.offset = total;
             s.wait_ack = true;
         }
-        Proto::RndvAm => {
+        Proto::RndvAm | Proto::RndvPut => {
             if !s.started {
+                let rts = if s.proto == Proto::RndvPut {
+                    RtsData::Put
+                } else {
+                    RtsData::Am
+                };
                 let msg = wire::encode_rts(
                     &FirstHdr {
                         tag,
@@ -448,7 +457,7 @@ pub(super) fn push_send(
                         sreq: id.0,
                         total: total as u64,
                     },
-                    &RtsData::Am,
+                    &rts,
                 );
                 if nb(send_bytes(iface.as_mut(), lane, wire::AM_RTS, &msg))?.is_none() {
                     return Ok(false);
@@ -456,9 +465,27 @@ pub(super) fn push_send(
                 s.started = true;
             }
             let Some(rreq) = s.rreq else {
-                // The RTR puts the request back in the queue.
+                // The RTR (or RTR_PUT) puts the request back in the queue.
                 return Ok(true);
             };
+            if let Some((rkey, segs)) = s.put.take() {
+                // Write straight into the receiver's segments; FIN follows completion.
+                let rma = rma.ok_or(Status::Unsupported)?;
+                let iface = &mut ifaces[rma.iface];
+                let rk = iface.md().rkey_unpack(&rkey)?;
+                let local = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
+                for_each_remote_seg(&local, &segs, |pieces, addr| {
+                    match buf::put_zcopy(iface.as_mut(), rma.ep, pieces, addr, &rk, id.0)? {
+                        Done::Now => {}
+                        Done::Later => s.wait_comp += 1,
+                    }
+                    Ok(())
+                })?;
+                s.offset = total;
+                s.fin_pending = true;
+                return Ok(true);
+            }
+            // The AM pipeline (also a put rendezvous whose receiver has no addresses).
             while s.offset < total {
                 let hdr = FragHdr {
                     ep: rid,
@@ -477,6 +504,40 @@ pub(super) fn push_send(
         }
     }
     Ok(true)
+}
+
+/// Calls `f(local_pieces, remote_addr)` once per remote segment, with the local iov pieces
+/// that cover it (the two lists describe the same number of bytes, cut differently).
+fn for_each_remote_seg(
+    local: &[Iov],
+    segs: &[RemoteSeg],
+    mut f: impl FnMut(&[Iov], u64) -> UcsResult<()>,
+) -> UcsResult<()> {
+    let mut li = 0usize;
+    let mut loff = 0usize;
+    for seg in segs {
+        let mut pieces: SmallVec<[Iov; 8]> = SmallVec::new();
+        let mut need = seg.len as usize;
+        while need > 0 && li < local.len() {
+            let l = local[li];
+            let take = (l.length - loff).min(need);
+            pieces.push(Iov {
+                buffer: l.buffer.wrapping_add(loff),
+                length: take,
+            });
+            need -= take;
+            loff += take;
+            if loff == l.length {
+                li += 1;
+                loff = 0;
+            }
+        }
+        if need > 0 {
+            return Err(Status::MessageTruncated);
+        }
+        f(&pieces, seg.addr)?;
+    }
+    Ok(())
 }
 
 fn send_bytes(iface: &mut dyn Iface, lane: super::Lane, id: u8, b: &[u8]) -> UcsResult<usize> {
@@ -499,14 +560,29 @@ fn send_bytes(iface: &mut dyn Iface, lane: super::Lane, id: u8, b: &[u8]) -> Ucs
 
 /// Completes send `id` if nothing about it is outstanding any more.
 pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
-    let Some(Op::Send(s)) = core.reqs.get(id).map(|r| &r.state) else {
+    let Some(Op::Send(s)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    let sent = s.started && s.offset >= s.total && (s.proto != Proto::RndvAm || s.rreq.is_some());
+    let sent = s.started
+        && s.offset >= s.total
+        && (!matches!(s.proto, Proto::RndvAm | Proto::RndvPut) || s.rreq.is_some());
     if !sent || s.wait_ack || s.wait_comp > 0 {
         return;
     }
-    if let Some((i, m)) = s.memh {
+    let fin = s.fin_pending.then(|| (s.ep, s.rreq.unwrap_or(0)));
+    s.fin_pending = false;
+    let memh = s.memh.take();
+    if let Some((ep, rreq)) = fin {
+        // Every write of a put rendezvous has landed: tell the receiver.
+        core.queue_ctrl(
+            ep,
+            Ctrl::Fin {
+                rreq,
+                status: Status::Ok,
+            },
+        );
+    }
+    if let Some((i, m)) = memh {
         let _ = ifaces[i].md().mem_dereg(&m);
     }
     core.complete(id, Status::Ok, None);
@@ -648,7 +724,11 @@ pub(super) fn start_rndv_recv(
             core.gets.push_back(id);
             core.work = true;
         }
-        RtsData::Am => {
+        RtsData::Put if r.data.iovs(0, 0).is_some() => {
+            core.puts.push_back(id);
+            core.work = true;
+        }
+        RtsData::Put | RtsData::Am => {
             if info.length == 0 {
                 core.queue_ctrl(ep, Ctrl::Rtr { sreq, rreq: id.0 });
                 core.complete(id, Status::Ok, Some(info));
@@ -689,37 +769,15 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
-    let mut err = None;
     let mut later = 0u32;
-    let mut li = 0usize;
-    let mut loff = 0usize;
-    for seg in &segs {
-        // The local pieces covering this remote segment.
-        let mut pieces: SmallVec<[Iov; 8]> = SmallVec::new();
-        let mut need = seg.len as usize;
-        while need > 0 && li < local.len() {
-            let l = local[li];
-            let take = (l.length - loff).min(need);
-            pieces.push(Iov {
-                buffer: l.buffer.wrapping_add(loff),
-                length: take,
-            });
-            need -= take;
-            loff += take;
-            if loff == l.length {
-                li += 1;
-                loff = 0;
-            }
+    let err = for_each_remote_seg(&local, &segs, |pieces, addr| {
+        match buf::get_zcopy(iface.as_mut(), lane.ep, pieces, addr, &rk, id.0)? {
+            Done::Now => {}
+            Done::Later => later += 1,
         }
-        match buf::get_zcopy(iface.as_mut(), lane.ep, &pieces, seg.addr, &rk, id.0) {
-            Ok(Done::Now) => {}
-            Ok(Done::Later) => later += 1,
-            Err(s) => {
-                err = Some(s);
-                break;
-            }
-        }
-    }
+        Ok(())
+    })
+    .err();
     if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         r.gets += later;
         if let Some(s) = err {
@@ -729,6 +787,80 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             finish_get(core, id);
         }
     }
+}
+
+/// Exposes the buffer of a receive matched by a put rendezvous: registers it and answers
+/// RTR_PUT with its segments. Without a memory lane, or when the segment list does not fit
+/// one message, asks for the pipeline instead (plain RTR).
+pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    let Some((ep, sreq)) = r.peer else { return };
+    let total = r.expect;
+    let lane = core.eps.get(ep).and_then(|e| e.rma);
+    let seg_max = core
+        .eps
+        .get(ep)
+        .map_or(0, |e| core.info[e.am.iface].attr.am.max_bcopy);
+    let local = r.data.iovs(0, total).unwrap_or_default();
+    let segs: Vec<RemoteSeg> = local
+        .iter()
+        .filter(|v| v.length > 0)
+        .map(|v| RemoteSeg {
+            addr: v.buffer as u64,
+            len: v.length as u64,
+        })
+        .collect();
+    let fits = 64 + segs.len() * 16 <= seg_max;
+    let reg = match lane {
+        Some(l) if fits && !segs.is_empty() => {
+            let lo = segs.iter().map(|v| v.addr).min().unwrap_or(0);
+            let hi = segs.iter().map(|v| v.addr + v.len).max().unwrap_or(0);
+            let md = ifaces[l.iface].md();
+            buf::register_span(md, lo, (hi - lo) as usize)
+                .ok()
+                .map(|m| (l.iface, m, md.mkey_pack(&m)))
+        }
+        _ => None,
+    };
+    let rreq = id.0;
+    match reg {
+        Some((i, m, rkey)) => {
+            r.memh = Some((i, m));
+            core.queue_ctrl(
+                ep,
+                Ctrl::RtrPut {
+                    sreq,
+                    rreq,
+                    rkey,
+                    segs,
+                },
+            );
+        }
+        None => core.queue_ctrl(ep, Ctrl::Rtr { sreq, rreq }),
+    }
+}
+
+/// FIN of a put rendezvous: the sender's writes have landed in receive `id`.
+pub(super) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    if let Some(m) = r.memh.take() {
+        core.deregs.push(m);
+        core.work = true;
+    }
+    r.received = r.expect;
+    let (st, info) = (
+        if status == Status::Ok {
+            r.status
+        } else {
+            status
+        },
+        r.info,
+    );
+    core.complete(id, st, info);
 }
 
 fn fail_get(core: &mut Core, id: ReqId, ep: usize, sreq: u64, s: Status) {

@@ -12,13 +12,19 @@ use crate::buf::Buf;
 use crate::datatype::{Data, GenericDt, PackState, UnpackState};
 use crate::proto::select::Proto;
 
+/// A context for `tls`; `tls` may add `;NAME=value` settings (`posix,cma;RNDV_SCHEME=put_zcopy`).
 fn ctx(tls: &str) -> Arc<Context> {
-    let tls = tls.to_string();
+    let mut parts = tls.split(';');
+    let tls = parts.next().unwrap().to_string();
+    let extra: Vec<(String, String)> = parts
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Context::new(
         Config::from_lookup(|k| match k {
             "TLS" => Some(tls.clone()),
             "NET_DEVICES" => Some("lo".into()),
-            _ => None,
+            _ => extra.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
         })
         .unwrap(),
     )
@@ -102,6 +108,7 @@ fn round(a: &mut Worker, b: &mut Worker, ab: EpHandle, n: usize, sync: bool) -> 
         _ if d(|s| s.eager_zcopy) > 0 => Proto::EagerZcopy,
         _ if d(|s| s.eager_multi) > 0 => Proto::EagerMulti,
         _ if d(|s| s.rndv_get) > 0 => Proto::RndvGet,
+        _ if d(|s| s.rndv_put) > 0 => Proto::RndvPut,
         _ => Proto::RndvAm,
     }
 }
@@ -151,6 +158,14 @@ fn every_size_class_over_shm() {
             Proto::EagerMulti,
             Proto::RndvGet,
         ],
+    );
+}
+
+#[test]
+fn every_size_class_over_shm_with_put_rendezvous() {
+    all_sizes(
+        "posix,cma;RNDV_SCHEME=put_zcopy",
+        &[Proto::EagerShort, Proto::EagerMulti, Proto::RndvPut],
     );
 }
 
@@ -237,7 +252,7 @@ fn unexpected_then_posted_in_order_with_mixed_sizes() {
 
 #[test]
 fn iov_shapes_differ_on_each_side() {
-    for tls in ["posix,cma", "tcp"] {
+    for tls in ["posix,cma", "tcp", "posix,cma;RNDV_SCHEME=put_zcopy"] {
         let (mut a, mut b, ab, _) = pair(tls);
         for total in [100usize, 50_000, 600_000] {
             let src = pattern(total, 1);
@@ -334,7 +349,7 @@ impl GenericDt for EveryOther {
 #[test]
 fn generic_datatype_over_every_protocol() {
     GENERIC_OUT.get_or_init(Default::default);
-    for tls in ["posix,cma", "tcp"] {
+    for tls in ["posix,cma", "tcp", "posix,cma;RNDV_SCHEME=put_zcopy"] {
         let (mut a, mut b, ab, _) = pair(tls);
         for count in [10usize, 20_000, 700_000] {
             let dt: Arc<dyn GenericDt> = Arc::new(EveryOther);

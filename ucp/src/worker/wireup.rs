@@ -89,6 +89,7 @@ pub(super) fn new_ep(
         },
         core.rndv_cfg,
         core.zcopy_cfg,
+        core.rndv_scheme,
     );
     let idx = core.eps.insert(Ep {
         remote_uuid: peer.uuid,
@@ -104,6 +105,11 @@ pub(super) fn new_ep(
     core.uct_eps.insert((am.iface, am.ep), idx);
     if let Some(r) = rma {
         core.uct_eps.insert((r.iface, r.ep), idx);
+    }
+    if core.proto_info {
+        if let Some(t) = proto_table(core, idx) {
+            eprint!("[rucx] {t}");
+        }
     }
     log::debug!(
         "ucp: ep {idx} to worker {:#x}: am lane {}/{}, rma lane {}",
@@ -128,39 +134,9 @@ impl Worker {
     }
 
     /// The protocol table of an endpoint: which protocol serves which sizes, per datatype
-    /// class (like `UCX_PROTO_INFO=y`).
+    /// class (like `UCX_PROTO_INFO=y`, which prints it for every new endpoint).
     pub fn ep_proto_info(&self, ep: EpHandle) -> Option<String> {
-        use crate::datatype::DtClass;
-        use crate::proto::select::{fmt_size, Op as SOp};
-        use std::fmt::Write;
-        let e = self.core.eps.get(ep.idx())?;
-        let am = &self.core.info[e.am.iface];
-        let mut s = format!(
-            "ep {} lanes: am {}/{}, rma {}\n",
-            ep.0,
-            am.tl,
-            am.device,
-            e.rma.map_or("none".into(), |l| format!(
-                "{}/{}",
-                self.core.info[l.iface].tl, self.core.info[l.iface].device
-            ))
-        );
-        for (op, opname) in [
-            (SOp::TagSend, "tag_send"),
-            (SOp::TagSendSync, "tag_send_sync"),
-        ] {
-            for (dt, dtname) in [
-                (DtClass::Contig, "contig"),
-                (DtClass::Iov, "iov"),
-                (DtClass::Generic, "generic"),
-            ] {
-                let _ = writeln!(s, "  {opname}(host, {dtname}):");
-                for (a, b, p) in e.thresh.ranges(op, uct::MemoryType::Host, dt) {
-                    let _ = writeln!(s, "    {:>8} .. {:<8} {p}", fmt_size(a), fmt_size(b));
-                }
-            }
-        }
-        Some(s)
+        proto_table(&self.core, ep.idx())
     }
 
     /// Flushes an endpoint, or every endpoint (`ucp_ep_flush_nbx` / `ucp_worker_flush_nbx`):
@@ -200,6 +176,40 @@ impl Worker {
         self.core.work = true;
         Ok(id)
     }
+}
+
+fn proto_table(core: &Core, idx: usize) -> Option<String> {
+    use crate::datatype::DtClass;
+    use crate::proto::select::{fmt_size, Op as SOp};
+    use std::fmt::Write;
+    let e = core.eps.get(idx)?;
+    let am = &core.info[e.am.iface];
+    let mut s = format!(
+        "ep {idx} to worker {:#x}, lanes: am {}/{}, rma {}\n",
+        e.remote_uuid,
+        am.tl,
+        am.device,
+        e.rma.map_or("none".into(), |l| format!(
+            "{}/{}",
+            core.info[l.iface].tl, core.info[l.iface].device
+        ))
+    );
+    for (op, opname) in [
+        (SOp::TagSend, "tag_send"),
+        (SOp::TagSendSync, "tag_send_sync"),
+    ] {
+        for (dt, dtname) in [
+            (DtClass::Contig, "contig"),
+            (DtClass::Iov, "iov"),
+            (DtClass::Generic, "generic"),
+        ] {
+            let _ = writeln!(s, "  {opname}(host, {dtname}):");
+            for (a, b, p) in e.thresh.ranges(op, uct::MemoryType::Host, dt) {
+                let _ = writeln!(s, "    {:>8} .. {:<8} {p}", fmt_size(a), fmt_size(b));
+            }
+        }
+    }
+    Some(s)
 }
 
 /// Answers a peer's wire-up request: pairs it with our endpoint for that worker that has
@@ -289,6 +299,27 @@ pub(super) fn send_ctrl(
         Ctrl::Rtr { sreq, rreq } => {
             let rid = e.remote_id.ok_or(Status::NotConnected)?;
             bcopy(iface, wire::AM_RTR, &wire::encode_rtr(rid, sreq, rreq))
+        }
+        Ctrl::RtrPut {
+            sreq,
+            rreq,
+            ref rkey,
+            ref segs,
+        } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let m = wire::encode_rtr_put(rid, sreq, rreq, rkey, segs);
+            if m.len() > core.info[lane.iface].attr.am.max_bcopy {
+                return Err(Status::ExceedsLimit);
+            }
+            bcopy(iface, wire::AM_RTR_PUT, &m)
+        }
+        Ctrl::Fin { rreq, status } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            bcopy(
+                iface,
+                wire::AM_FIN,
+                &wire::encode_ack(rid, rreq, status.code()),
+            )
         }
     }
 }
