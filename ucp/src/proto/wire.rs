@@ -195,8 +195,11 @@ pub fn encode_rtr_put(ep: u32, sreq: u64, rreq: u64, rkey: &[u8], segs: &[Remote
     write_segs(Writer::new().u32(ep).u64(sreq).u64(rreq), rkey, segs).buf
 }
 
+/// An RTR_PUT: `(ep, sreq, rreq, rkey, segments)`.
+pub type RtrPut = (u32, u64, u64, Vec<u8>, Vec<RemoteSeg>);
+
 /// Decodes an RTR_PUT. The caller checks that its segments add up to the message length.
-pub fn decode_rtr_put(buf: &[u8]) -> Option<(u32, u64, u64, Vec<u8>, Vec<RemoteSeg>)> {
+pub fn decode_rtr_put(buf: &[u8]) -> Option<RtrPut> {
     let mut r = Reader::new(buf);
     let (ep, sreq, rreq) = (r.u32()?, r.u64()?, r.u64()?);
     // The total is checked by the caller, which knows the message.
