@@ -114,3 +114,39 @@ fn cancel_and_truncation() {
 fn iov_on_both_sides() {
     run_case("iov");
 }
+
+/// A peer killed mid-rendezvous: the survivor's operations end in an error within 2 s,
+/// whichever side dies, over each transport configuration.
+#[test]
+fn peer_killed_mid_rendezvous_fails_the_survivor_quickly() {
+    for &(name, tls, dev, scheme) in CONFIGS {
+        for victim in ["a", "b"] {
+            let mut a = Proc::spawn("a", "endless", (tls, dev, scheme));
+            let mut b = Proc::spawn("b", "endless", (tls, dev, scheme));
+            let ah = a.line("ADDR").trim_start_matches("ADDR ").to_string();
+            let bh = b.line("ADDR").trim_start_matches("ADDR ").to_string();
+            writeln!(a.child.stdin.as_mut().unwrap(), "{bh}").unwrap();
+            writeln!(b.child.stdin.as_mut().unwrap(), "{ah}").unwrap();
+            assert_eq!(a.line("READY"), "READY", "{name}");
+            assert_eq!(b.line("READY"), "READY", "{name}");
+            let (dead, survivor) = if victim == "a" {
+                (&mut a, &b)
+            } else {
+                (&mut b, &a)
+            };
+            dead.child.kill().unwrap();
+            let killed = std::time::Instant::now();
+            let r = survivor
+                .lines
+                .recv_timeout(Duration::from_secs(2))
+                .unwrap_or_else(|_| {
+                    panic!("{name}: no error on the survivor 2 s after killing {victim}")
+                });
+            assert!(r.starts_with("DONE ERR"), "{name}, {victim} killed: {r}");
+            eprintln!(
+                "{name}: {victim} killed, survivor reported '{r}' after {:?}",
+                killed.elapsed()
+            );
+        }
+    }
+}

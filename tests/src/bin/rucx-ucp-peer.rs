@@ -434,6 +434,30 @@ fn iov(p: &mut Peer, role: &str) -> R<String> {
     Ok(format!("{} iov transfers", totals.len()))
 }
 
+/// Rendezvous transfers without end, for the peer-failure tests: the test kills one side
+/// and the other must end in an error. Prints `READY` once traffic flows; returns the
+/// error as `Ok("ERR ...")`.
+fn endless(p: &mut Peer, role: &str) -> R<String> {
+    const N: usize = 8 << 20;
+    p.deadline = Instant::now() + Duration::from_secs(600);
+    let mut buf = fill(1, N);
+    let mut i = 0u64;
+    loop {
+        let r = if role == "a" {
+            p.send(&buf, 1, false)
+        } else {
+            p.recv(N, 1).map(|v| buf = v)
+        };
+        if let Err(e) = r {
+            return Ok(format!("ERR {e}"));
+        }
+        i += 1;
+        if i == 2 {
+            println!("READY");
+        }
+    }
+}
+
 fn run(role: &str, scenario: &str) -> R<String> {
     let ctx = ucp::Context::from_env().map_err(|e| e.to_string())?;
     let w = Worker::new(&ctx).map_err(|e| e.to_string())?;
@@ -459,6 +483,7 @@ fn run(role: &str, scenario: &str) -> R<String> {
         "storm" => storm(&mut p, role),
         "misc" => misc(&mut p, role),
         "iov" => iov(&mut p, role),
+        "endless" => endless(&mut p, role),
         s => Err(format!("unknown scenario {s}")),
     }
 }

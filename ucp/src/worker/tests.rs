@@ -500,6 +500,16 @@ fn malformed_messages_fail_the_endpoint_not_the_worker() {
     drive(&mut a, &mut b, |_, b| {
         b.request_status(r) != Status::InProgress
     });
+    // A rendezvous send from b that waits for a's acknowledgement (a does not progress).
+    let big = vec![3u8; 1 << 20];
+    let pending = b
+        .tag_send(ba, &contig(&big), 2, SendParams::default())
+        .unwrap()
+        .expect("a rendezvous needs a request");
+    for _ in 0..100 {
+        b.progress();
+    }
+    assert_eq!(b.request_status(pending), Status::InProgress);
     // An RTR for a request b never sent, and a truncated header, delivered straight to b's
     // handler as if a transport had received them.
     let bogus = crate::proto::wire::encode_rtr(ba.0, 0xdead_beef, 1);
@@ -507,6 +517,8 @@ fn malformed_messages_fail_the_endpoint_not_the_worker() {
     uct::Handler::am(&mut b.core, crate::proto::wire::AM_EAGER, &[1, 2]);
     assert_eq!(b.stats().malformed, 2);
     assert_eq!(b.poll_ep_error().map(|e| e.1), Some(Status::IoError));
+    // The outstanding send on the failed endpoint completed with the error.
+    assert_eq!(b.wait(pending).0, Status::IoError);
     // The failed endpoint refuses sends; the worker itself still works.
     assert!(b
         .tag_send(ba, &contig(&src), 1, SendParams::default())
