@@ -39,6 +39,8 @@ impl Handler for Core {
             wire::AM_RTR_PUT => self.on_rtr_put(data),
             wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
+            super::am::AM_USER => self.on_am_user(data),
+            super::am::AM_USER_RTS => self.on_am_rts(data),
             _ => Err(None),
         };
         if let Err(ep) = ok {
@@ -73,7 +75,7 @@ type Res = Result<(), Option<usize>>;
 
 impl Core {
     /// Checks that `ep` names a live endpoint of ours.
-    fn live_ep(&self, ep: u32) -> Result<usize, Option<usize>> {
+    pub(super) fn live_ep(&self, ep: u32) -> Result<usize, Option<usize>> {
         let i = ep as usize;
         match self.eps.get(i) {
             Some(e) if e.failed.is_none() => Ok(i),

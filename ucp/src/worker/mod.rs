@@ -26,6 +26,7 @@
 //! for us that is not paired yet, so two sides that connect to each other pair up). Sends
 //! posted before the reply wait in the endpoint's queue, in order.
 
+pub mod am;
 mod handler;
 mod listener;
 pub(crate) mod tag;
@@ -50,6 +51,7 @@ use crate::proto::select::{Proto, Thresholds};
 use crate::request::{Completion, ReqId, Requests};
 use crate::tag::{TagInfo, TagMatcher};
 
+pub use am::{AmData, AmEvent, AmHandler, AmRndv, AmSendParams};
 pub use listener::ConnRequest;
 pub use tag::{RecvParams, SendParams};
 
@@ -76,6 +78,9 @@ pub struct WorkerStats {
     pub rndv_get: u64,
     pub rndv_put: u64,
     pub rndv_am: u64,
+    /// Active messages sent eagerly / by rendezvous.
+    pub am_eager: u64,
+    pub am_rndv: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
 }
@@ -212,6 +217,8 @@ pub(crate) struct SendOp {
     pub(crate) put: Option<(Vec<u8>, Vec<crate::proto::wire::RemoteSeg>)>,
     /// Put rendezvous: the writes are posted; FIN goes once they complete.
     pub(crate) fin_pending: bool,
+    /// An active message's id and header (None: a tag message).
+    pub(crate) am: Option<Box<am::AmHdr>>,
 }
 
 #[derive(Debug)]
@@ -277,6 +284,9 @@ pub(crate) struct Core {
     /// Sends that may be complete (an ACK or transport completion arrived).
     pub(crate) finished: Vec<ReqId>,
     pub(crate) completions: VecDeque<Completion>,
+    /// Active messages waiting for their handlers, and buffers to reuse for them.
+    pub(crate) am_events: VecDeque<am::AmEvent>,
+    pub(crate) am_pool: Vec<Vec<u8>>,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
     /// Set when any of the queues above may hold work for `run_actions`.
     pub(crate) work: bool,
@@ -294,6 +304,7 @@ pub struct Worker {
     epoll: ucs::wakeup::Epoll,
     has_event_fd: bool,
     sock: listener::Sockets,
+    am_handlers: Vec<Option<am::AmHandler>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -393,6 +404,8 @@ impl Worker {
             flushes: Vec::new(),
             finished: Vec::new(),
             completions: VecDeque::new(),
+            am_events: VecDeque::new(),
+            am_pool: Vec::new(),
             ep_errors: VecDeque::new(),
             work: false,
             cur_iface: 0,
@@ -405,6 +418,7 @@ impl Worker {
             epoll,
             has_event_fd,
             sock: listener::Sockets::default(),
+            am_handlers: Vec::new(),
         })
     }
 
@@ -440,6 +454,9 @@ impl Worker {
         }
         if self.core.work {
             n += self.run_actions();
+        }
+        if !self.core.am_events.is_empty() {
+            n += self.dispatch_am();
         }
         if self.sock.active() {
             listener::poll_sockets(self);

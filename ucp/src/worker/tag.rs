@@ -135,6 +135,7 @@ impl Worker {
                 queued: false,
                 put: None,
                 fin_pending: false,
+                am: None,
             }),
             p.user_data,
             p.notify,
@@ -235,7 +236,7 @@ impl Worker {
     }
 }
 
-fn new_recv(data: &Data) -> RecvOp {
+pub(super) fn new_recv(data: &Data) -> RecvOp {
     RecvOp {
         data: data.start_unpack(),
         handle: None,
@@ -266,7 +267,7 @@ fn rts_fits(core: &Core, ep: usize, data: &Data) -> bool {
 /// Queues send `id` behind the endpoint's other waiting sends. A wired-up endpoint is
 /// retried from the next progress call (it is out of resources, or behind one that is);
 /// one still wiring up is retried when the wire-up reply arrives.
-fn enqueue(core: &mut Core, ep: usize, id: ReqId) {
+pub(super) fn enqueue(core: &mut Core, ep: usize, id: ReqId) {
     if let Some(Op::Send(s)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         if !s.queued {
             s.queued = true;
@@ -323,7 +324,11 @@ pub(super) fn push_send(
         }
         Proto::EagerBcopy => {
             let data = &mut s.data;
-            let r = if sync {
+            let r = if let Some(am) = &s.am {
+                iface.am_bcopy(lane.ep, super::am::AM_USER, &mut |buf| {
+                    super::am::pack_queued(buf, am, rid, data, total)
+                })
+            } else if sync {
                 iface.am_bcopy(lane.ep, wire::AM_EAGER_SYNC, &mut |buf| {
                     buf[0..8].copy_from_slice(&tag.to_le_bytes());
                     buf[8..12].copy_from_slice(&rid.to_le_bytes());
@@ -435,7 +440,8 @@ pub(super) fn push_send(
                 &RtsData::Get { rkey, segs },
             );
             let iface = &mut ifaces[lane.iface];
-            if nb(send_bytes(iface.as_mut(), lane, wire::AM_RTS, &msg))?.is_none() {
+            let (am_id, msg) = rts_for(&s.am, msg);
+            if nb(send_bytes(iface.as_mut(), lane, am_id, &msg))?.is_none() {
                 return Ok(false);
             }
             s.started = true;
@@ -459,7 +465,8 @@ pub(super) fn push_send(
                     },
                     &rts,
                 );
-                if nb(send_bytes(iface.as_mut(), lane, wire::AM_RTS, &msg))?.is_none() {
+                let (am_id, msg) = rts_for(&s.am, msg);
+                if nb(send_bytes(iface.as_mut(), lane, am_id, &msg))?.is_none() {
                     return Ok(false);
                 }
                 s.started = true;
@@ -538,6 +545,14 @@ fn for_each_remote_seg(
         f(&pieces, seg.addr)?;
     }
     Ok(())
+}
+
+/// The AM id and bytes of an RTS: a tag RTS, or an AM RTS with its prefix.
+fn rts_for(am: &Option<Box<super::am::AmHdr>>, rts: Vec<u8>) -> (u8, Vec<u8>) {
+    match am {
+        Some(a) => (super::am::AM_USER_RTS, super::am::rts_prefix(a, rts)),
+        None => (wire::AM_RTS, rts),
+    }
 }
 
 fn send_bytes(iface: &mut dyn Iface, lane: super::Lane, id: u8, b: &[u8]) -> UcsResult<usize> {

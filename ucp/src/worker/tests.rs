@@ -688,3 +688,124 @@ fn serialized_thread_mode_through_a_mutex() {
         assert_eq!(d, &[i as u8; 16]);
     }
 }
+
+#[test]
+fn active_messages_eager_rendezvous_reply_and_persistent_data() {
+    use super::am::{AmData, AmSendParams};
+    use std::sync::Mutex;
+    for tls in ["posix,cma", "tcp", "posix,cma;RNDV_SCHEME=put_zcopy"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        // b keeps what it received: (header, data) per message, data via recv_data when
+        // it came by rendezvous (into a buffer the handler allocates and keeps).
+        type Got = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+        type Pending = Arc<Mutex<Vec<(ReqId, Vec<u8>, Box<[u8]>)>>>;
+        let got: Got = Default::default();
+        let pending: Pending = Default::default();
+        {
+            let got = Arc::clone(&got);
+            let pending = Arc::clone(&pending);
+            b.am_set_handler(
+                7,
+                Some(Box::new(move |w: &mut Worker, ev: super::am::AmEvent| {
+                    if let Some(ep) = ev.reply_ep {
+                        let m = [0xeeu8; 3];
+                        // An eager reply goes out at once; the stack buffer may go.
+                        let r = w
+                            .am_send(ep, 8, b"re", &contig(&m), AmSendParams::default())
+                            .unwrap();
+                        assert!(r.is_none());
+                    }
+                    match ev.data {
+                        AmData::Eager(d) => got.lock().unwrap().push((ev.header, d)),
+                        AmData::Rndv(r) => {
+                            let mut buf = vec![0u8; r.len()].into_boxed_slice();
+                            // SAFETY: the box is kept in `pending` until the receive completes.
+                            let data = Data::Contig(unsafe { Buf::from_mut_slice(&mut buf) });
+                            let id = w.am_recv_data(r, &data, RecvParams::default()).unwrap();
+                            pending.lock().unwrap().push((id, ev.header, buf));
+                        }
+                    }
+                })),
+            );
+        }
+        let replies: Arc<Mutex<u32>> = Default::default();
+        {
+            let replies = Arc::clone(&replies);
+            a.am_set_handler(
+                8,
+                Some(Box::new(move |_w: &mut Worker, ev: super::am::AmEvent| {
+                    assert_eq!(ev.header, b"re");
+                    *replies.lock().unwrap() += 1;
+                })),
+            );
+        }
+        let sizes = [0usize, 10, 5000, 9000, 200_000, 3 << 20];
+        let srcs: Vec<Vec<u8>> = sizes.iter().map(|&n| pattern(n, n as u8)).collect();
+        let mut reqs = Vec::new();
+        for (i, s) in srcs.iter().enumerate() {
+            let hdr = vec![i as u8; 1 + i * 10];
+            let p = AmSendParams {
+                reply: i % 2 == 0,
+                ..Default::default()
+            };
+            reqs.extend(a.am_send(ab, 7, &hdr, &contig(s), p).unwrap());
+        }
+        let start = std::time::Instant::now();
+        loop {
+            a.progress();
+            b.progress();
+            let done_rndv = {
+                let mut p = pending.lock().unwrap();
+                let mut i = 0;
+                while i < p.len() {
+                    if b.request_status(p[i].0) != Status::InProgress {
+                        let (id, h, buf) = p.swap_remove(i);
+                        assert_eq!(b.wait(id).0, Status::Ok);
+                        got.lock().unwrap().push((h, buf.into_vec()));
+                    } else {
+                        i += 1;
+                    }
+                }
+                p.is_empty()
+            };
+            let all = got.lock().unwrap().len() == sizes.len();
+            let sent = reqs
+                .iter()
+                .all(|&r| a.request_status(r) != Status::InProgress);
+            if all && done_rndv && sent && *replies.lock().unwrap() == 3 {
+                break;
+            }
+            assert!(start.elapsed().as_secs() < 10, "{tls}: stuck");
+        }
+        let mut g = got.lock().unwrap().clone();
+        g.sort_by_key(|(h, _)| h.len());
+        for (i, (h, d)) in g.iter().enumerate() {
+            assert_eq!(h, &vec![i as u8; 1 + i * 10], "{tls} header {i}");
+            assert!(d == &srcs[i], "{tls} data {i}");
+        }
+        assert!(a.stats().am_rndv >= 2, "{tls}: {:?}", a.stats());
+        // A message for an id without a handler is dropped; a rendezvous one releases its
+        // sender.
+        let big = pattern(1 << 20, 1);
+        let r = a
+            .am_send(ab, 9, &[], &contig(&big), AmSendParams::default())
+            .unwrap()
+            .unwrap();
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(r) != Status::InProgress
+        });
+        assert_eq!(a.wait(r).0, Status::Ok);
+        // Eager-only refuses what does not fit.
+        let e = a.am_send(
+            ab,
+            7,
+            &[],
+            &contig(&big),
+            AmSendParams {
+                eager: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(e, Err(Status::ExceedsLimit));
+    }
+}

@@ -1,0 +1,422 @@
+//! Active messages (`ucp_worker_set_am_recv_handler`, `ucp_am_send_nbx`,
+//! `ucp_am_recv_data_nbx`, `ucp_am_data_release`).
+//!
+//! A message is a user header plus data, sent to a handler id. Data that fits one transport
+//! buffer goes eagerly and is handed to the handler whole; larger data (or data from the
+//! rendezvous threshold up) is announced by an RTS, and the handler — or the application
+//! later — receives it into a buffer of its choice with [`Worker::am_recv_data`], through
+//! the same rendezvous protocols as tag messages (get, put or pipeline).
+//!
+//! ```text
+//! AM_USER       am_id:u16 flags:u8 ep:u32 hdr_len:u32 header data
+//! AM_USER_RTS   am_id:u16 flags:u8 hdr_len:u32 header <RTS as for tags>
+//! ```
+//!
+//! Handlers run from [`Worker::progress`] after the transports have been progressed, with
+//! the worker itself as their first argument: a handler may send, reply, or receive
+//! rendezvous data right there. Each event is owned by the handler: keeping its data is
+//! UCX's "persistent data" (`UCP_AM_RECV_ATTR_FLAG_DATA` + returning `UCS_INPROGRESS`);
+//! giving the buffer back with [`Worker::am_recycle`] lets the next message reuse it.
+
+use ucs::wire::Reader;
+use ucs::{Status, UcsResult};
+use uct::MemoryType;
+
+use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
+use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
+use crate::datatype::{Data, DataState};
+use crate::proto::select::{Op as SelOp, Proto};
+use crate::proto::wire::{self, RtsData};
+use crate::request::ReqId;
+use crate::tag::{SenderId, TagInfo};
+use crate::RecvParams;
+
+pub const AM_USER: u8 = 12;
+pub const AM_USER_RTS: u8 = 13;
+/// Bytes of the AM_USER header before the user header.
+pub const AM_USER_HDR: usize = 2 + 1 + 4 + 4;
+
+/// `flags` bit: the sender asks for a reply endpoint (`UCP_AM_SEND_FLAG_REPLY`).
+pub const AM_FLAG_REPLY: u8 = 1;
+
+/// Largest user header.
+pub const MAX_AM_HEADER: usize = 4096;
+
+/// Options of an AM send.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmSendParams {
+    /// The receiver's handler gets an endpoint to reply on.
+    pub reply: bool,
+    /// Force the rendezvous protocol (`UCP_AM_SEND_FLAG_RNDV`).
+    pub rndv: bool,
+    /// Only eager (`UCP_AM_SEND_FLAG_EAGER`): refuse data that does not fit one fragment.
+    pub eager: bool,
+    pub user_data: u64,
+    pub notify: bool,
+}
+
+/// The AM part of a send (header and id), for rendezvous RTS messages.
+#[derive(Debug)]
+pub(crate) struct AmHdr {
+    pub(crate) id: u16,
+    pub(crate) flags: u8,
+    pub(crate) header: Vec<u8>,
+}
+
+/// Rendezvous data announced to a handler, to receive with [`Worker::am_recv_data`] or
+/// drop with [`Worker::am_data_release`].
+#[derive(Debug)]
+pub struct AmRndv {
+    ep: usize,
+    sreq: u64,
+    length: usize,
+    rts: RtsData,
+}
+
+impl AmRndv {
+    pub fn len(&self) -> usize {
+        self.length
+    }
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+}
+
+/// The data of an active message.
+#[derive(Debug)]
+pub enum AmData {
+    /// The whole data, arrived with the message.
+    Eager(Vec<u8>),
+    /// Data still at the sender.
+    Rndv(AmRndv),
+}
+
+/// An arrived active message, handed to its handler.
+#[derive(Debug)]
+pub struct AmEvent {
+    pub id: u16,
+    pub header: Vec<u8>,
+    pub data: AmData,
+    /// The endpoint to reply on, when the sender asked for one.
+    pub reply_ep: Option<EpHandle>,
+}
+
+/// A handler: called with the worker and the event.
+pub type AmHandler = Box<dyn FnMut(&mut Worker, AmEvent) + Send>;
+
+impl Worker {
+    /// Sets (or with `None` removes) the handler of AM id `id`
+    /// (`ucp_worker_set_am_recv_handler`).
+    pub fn am_set_handler(&mut self, id: u16, h: Option<AmHandler>) {
+        let i = id as usize;
+        if self.am_handlers.len() <= i {
+            self.am_handlers.resize_with(i + 1, || None);
+        }
+        self.am_handlers[i] = h;
+    }
+
+    /// Sends an active message (`ucp_am_send_nbx`). `Ok(None)`: done, buffers reusable.
+    pub fn am_send(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        data: &Data,
+        p: AmSendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        if header.len() > MAX_AM_HEADER {
+            return Err(Status::InvalidParam);
+        }
+        let Worker { ifaces, core, .. } = self;
+        let idx = ep.0 as usize;
+        let e = core.eps.get(idx).ok_or(Status::InvalidParam)?;
+        if let Some(s) = e.failed {
+            return Err(s);
+        }
+        let mut st = data.start_pack();
+        let total = st.len();
+        let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
+        let seg = core.info[e.am.iface].attr.am.max_bcopy;
+        let fits = AM_USER_HDR + header.len() + total <= seg;
+        let mut proto = e
+            .thresh
+            .select(SelOp::TagSend, MemoryType::Host, data.class(), total);
+        proto = match proto {
+            _ if p.eager && !fits => return Err(Status::ExceedsLimit),
+            _ if p.rndv => {
+                e.thresh
+                    .select(SelOp::TagSend, MemoryType::Host, data.class(), usize::MAX)
+            }
+            Proto::RndvGet | Proto::RndvPut | Proto::RndvAm => proto,
+            _ if fits => Proto::EagerBcopy,
+            _ => e
+                .thresh
+                .select(SelOp::TagSend, MemoryType::Host, data.class(), usize::MAX),
+        };
+        if matches!(proto, Proto::RndvGet | Proto::RndvPut)
+            && !matches!(data, Data::Contig(_) | Data::Iov(_))
+        {
+            proto = Proto::RndvAm;
+        }
+        if proto != Proto::EagerBcopy && AM_USER_HDR + header.len() + 256 > seg {
+            // The header must travel in one RTS.
+            return Err(Status::ExceedsLimit);
+        }
+        if proto == Proto::EagerBcopy && e.queue.is_empty() && e.remote_id.is_some() {
+            let lane = e.am;
+            let rid = e.remote_id.unwrap_or(0);
+            let r = ifaces[lane.iface].am_bcopy(lane.ep, AM_USER, &mut |buf| {
+                pack_user(buf, id, flags, rid, header, &mut st, total)
+            });
+            match r {
+                Ok(_) => {
+                    core.stats.am_eager += 1;
+                    return Ok(None);
+                }
+                Err(Status::NoResource) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match proto {
+            Proto::EagerBcopy => core.stats.am_eager += 1,
+            _ => core.stats.am_rndv += 1,
+        }
+        let rid = core.insert_send(
+            idx,
+            st,
+            total,
+            proto,
+            0,
+            Some(Box::new(AmHdr {
+                id,
+                flags,
+                header: header.to_vec(),
+            })),
+            p.user_data,
+            p.notify,
+        );
+        core.start_send(ifaces, idx, rid);
+        Ok(Some(rid))
+    }
+
+    /// Receives the data of a rendezvous active message into `data`
+    /// (`ucp_am_recv_data_nbx`).
+    pub fn am_recv_data(&mut self, rndv: AmRndv, data: &Data, p: RecvParams) -> UcsResult<ReqId> {
+        let core = &mut self.core;
+        let id = core
+            .reqs
+            .insert(Op::Recv(new_recv(data)), p.user_data, p.notify);
+        let info = TagInfo {
+            sender_tag: 0,
+            length: rndv.length,
+            sender: SenderId(rndv.ep as u64),
+        };
+        if core.eps.get(rndv.ep).is_none_or(|e| e.failed.is_some()) {
+            let s = core
+                .eps
+                .get(rndv.ep)
+                .and_then(|e| e.failed)
+                .unwrap_or(Status::NotConnected);
+            core.complete(id, s, Some(info));
+            return Ok(id);
+        }
+        start_rndv_recv(core, id, info, rndv.ep, rndv.sreq, rndv.rts);
+        Ok(id)
+    }
+
+    /// Drops rendezvous data without receiving it; the sender completes.
+    pub fn am_data_release(&mut self, rndv: AmRndv) {
+        self.core.queue_ctrl(
+            rndv.ep,
+            Ctrl::Ack {
+                sreq: rndv.sreq,
+                status: Status::Ok,
+            },
+        );
+    }
+
+    /// Gives an eager data buffer back for reuse by later messages.
+    pub fn am_recycle(&mut self, mut v: Vec<u8>) {
+        if self.core.am_pool.len() < 64 {
+            v.clear();
+            self.core.am_pool.push(v);
+        }
+    }
+
+    /// Runs the handlers of arrived messages (from `progress`).
+    pub(super) fn dispatch_am(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(ev) = self.core.am_events.pop_front() {
+            n += 1;
+            let i = ev.id as usize;
+            match self.am_handlers.get_mut(i).and_then(Option::take) {
+                Some(mut h) => {
+                    h(self, ev);
+                    // The handler may have replaced itself; keep the newer one.
+                    if let Some(slot) = self.am_handlers.get_mut(i) {
+                        if slot.is_none() {
+                            *slot = Some(h);
+                        }
+                    }
+                }
+                None => {
+                    log::warn!("ucp: active message for id {i} without a handler dropped");
+                    if let AmData::Rndv(r) = ev.data {
+                        self.am_data_release(r);
+                    }
+                }
+            }
+        }
+        n
+    }
+}
+
+/// Writes an AM_USER message into `buf`; returns its length.
+fn pack_user(
+    buf: &mut [u8],
+    id: u16,
+    flags: u8,
+    ep: u32,
+    header: &[u8],
+    st: &mut DataState,
+    total: usize,
+) -> usize {
+    buf[0..2].copy_from_slice(&id.to_le_bytes());
+    buf[2] = flags;
+    buf[3..7].copy_from_slice(&ep.to_le_bytes());
+    buf[7..11].copy_from_slice(&(header.len() as u32).to_le_bytes());
+    let h = AM_USER_HDR + header.len();
+    buf[AM_USER_HDR..h].copy_from_slice(header);
+    h + st.pack(0, &mut buf[h..h + total])
+}
+
+/// Packs a queued eager AM send (the request path of `am_send`).
+pub(super) fn pack_queued(
+    buf: &mut [u8],
+    am: &AmHdr,
+    ep: u32,
+    st: &mut DataState,
+    total: usize,
+) -> usize {
+    pack_user(buf, am.id, am.flags, ep, &am.header, st, total)
+}
+
+/// The RTS of an AM rendezvous: the AM prefix, then the tag RTS bytes.
+pub(super) fn rts_prefix(am: &AmHdr, rts: Vec<u8>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(7 + am.header.len() + rts.len());
+    v.extend_from_slice(&am.id.to_le_bytes());
+    v.push(am.flags);
+    v.extend_from_slice(&(am.header.len() as u32).to_le_bytes());
+    v.extend_from_slice(&am.header);
+    v.extend_from_slice(&rts);
+    v
+}
+
+impl Core {
+    fn take_buf(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut v = self.am_pool.pop().unwrap_or_default();
+        v.extend_from_slice(data);
+        v
+    }
+
+    /// An AM_USER message arrived.
+    pub(super) fn on_am_user(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+        let mut r = Reader::new(data);
+        let (id, flags, ep, hlen) = match (r.u16(), r.u8(), r.u32(), r.u32()) {
+            (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d as usize),
+            _ => return Err(None),
+        };
+        let ep = self.live_ep(ep)?;
+        let header = r.bytes(hlen).ok_or(Some(ep))?;
+        let header = self.take_buf(header);
+        let payload = self.take_buf(r.rest());
+        self.am_events.push_back(AmEvent {
+            id,
+            header,
+            data: AmData::Eager(payload),
+            reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
+        });
+        self.work = true;
+        Ok(())
+    }
+
+    /// An AM_USER_RTS message arrived.
+    pub(super) fn on_am_rts(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+        let mut r = Reader::new(data);
+        let (id, flags, hlen) = match (r.u16(), r.u8(), r.u32()) {
+            (Some(a), Some(b), Some(c)) => (a, b, c as usize),
+            _ => return Err(None),
+        };
+        let header = r.bytes(hlen).ok_or(None)?.to_vec();
+        let (h, rts) = wire::decode_rts(r.rest()).ok_or(None)?;
+        let ep = self.live_ep(h.ep)?;
+        let length = usize::try_from(h.total).map_err(|_| Some(ep))?;
+        self.am_events.push_back(AmEvent {
+            id,
+            header,
+            data: AmData::Rndv(AmRndv {
+                ep,
+                sreq: h.sreq,
+                length,
+                rts,
+            }),
+            reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
+        });
+        self.work = true;
+        Ok(())
+    }
+
+    /// Inserts a send request (tag or AM) for endpoint `ep`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn insert_send(
+        &mut self,
+        ep: usize,
+        data: DataState,
+        total: usize,
+        proto: Proto,
+        tag: u64,
+        am: Option<Box<AmHdr>>,
+        user_data: u64,
+        notify: bool,
+    ) -> ReqId {
+        let id = self.reqs.insert(
+            Op::Send(SendOp {
+                ep,
+                tag,
+                data,
+                total,
+                proto,
+                flags: 0,
+                started: false,
+                offset: 0,
+                rreq: None,
+                wait_ack: false,
+                wait_comp: 0,
+                memh: None,
+                queued: false,
+                put: None,
+                fin_pending: false,
+                am,
+            }),
+            user_data,
+            notify,
+        );
+        self.eps[ep].outstanding += 1;
+        id
+    }
+
+    /// Sends what a new request can send now, or queues it behind the endpoint's others.
+    pub(super) fn start_send(&mut self, ifaces: &mut [Box<dyn uct::Iface>], ep: usize, id: ReqId) {
+        let e = &self.eps[ep];
+        if e.queue.is_empty() && e.remote_id.is_some() {
+            match push_send(ifaces, self, id) {
+                Ok(true) => {}
+                Ok(false) => super::tag::enqueue(self, ep, id),
+                Err(s) => self.complete(id, s, None),
+            }
+        } else {
+            super::tag::enqueue(self, ep, id);
+        }
+        maybe_finish_send(ifaces, self, id);
+    }
+}
