@@ -48,7 +48,8 @@ impl Buf {
     /// complete, or cancelled and reported), the `len` bytes at `ptr` must stay allocated;
     /// a buffer given to a send must not be written by anyone else, and one given to a
     /// receive must not be read or written by anyone else. `ptr` may be null only when `len`
-    /// is 0.
+    /// is 0. A buffer given to `Worker::mem_map` must stay valid until `mem_unmap`, and
+    /// peers may read and write it through their remote keys meanwhile.
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Buf {
         if len == 0 {
             return Buf::EMPTY;
@@ -108,7 +109,7 @@ impl Buf {
     /// Copies `dst.len()` bytes from offset `off` into `dst`. Panics when the range is
     /// outside the buffer: callers check lengths against [`Buf::len`] first.
     #[inline]
-    pub(crate) fn read_at(&self, off: usize, dst: &mut [u8]) {
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) {
         assert!(
             off <= self.len && dst.len() <= self.len - off,
             "read outside Buf"
@@ -123,7 +124,7 @@ impl Buf {
 
     /// Copies `src` to offset `off`. Panics when the range is outside the buffer.
     #[inline]
-    pub(crate) fn write_at(&self, off: usize, src: &[u8]) {
+    pub fn write_at(&self, off: usize, src: &[u8]) {
         assert!(
             off <= self.len && src.len() <= self.len - off,
             "write outside Buf"
@@ -213,6 +214,65 @@ pub(crate) fn register_span(md: &dyn Md, addr: u64, len: usize) -> UcsResult<Mem
     // SAFETY: see above: the region stays mapped until `mem_dereg`, which the worker calls
     // before the send's request completes.
     unsafe { md.mem_reg(addr as *mut u8, len) }
+}
+
+/// Copies `src` to address `addr` of this process: the target side of a remote put.
+///
+/// Callers (the RMA request handler) pass only ranges that lie inside a region mapped with
+/// `Worker::mem_map`, whose memory stays valid until `mem_unmap` (the `Buf` contract for
+/// mapped memory, or the worker's own allocation).
+pub(crate) fn write_raw(addr: u64, src: &[u8]) {
+    // SAFETY: see above: the range was checked against a live mapped region.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len()) }
+}
+
+/// Copies from address `addr` of this process into `dst`: the target side of a remote get.
+/// Same contract as [`write_raw`].
+pub(crate) fn read_raw(addr: u64, dst: &mut [u8]) {
+    // SAFETY: the range was checked against a live mapped region.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// Performs an atomic operation on the aligned 4- or 8-byte word at `addr`; returns the
+/// previous value. Same contract as [`write_raw`]; the caller checked alignment and size.
+pub(crate) fn atomic_raw(
+    addr: u64,
+    size: u8,
+    op: crate::worker::rma::AtomicOp,
+    value: u64,
+    compare: u64,
+) -> u64 {
+    use crate::worker::rma::AtomicOp as A;
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+    if size == 4 {
+        // SAFETY: a live mapped region holds this aligned 4-byte word (checked by the
+        // caller); other processes reach it only through this worker's atomics.
+        let a = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
+        let v = value as u32;
+        u64::from(match op {
+            A::Add => a.fetch_add(v, SeqCst),
+            A::And => a.fetch_and(v, SeqCst),
+            A::Or => a.fetch_or(v, SeqCst),
+            A::Xor => a.fetch_xor(v, SeqCst),
+            A::Swap => a.swap(v, SeqCst),
+            A::Cswap => match a.compare_exchange(compare as u32, v, SeqCst, SeqCst) {
+                Ok(x) | Err(x) => x,
+            },
+        })
+    } else {
+        // SAFETY: as above, for an aligned 8-byte word.
+        let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+        match op {
+            A::Add => a.fetch_add(value, SeqCst),
+            A::And => a.fetch_and(value, SeqCst),
+            A::Or => a.fetch_or(value, SeqCst),
+            A::Xor => a.fetch_xor(value, SeqCst),
+            A::Swap => a.swap(value, SeqCst),
+            A::Cswap => match a.compare_exchange(compare, value, SeqCst, SeqCst) {
+                Ok(x) | Err(x) => x,
+            },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,10 @@ impl Handler for Core {
             wire::AM_WIREUP => self.on_wireup(data),
             super::am::AM_USER => self.on_am_user(data),
             super::am::AM_USER_RTS => self.on_am_rts(data),
+            super::rma::AM_RMA_PUT | super::rma::AM_RMA_GET | super::rma::AM_RMA_ATOMIC => {
+                self.on_rma_request(id, data)
+            }
+            super::rma::AM_RMA_REPLY => self.on_rma_reply(data),
             _ => Err(None),
         };
         if let Err(ep) = ok {

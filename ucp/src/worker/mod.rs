@@ -29,6 +29,7 @@
 pub mod am;
 mod handler;
 mod listener;
+pub mod rma;
 pub(crate) mod tag;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does
@@ -53,6 +54,7 @@ use crate::tag::{TagInfo, TagMatcher};
 
 pub use am::{AmData, AmEvent, AmHandler, AmRndv, AmSendParams};
 pub use listener::ConnRequest;
+pub use rma::{AtomicOp, MemHandle, Rkey};
 pub use tag::{RecvParams, SendParams};
 
 /// An endpoint of a worker (`ucp_ep_h`).
@@ -135,6 +137,12 @@ pub(crate) enum Ctrl {
         rkey: Vec<u8>,
         segs: Vec<crate::proto::wire::RemoteSeg>,
     },
+    RmaReply {
+        req: u64,
+        offset: u64,
+        status: Status,
+        data: Vec<u8>,
+    },
     Fin {
         rreq: u64,
         status: Status,
@@ -185,6 +193,7 @@ pub(crate) enum Op {
     Send(SendOp),
     Recv(RecvOp),
     Flush(FlushOp),
+    Rma(rma::RmaOp),
     Done {
         status: Status,
         info: Option<TagInfo>,
@@ -287,6 +296,9 @@ pub(crate) struct Core {
     /// Active messages waiting for their handlers, and buffers to reuse for them.
     pub(crate) am_events: VecDeque<am::AmEvent>,
     pub(crate) am_pool: Vec<Vec<u8>>,
+    /// Mapped regions, and RMA operations waiting to send their messages.
+    pub(crate) mems: Slab<rma::MemReg>,
+    pub(crate) rma_queue: VecDeque<ReqId>,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
     /// Set when any of the queues above may hold work for `run_actions`.
     pub(crate) work: bool,
@@ -406,6 +418,8 @@ impl Worker {
             completions: VecDeque::new(),
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
+            mems: Slab::new(),
+            rma_queue: VecDeque::new(),
             ep_errors: VecDeque::new(),
             work: false,
             cur_iface: 0,
@@ -615,10 +629,17 @@ impl Worker {
                 Ok(()) => n += 1,
             }
         }
+        if !core.rma_queue.is_empty() {
+            n += rma::progress_queue(ifaces, core);
+        }
         if !core.flushes.is_empty() {
             n += wireup::progress_flushes(ifaces, core);
         }
-        if blocked > 0 || !core.ready.is_empty() || !core.flushes.is_empty() {
+        if blocked > 0
+            || !core.ready.is_empty()
+            || !core.flushes.is_empty()
+            || !core.rma_queue.is_empty()
+        {
             core.work = true;
         }
         n
@@ -631,11 +652,13 @@ impl Core {
         let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
-        if let Op::Send(s) = &r.state {
-            let ep = s.ep;
-            if let Some(e) = self.eps.get_mut(ep) {
-                e.outstanding = e.outstanding.saturating_sub(1);
-            }
+        let ep = match &r.state {
+            Op::Send(s) => Some(s.ep),
+            Op::Rma(o) => Some(o.ep),
+            _ => None,
+        };
+        if let Some(e) = ep.and_then(|ep| self.eps.get_mut(ep)) {
+            e.outstanding = e.outstanding.saturating_sub(1);
         }
         r.state = Op::Done { status, info };
         if r.notify {

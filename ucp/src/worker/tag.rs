@@ -929,6 +929,7 @@ pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
             }
         }
         Some(Op::Flush(_)) => wireup::flush_completion(core, id),
+        Some(Op::Rma(_)) => super::rma::on_completion(core, id, status),
         _ => {}
     }
 }

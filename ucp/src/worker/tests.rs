@@ -809,3 +809,135 @@ fn active_messages_eager_rendezvous_reply_and_persistent_data() {
         assert_eq!(e, Err(Status::ExceedsLimit));
     }
 }
+
+#[test]
+fn rma_put_get_atomics_and_bounds() {
+    use super::rma::AtomicOp;
+    for tls in ["posix,cma", "tcp", "posix"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        // b maps 1 MiB (worker-allocated) and a 64 KiB region of its own memory.
+        let region = b.mem_map(None, 1 << 20).unwrap();
+        let mut own = vec![0u8; 65536];
+        // SAFETY: `own` outlives the mapping (unmapped below before it is dropped).
+        let own_h = b
+            .mem_map(Some(unsafe { Buf::from_mut_slice(&mut own) }), 65536)
+            .unwrap();
+        let (base, len) = b.mem_query(region).unwrap();
+        assert_eq!(len, 1 << 20);
+        let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+        let rk_own = a.rkey_unpack(ab, &b.rkey_pack(own_h).unwrap()).unwrap();
+        let own_base = rk_own.bounds().0;
+        let sp = SendParams::default();
+        let run = |a: &mut Worker, b: &mut Worker, r: Option<ReqId>| {
+            if let Some(r) = r {
+                drive(a, b, |a, _| a.request_status(r) != Status::InProgress);
+                a.wait(r).0
+            } else {
+                Status::Ok
+            }
+        };
+        for n in [1usize, 100, 8192, 300_000] {
+            let src = pattern(n, 3);
+            let off = 1000u64;
+            let r = a.put(ab, &contig(&src), base + off, &rk, sp).unwrap();
+            assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls} put {n}");
+            let mut check = vec![0u8; n];
+            b.mem_read(region, off as usize, &mut check).unwrap();
+            assert!(check == src, "{tls} put {n}");
+            let mut back = vec![0u8; n];
+            let r = a
+                .get(ab, &contig_mut(&mut back), base + off, &rk, sp)
+                .unwrap();
+            assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls} get {n}");
+            assert!(back == src, "{tls} get {n}");
+        }
+        // Into the user-provided region, with an iov on the initiator.
+        let p1 = pattern(1000, 1);
+        let p2 = pattern(3000, 2);
+        // SAFETY: p1 and p2 outlive the put, waited for below.
+        let iov: smallvec::SmallVec<[Buf; 4]> = unsafe {
+            [Buf::from_slice(&p1), Buf::from_slice(&p2)]
+                .into_iter()
+                .collect()
+        };
+        let r = a
+            .put(ab, &Data::Iov(iov), own_base + 10, &rk_own, sp)
+            .unwrap();
+        assert_eq!(run(&mut a, &mut b, r), Status::Ok);
+        let f = b.flush(None).unwrap();
+        assert_eq!(b.wait(f).0, Status::Ok);
+        assert!(
+            own[10..1010] == p1[..] && own[1010..4010] == p2[..],
+            "{tls} iov put"
+        );
+        // Out of bounds: refused at the initiator, nothing written.
+        let src = [9u8; 16];
+        assert_eq!(
+            a.put(ab, &contig(&src), base + (1 << 20) - 8, &rk, sp),
+            Err(Status::InvalidParam)
+        );
+        assert_eq!(
+            a.get(ab, &contig_mut(&mut [0u8; 4]), base - 1, &rk, sp),
+            Err(Status::InvalidParam)
+        );
+        // Atomics on 64- and 32-bit words.
+        let mut old = [0u8; 8];
+        // SAFETY: `old` outlives each atomic, waited for below.
+        let ob = unsafe { Buf::from_mut_slice(&mut old) };
+        let word = base + 64;
+        let ops: [(AtomicOp, u64, u64, u64); 5] = [
+            (AtomicOp::Add, 5, 0, 0),
+            (AtomicOp::Add, 7, 0, 5),
+            (AtomicOp::Swap, 100, 0, 12),
+            (AtomicOp::Cswap, 200, 100, 100),
+            (AtomicOp::Cswap, 300, 1, 200),
+        ];
+        for (op, v, c, want_old) in ops {
+            let r = a.atomic(ab, op, 8, v, c, word, &rk, Some(ob), sp).unwrap();
+            assert_eq!(run(&mut a, &mut b, Some(r)), Status::Ok);
+            assert_eq!(u64::from_ne_bytes(old), want_old, "{tls} {op:?}");
+        }
+        let mut w = [0u8; 8];
+        b.mem_read(region, 64, &mut w).unwrap();
+        assert_eq!(u64::from_ne_bytes(w), 200);
+        let r = a
+            .atomic(
+                ab,
+                AtomicOp::Add,
+                4,
+                u64::from(u32::MAX),
+                0,
+                base + 128,
+                &rk,
+                Some(ob),
+                sp,
+            )
+            .unwrap();
+        assert_eq!(run(&mut a, &mut b, Some(r)), Status::Ok);
+        let r = a
+            .atomic(ab, AtomicOp::Add, 4, 2, 0, base + 128, &rk, Some(ob), sp)
+            .unwrap();
+        assert_eq!(run(&mut a, &mut b, Some(r)), Status::Ok);
+        assert_eq!(u32::from_ne_bytes(old[..4].try_into().unwrap()), u32::MAX);
+        b.mem_read(region, 128, &mut w[..4]).unwrap();
+        assert_eq!(u32::from_ne_bytes(w[..4].try_into().unwrap()), 1, "wraps");
+        // Misaligned: refused.
+        assert_eq!(
+            a.atomic(ab, AtomicOp::Add, 8, 1, 0, base + 3, &rk, None, sp),
+            Err(Status::InvalidParam)
+        );
+        // A forged key (right bounds, wrong nonce) is refused by the target and nothing
+        // is written: only the message path consults the target's table.
+        if tls != "posix,cma" {
+            let mut forged = rk.clone();
+            forged.forge_nonce_for_test();
+            let r = a.put(ab, &contig(&[1u8; 8]), base, &forged, sp).unwrap();
+            assert_eq!(run(&mut a, &mut b, r), Status::InvalidParam, "{tls}");
+            b.mem_read(region, 0, &mut w).unwrap();
+            assert_eq!(w, [0u8; 8]);
+        }
+        b.mem_unmap(own_h).unwrap();
+        b.mem_unmap(region).unwrap();
+        assert_eq!(b.mem_unmap(region), Err(Status::InvalidParam));
+    }
+}

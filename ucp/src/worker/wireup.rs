@@ -313,6 +313,16 @@ pub(super) fn send_ctrl(
             }
             bcopy(iface, wire::AM_RTR_PUT, &m)
         }
+        Ctrl::RmaReply {
+            req,
+            offset,
+            status,
+            ref data,
+        } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let m = super::rma::encode_reply(rid, req, offset, status, data);
+            bcopy(iface, super::rma::AM_RMA_REPLY, &m)
+        }
         Ctrl::Fin { rreq, status } => {
             let rid = e.remote_id.ok_or(Status::NotConnected)?;
             bcopy(
@@ -437,6 +447,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, report: bool) 
     let victims = core.reqs.ids_where(|op| match op {
         Op::Send(s) => s.ep == ep,
         Op::Recv(r) => r.peer.is_some_and(|(e, _)| e == ep),
+        Op::Rma(o) => o.ep == ep,
         _ => false,
     });
     for id in victims {

@@ -1,0 +1,786 @@
+//! Remote memory access and atomics (`ucp_mem_map`, `ucp_rkey_pack`,
+//! `ucp_ep_rkey_unpack`, `ucp_put_nbx`, `ucp_get_nbx`, `ucp_atomic_op_nbx`).
+//!
+//! A mapped region is registered with every memory transport of the worker (self, cma)
+//! and entered in the worker's region table under a slot and a random nonce. Its remote
+//! key carries the slot, the nonce, the bounds and each transport's key.
+//!
+//! * On an endpoint with a memory lane (same host: cma), put and get go straight through
+//!   it, zero-copy; the initiator checks the range against the key first.
+//! * Otherwise (tcp, or `UCX_TLS` without cma) they travel as protocol messages that the
+//!   target executes after checking slot, nonce and range against its own table, so a
+//!   bad key or an out-of-range access is refused at both ends and never performed.
+//! * Atomics always travel as messages and run in the target's progress (atomic with
+//!   respect to each other, as UCX's AM-based atomics are).
+//!
+//! ```text
+//! RMA_PUT     ep:u32 req:u64 slot:u32 nonce:u64 addr:u64 data
+//! RMA_GET     ep:u32 req:u64 slot:u32 nonce:u64 addr:u64 len:u32 offset:u64
+//! RMA_ATOMIC  ep:u32 req:u64 slot:u32 nonce:u64 addr:u64 op:u8 size:u8 value:u64 compare:u64
+//! RMA_REPLY   ep:u32 req:u64 offset:u64 status:i8 data
+//! ```
+
+use ucs::wire::{Reader, Writer};
+use ucs::{Status, UcsResult};
+use uct::{Done, IfaceFlags, MemH, RemoteKey};
+
+use super::{Core, Ctrl, EpHandle, Op, Worker};
+use crate::buf::{self, Buf};
+use crate::datatype::{Data, DataState};
+use crate::request::ReqId;
+
+pub const AM_RMA_PUT: u8 = 14;
+pub const AM_RMA_GET: u8 = 15;
+pub const AM_RMA_ATOMIC: u8 = 16;
+pub const AM_RMA_REPLY: u8 = 17;
+const PUT_HDR: usize = 4 + 8 + 4 + 8 + 8;
+const REPLY_HDR: usize = 4 + 8 + 8 + 1;
+
+/// A mapped region (`ucp_mem_h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MemHandle {
+    slot: u32,
+    nonce: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct MemReg {
+    nonce: u64,
+    base: u64,
+    len: u64,
+    regs: Vec<(usize, MemH)>,
+    /// Memory the worker allocated for the region (`UCP_MEM_MAP_ALLOCATE`).
+    owned: Option<Vec<u8>>,
+}
+
+/// A remote key unpacked for one endpoint (`ucp_rkey_h`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rkey {
+    ep: usize,
+    slot: u32,
+    nonce: u64,
+    base: u64,
+    len: u64,
+    /// The key of the endpoint's memory lane, when the region is reachable through it.
+    lane: Option<RemoteKey>,
+}
+
+impl Rkey {
+    /// The remote region's bounds.
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.base, self.len)
+    }
+
+    /// Spoils the key's nonce, as a peer forging a key would.
+    #[cfg(test)]
+    pub(crate) fn forge_nonce_for_test(&mut self) {
+        self.nonce ^= 2;
+    }
+
+    fn check(&self, addr: u64, len: usize) -> UcsResult<()> {
+        RemoteKey {
+            base: self.base,
+            len: self.len,
+            key: 0,
+        }
+        .check_range(addr, len as u64)
+    }
+}
+
+/// Atomic operations (`ucp_atomic_op_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AtomicOp {
+    Add = 0,
+    And = 1,
+    Or = 2,
+    Xor = 3,
+    Swap = 4,
+    Cswap = 5,
+}
+
+impl AtomicOp {
+    fn from_u8(v: u8) -> Option<AtomicOp> {
+        Some(match v {
+            0 => AtomicOp::Add,
+            1 => AtomicOp::And,
+            2 => AtomicOp::Or,
+            3 => AtomicOp::Xor,
+            4 => AtomicOp::Swap,
+            5 => AtomicOp::Cswap,
+            _ => return None,
+        })
+    }
+}
+
+/// The state of an RMA operation carried by messages.
+#[derive(Debug)]
+pub(crate) struct RmaOp {
+    pub(crate) ep: usize,
+    kind: RmaKind,
+    data: DataState,
+    total: usize,
+    /// Bytes sent (put) or requested (get) so far.
+    offset: usize,
+    /// Replies still expected.
+    replies: u32,
+    status: Status,
+    addr: u64,
+    slot: u32,
+    nonce: u64,
+    /// Where an atomic's old value goes.
+    reply_buf: Option<Buf>,
+    atomic: (AtomicOp, u8, u64, u64),
+    /// Transport completions still expected (zero-copy lane).
+    comps: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RmaKind {
+    Put,
+    Get,
+    Atomic,
+}
+
+const RKEY_MAGIC: &[u8; 4] = b"RKY1";
+
+impl Worker {
+    /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
+    /// `None` allocates `len` zeroed bytes owned by the worker.
+    pub fn mem_map(&mut self, buf: Option<Buf>, len: usize) -> UcsResult<MemHandle> {
+        let (owned, base, len) = match buf {
+            Some(b) => (None, b.addr(), b.len()),
+            None => {
+                let v = vec![0u8; len.max(1)];
+                let base = v.as_ptr() as u64;
+                (Some(v), base, len)
+            }
+        };
+        let mut regs = Vec::new();
+        for (i, iface) in self.ifaces.iter().enumerate() {
+            let a = &self.core.info[i].attr;
+            if a.flags
+                .intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY)
+                && self.core.info[i].kind != uct::component::DeviceKind::Network
+            {
+                regs.push((i, buf::register_span(iface.md(), base, len)?));
+            }
+        }
+        let nonce = rand::random::<u64>() | 1;
+        let slot = self.core.mems.insert(MemReg {
+            nonce,
+            base,
+            len: len as u64,
+            regs,
+            owned,
+        }) as u32;
+        Ok(MemHandle { slot, nonce })
+    }
+
+    /// Unmaps a region (`ucp_mem_unmap`); an allocated one is freed.
+    pub fn mem_unmap(&mut self, h: MemHandle) -> UcsResult<()> {
+        match self.core.mems.get(h.slot as usize) {
+            Some(m) if m.nonce == h.nonce => {}
+            _ => return Err(Status::InvalidParam),
+        }
+        let m = self.core.mems.remove(h.slot as usize);
+        for (i, r) in m.regs {
+            let _ = self.ifaces[i].md().mem_dereg(&r);
+        }
+        Ok(())
+    }
+
+    fn mem(&self, h: MemHandle) -> UcsResult<&MemReg> {
+        match self.core.mems.get(h.slot as usize) {
+            Some(m) if m.nonce == h.nonce => Ok(m),
+            _ => Err(Status::InvalidParam),
+        }
+    }
+
+    /// The region's address and length (`ucp_mem_query`).
+    pub fn mem_query(&self, h: MemHandle) -> UcsResult<(u64, usize)> {
+        self.mem(h).map(|m| (m.base, m.len as usize))
+    }
+
+    /// Copies from a worker-allocated region.
+    pub fn mem_read(&self, h: MemHandle, off: usize, dst: &mut [u8]) -> UcsResult<()> {
+        let m = self.mem(h)?;
+        let v = m.owned.as_ref().ok_or(Status::InvalidParam)?;
+        let src = v.get(off..off + dst.len()).ok_or(Status::InvalidParam)?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// Copies into a worker-allocated region.
+    pub fn mem_write(&mut self, h: MemHandle, off: usize, src: &[u8]) -> UcsResult<()> {
+        self.mem(h)?;
+        let m = &mut self.core.mems[h.slot as usize];
+        let v = m.owned.as_mut().ok_or(Status::InvalidParam)?;
+        let dst = v
+            .get_mut(off..off + src.len())
+            .ok_or(Status::InvalidParam)?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// Packs the remote key of a region (`ucp_rkey_pack`).
+    pub fn rkey_pack(&self, h: MemHandle) -> UcsResult<Vec<u8>> {
+        let m = self.mem(h)?;
+        let mut w = Writer::new()
+            .bytes(RKEY_MAGIC)
+            .u32(h.slot)
+            .u64(m.nonce)
+            .u64(m.base)
+            .u64(m.len)
+            .u8(m.regs.len() as u8);
+        for (i, r) in &m.regs {
+            let tl = self.core.info[*i].tl;
+            let k = self.ifaces[*i].md().mkey_pack(r);
+            w = w
+                .u8(tl.len() as u8)
+                .bytes(tl.as_bytes())
+                .u16(k.len() as u16)
+                .bytes(&k);
+        }
+        Ok(w.buf)
+    }
+
+    /// Unpacks a peer's remote key for use on `ep` (`ucp_ep_rkey_unpack`).
+    pub fn rkey_unpack(&self, ep: EpHandle, blob: &[u8]) -> UcsResult<Rkey> {
+        let e = self
+            .core
+            .eps
+            .get(ep.0 as usize)
+            .ok_or(Status::InvalidParam)?;
+        let bad = Status::InvalidParam;
+        let mut r = Reader::new(blob);
+        if r.bytes(4) != Some(RKEY_MAGIC.as_slice()) {
+            return Err(bad);
+        }
+        let slot = r.u32().ok_or(bad)?;
+        let nonce = r.u64().ok_or(bad)?;
+        let base = r.u64().ok_or(bad)?;
+        let len = r.u64().ok_or(bad)?;
+        base.checked_add(len).ok_or(bad)?;
+        let n = r.u8().ok_or(bad)?;
+        let mut lane = None;
+        for _ in 0..n {
+            let tl_len = r.u8().ok_or(bad)? as usize;
+            let tl = r.bytes(tl_len).ok_or(bad)?;
+            let k_len = r.u16().ok_or(bad)? as usize;
+            let k = r.bytes(k_len).ok_or(bad)?;
+            if let Some(l) = e.rma {
+                if self.core.info[l.iface].tl.as_bytes() == tl {
+                    let key = self.ifaces[l.iface].md().rkey_unpack(k)?;
+                    if key.base != base || key.len != len {
+                        return Err(bad);
+                    }
+                    lane = Some(key);
+                }
+            }
+        }
+        if !r.is_empty() {
+            return Err(bad);
+        }
+        Ok(Rkey {
+            ep: ep.0 as usize,
+            slot,
+            nonce,
+            base,
+            len,
+            lane,
+        })
+    }
+
+    /// Writes `data` to `remote_addr` of the peer's region (`ucp_put_nbx`). An access
+    /// outside the region is refused with `InvalidParam` before anything moves.
+    pub fn put(
+        &mut self,
+        ep: EpHandle,
+        data: &Data,
+        remote_addr: u64,
+        rkey: &Rkey,
+        p: crate::SendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        self.rma(
+            ep,
+            RmaKind::Put,
+            data,
+            remote_addr,
+            rkey,
+            p,
+            None,
+            (AtomicOp::Add, 0, 0, 0),
+        )
+    }
+
+    /// Reads `remote_addr..` of the peer's region into `data` (`ucp_get_nbx`).
+    pub fn get(
+        &mut self,
+        ep: EpHandle,
+        data: &Data,
+        remote_addr: u64,
+        rkey: &Rkey,
+        p: crate::SendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        self.rma(
+            ep,
+            RmaKind::Get,
+            data,
+            remote_addr,
+            rkey,
+            p,
+            None,
+            (AtomicOp::Add, 0, 0, 0),
+        )
+    }
+
+    /// An atomic operation on the 4- or 8-byte word at `remote_addr` (`ucp_atomic_op_nbx`).
+    /// With `reply`, the word's previous value is written there (4 or 8 bytes, native
+    /// endian) when the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &mut self,
+        ep: EpHandle,
+        op: AtomicOp,
+        size: usize,
+        value: u64,
+        compare: u64,
+        remote_addr: u64,
+        rkey: &Rkey,
+        reply: Option<Buf>,
+        p: crate::SendParams,
+    ) -> UcsResult<ReqId> {
+        if (size != 4 && size != 8) || !remote_addr.is_multiple_of(size as u64) {
+            return Err(Status::InvalidParam);
+        }
+        if reply.is_some_and(|b| b.len() < size) {
+            return Err(Status::InvalidParam);
+        }
+        let r = self.rma(
+            ep,
+            RmaKind::Atomic,
+            &Data::Contig(Buf::EMPTY),
+            remote_addr,
+            rkey,
+            p,
+            reply,
+            (op, size as u8, value, compare),
+        )?;
+        r.ok_or(Status::IoError)
+    }
+
+    /// Orders RMA operations posted after it after those posted before (`ucp_ep_fence`,
+    /// `ucp_worker_fence`). Operations on one endpoint already execute in posting order
+    /// (messages are ordered per endpoint; the memory lane completes before returning), so
+    /// there is nothing to wait for.
+    pub fn fence(&mut self, ep: Option<EpHandle>) -> UcsResult<()> {
+        if let Some(e) = ep {
+            self.core
+                .eps
+                .get(e.0 as usize)
+                .ok_or(Status::InvalidParam)?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rma(
+        &mut self,
+        ep: EpHandle,
+        kind: RmaKind,
+        data: &Data,
+        remote_addr: u64,
+        rkey: &Rkey,
+        p: crate::SendParams,
+        reply_buf: Option<Buf>,
+        atomic: (AtomicOp, u8, u64, u64),
+    ) -> UcsResult<Option<ReqId>> {
+        let idx = ep.0 as usize;
+        if rkey.ep != idx {
+            return Err(Status::InvalidParam);
+        }
+        let Worker { ifaces, core, .. } = self;
+        let e = core.eps.get(idx).ok_or(Status::InvalidParam)?;
+        if let Some(s) = e.failed {
+            return Err(s);
+        }
+        let mut st = match kind {
+            RmaKind::Get => data.start_unpack(),
+            _ => data.start_pack(),
+        };
+        let total = if kind == RmaKind::Atomic {
+            usize::from(atomic.1)
+        } else {
+            st.len()
+        };
+        rkey.check(remote_addr, total)?;
+        // The memory lane, for put and get of data with addresses.
+        if let (Some(lane), Some(key), true) = (e.rma, rkey.lane, kind != RmaKind::Atomic) {
+            if let Some(iov) = st.iovs(0, total) {
+                let iface = ifaces[lane.iface].as_mut();
+                let id = core.reqs.insert(
+                    Op::Rma(new_op(
+                        idx,
+                        kind,
+                        st,
+                        total,
+                        remote_addr,
+                        rkey,
+                        reply_buf,
+                        atomic,
+                    )),
+                    p.user_data,
+                    p.notify,
+                );
+                let r = match kind {
+                    RmaKind::Put => buf::put_zcopy(iface, lane.ep, &iov, remote_addr, &key, id.0),
+                    _ => buf::get_zcopy(iface, lane.ep, &iov, remote_addr, &key, id.0),
+                };
+                core.eps[idx].outstanding += 1;
+                match r {
+                    Ok(Done::Now) => {
+                        core.complete(id, Status::Ok, None);
+                        if !p.notify {
+                            core.reqs.remove(id);
+                            return Ok(None);
+                        }
+                    }
+                    Ok(Done::Later) => {
+                        if let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+                            o.comps = 1;
+                        }
+                    }
+                    Err(s) => core.complete(id, s, None),
+                }
+                return Ok(Some(id));
+            }
+        }
+        let id = core.reqs.insert(
+            Op::Rma(new_op(
+                idx,
+                kind,
+                st,
+                total,
+                remote_addr,
+                rkey,
+                reply_buf,
+                atomic,
+            )),
+            p.user_data,
+            p.notify,
+        );
+        core.eps[idx].outstanding += 1;
+        core.rma_queue.push_back(id);
+        core.work = true;
+        Ok(Some(id))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn new_op(
+    ep: usize,
+    kind: RmaKind,
+    data: DataState,
+    total: usize,
+    addr: u64,
+    rkey: &Rkey,
+    reply_buf: Option<Buf>,
+    atomic: (AtomicOp, u8, u64, u64),
+) -> RmaOp {
+    RmaOp {
+        ep,
+        kind,
+        data,
+        total,
+        offset: 0,
+        replies: 0,
+        status: Status::Ok,
+        addr,
+        slot: rkey.slot,
+        nonce: rkey.nonce,
+        reply_buf,
+        atomic,
+        comps: 0,
+    }
+}
+
+/// Sends the messages of queued message-carried RMA operations, in order, until the
+/// transport runs out of resources (from `run_actions`).
+pub(super) fn progress_queue(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core) -> usize {
+    let mut n = 0;
+    while let Some(&id) = core.rma_queue.front() {
+        match push_rma(ifaces, core, id) {
+            Ok(true) => {
+                core.rma_queue.pop_front();
+                n += 1;
+            }
+            Ok(false) => {
+                core.work = true;
+                break;
+            }
+            Err(s) => {
+                core.rma_queue.pop_front();
+                core.complete(id, s, None);
+            }
+        }
+    }
+    n
+}
+
+/// `Ok(true)`: every message of `id` is out.
+fn push_rma(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core, id: ReqId) -> UcsResult<bool> {
+    let Core {
+        reqs, eps, info, ..
+    } = core;
+    let Some(Op::Rma(o)) = reqs.get_mut(id).map(|r| &mut r.state) else {
+        return Ok(true);
+    };
+    let e = eps.get(o.ep).ok_or(Status::NotConnected)?;
+    if let Some(s) = e.failed {
+        return Err(s);
+    }
+    let Some(rid) = e.remote_id else {
+        return Ok(false);
+    };
+    let lane = e.am;
+    let seg = info[lane.iface].attr.am.max_bcopy;
+    let iface = ifaces[lane.iface].as_mut();
+    let head =
+        |w: Writer, o: &RmaOp, addr: u64| w.u32(rid).u64(id.0).u32(o.slot).u64(o.nonce).u64(addr);
+    match o.kind {
+        RmaKind::Put => loop {
+            if o.offset >= o.total && (o.offset > 0 || o.replies > 0) {
+                return Ok(true);
+            }
+            let addr = o.addr + o.offset as u64;
+            let hdr = head(Writer::new(), o, addr).buf;
+            let (data, off) = (&mut o.data, o.offset);
+            let r = iface.am_bcopy(lane.ep, AM_RMA_PUT, &mut |buf| {
+                buf[..PUT_HDR].copy_from_slice(&hdr);
+                PUT_HDR + data.pack(off, &mut buf[PUT_HDR..seg])
+            });
+            match r {
+                Ok(n) => {
+                    o.offset += n - PUT_HDR;
+                    o.replies += 1;
+                    if o.total == 0 {
+                        return Ok(true);
+                    }
+                }
+                Err(Status::NoResource) => return Ok(false),
+                Err(s) => return Err(s),
+            }
+        },
+        RmaKind::Get => loop {
+            if o.offset >= o.total && (o.offset > 0 || o.replies > 0) {
+                return Ok(true);
+            }
+            let chunk = (o.total - o.offset).min(seg - REPLY_HDR);
+            let m = head(Writer::new(), o, o.addr + o.offset as u64)
+                .u32(chunk as u32)
+                .u64(o.offset as u64)
+                .buf;
+            match send_bytes(iface, lane.ep, AM_RMA_GET, &m) {
+                Ok(()) => {
+                    o.offset += chunk;
+                    o.replies += 1;
+                    if o.total == 0 {
+                        return Ok(true);
+                    }
+                }
+                Err(Status::NoResource) => return Ok(false),
+                Err(s) => return Err(s),
+            }
+        },
+        RmaKind::Atomic => {
+            let (op, size, value, compare) = o.atomic;
+            let m = head(Writer::new(), o, o.addr)
+                .u8(op as u8)
+                .u8(size)
+                .u64(value)
+                .u64(compare)
+                .buf;
+            match send_bytes(iface, lane.ep, AM_RMA_ATOMIC, &m) {
+                Ok(()) => {
+                    o.replies = 1;
+                    o.offset = o.total;
+                    Ok(true)
+                }
+                Err(Status::NoResource) => Ok(false),
+                Err(s) => Err(s),
+            }
+        }
+    }
+}
+
+fn send_bytes(iface: &mut dyn uct::Iface, ep: uct::EpId, id: u8, b: &[u8]) -> UcsResult<()> {
+    iface
+        .am_bcopy(ep, id, &mut |buf| {
+            buf[..b.len()].copy_from_slice(b);
+            b.len()
+        })
+        .map(drop)
+}
+
+/// A transport completion of a zero-copy RMA operation.
+pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
+    if let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        o.comps = o.comps.saturating_sub(1);
+        if o.comps == 0 {
+            core.complete(id, status, None);
+        }
+    }
+}
+
+impl Core {
+    /// Checks `(slot, nonce, addr, len)` against the region table; the address to access.
+    fn target(&self, slot: u32, nonce: u64, addr: u64, len: u64) -> Result<u64, Status> {
+        let m = self
+            .mems
+            .get(slot as usize)
+            .filter(|m| m.nonce == nonce)
+            .ok_or(Status::InvalidParam)?;
+        RemoteKey {
+            base: m.base,
+            len: m.len,
+            key: 0,
+        }
+        .check_range(addr, len)?;
+        Ok(addr)
+    }
+
+    /// RMA_PUT / RMA_GET / RMA_ATOMIC arrived: execute after the checks, and reply.
+    pub(super) fn on_rma_request(&mut self, am: u8, data: &[u8]) -> Result<(), Option<usize>> {
+        let mut r = Reader::new(data);
+        let (ep, req, slot, nonce, addr) = match (r.u32(), r.u64(), r.u32(), r.u64(), r.u64()) {
+            (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
+            _ => return Err(None),
+        };
+        let ep = self.live_ep(ep)?;
+        let (status, offset, payload) = match am {
+            AM_RMA_PUT => {
+                let src = r.rest();
+                match self.target(slot, nonce, addr, src.len() as u64) {
+                    Ok(a) => {
+                        buf::write_raw(a, src);
+                        (Status::Ok, 0, Vec::new())
+                    }
+                    Err(s) => (s, 0, Vec::new()),
+                }
+            }
+            AM_RMA_GET => {
+                let (len, off) = match (r.u32(), r.u64()) {
+                    (Some(l), Some(o)) if r.is_empty() => (l as usize, o),
+                    _ => return Err(Some(ep)),
+                };
+                match self.target(slot, nonce, addr, len as u64) {
+                    Ok(a) => {
+                        let mut v = vec![0u8; len];
+                        buf::read_raw(a, &mut v);
+                        (Status::Ok, off, v)
+                    }
+                    Err(s) => (s, off, Vec::new()),
+                }
+            }
+            _ => {
+                let (op, size, value, compare) = match (r.u8(), r.u8(), r.u64(), r.u64()) {
+                    (Some(a), Some(b), Some(c), Some(d)) if r.is_empty() => (a, b, c, d),
+                    _ => return Err(Some(ep)),
+                };
+                let op = AtomicOp::from_u8(op).ok_or(Some(ep))?;
+                if (size != 4 && size != 8) || !addr.is_multiple_of(u64::from(size)) {
+                    return Err(Some(ep));
+                }
+                match self.target(slot, nonce, addr, u64::from(size)) {
+                    Ok(a) => {
+                        let old = buf::atomic_raw(a, size, op, value, compare);
+                        (Status::Ok, 0, old.to_le_bytes().to_vec())
+                    }
+                    Err(s) => (s, 0, Vec::new()),
+                }
+            }
+        };
+        if status != Status::Ok {
+            log::warn!("ucp: refused remote access to {addr:#x} from ep {ep}: {status}");
+        }
+        self.queue_ctrl(
+            ep,
+            Ctrl::RmaReply {
+                req,
+                offset,
+                status,
+                data: payload,
+            },
+        );
+        Ok(())
+    }
+
+    /// RMA_REPLY arrived for one of our operations.
+    pub(super) fn on_rma_reply(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+        let mut r = Reader::new(data);
+        let (ep, req, offset, status) = match (r.u32(), r.u64(), r.u64(), r.u8()) {
+            (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d as i8),
+            _ => return Err(None),
+        };
+        let ep = self.live_ep(ep)?;
+        let payload = r.rest();
+        let id = ReqId(req);
+        let Some(Op::Rma(o)) = self.reqs.get_mut(id).map(|r| &mut r.state) else {
+            return Err(Some(ep));
+        };
+        if o.ep != ep || o.replies == 0 {
+            return Err(Some(ep));
+        }
+        o.replies -= 1;
+        let status = Status::from_code(status).unwrap_or(Status::IoError);
+        if status != Status::Ok {
+            o.status = status;
+        } else {
+            match o.kind {
+                RmaKind::Get => {
+                    let off = usize::try_from(offset).map_err(|_| Some(ep))?;
+                    if off
+                        .checked_add(payload.len())
+                        .is_none_or(|end| end > o.total)
+                    {
+                        return Err(Some(ep));
+                    }
+                    if let Err(s) = o.data.unpack(off, payload) {
+                        o.status = s;
+                    }
+                }
+                RmaKind::Atomic => {
+                    if payload.len() != 8 {
+                        return Err(Some(ep));
+                    }
+                    if let Some(b) = o.reply_buf {
+                        let old = u64::from_le_bytes(payload.try_into().map_err(|_| Some(ep))?);
+                        if o.atomic.1 == 4 {
+                            b.write_at(0, &(old as u32).to_ne_bytes());
+                        } else {
+                            b.write_at(0, &old.to_ne_bytes());
+                        }
+                    }
+                }
+                RmaKind::Put => {}
+            }
+        }
+        if o.replies == 0 && o.offset >= o.total {
+            let s = o.status;
+            self.complete(id, s, None);
+        }
+        Ok(())
+    }
+}
+
+/// Encodes an RMA_REPLY.
+pub(super) fn encode_reply(ep: u32, req: u64, offset: u64, status: Status, data: &[u8]) -> Vec<u8> {
+    Writer::new()
+        .u32(ep)
+        .u64(req)
+        .u64(offset)
+        .u8(status.code() as u8)
+        .bytes(data)
+        .buf
+}
