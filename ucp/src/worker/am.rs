@@ -397,6 +397,7 @@ impl Core {
                 put: None,
                 fin_pending: false,
                 am,
+                stream: false,
             }),
             user_data,
             notify,

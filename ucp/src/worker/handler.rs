@@ -45,6 +45,7 @@ impl Handler for Core {
                 self.on_rma_request(id, data)
             }
             super::rma::AM_RMA_REPLY => self.on_rma_reply(data),
+            super::stream::AM_STREAM => self.on_stream(data),
             _ => Err(None),
         };
         if let Err(ep) = ok {

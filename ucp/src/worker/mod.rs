@@ -30,6 +30,7 @@ pub mod am;
 mod handler;
 mod listener;
 pub mod rma;
+pub mod stream;
 pub(crate) mod tag;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does
@@ -55,6 +56,7 @@ use crate::tag::{TagInfo, TagMatcher};
 pub use am::{AmData, AmEvent, AmHandler, AmRndv, AmSendParams};
 pub use listener::ConnRequest;
 pub use rma::{AtomicOp, MemHandle, Rkey};
+pub use stream::StreamRecv;
 pub use tag::{RecvParams, SendParams};
 
 /// An endpoint of a worker (`ucp_ep_h`).
@@ -118,6 +120,11 @@ pub(crate) struct Ep {
     pub(crate) outstanding: u32,
     /// In `Core::ready`.
     pub(crate) in_ready: bool,
+    /// Stream bytes received and not yet taken (and the offset into the first chunk), and
+    /// the stream receives waiting for bytes.
+    pub(crate) stream_rx: VecDeque<Vec<u8>>,
+    pub(crate) stream_off: usize,
+    pub(crate) stream_recvs: VecDeque<ReqId>,
 }
 
 /// A protocol message to send from `run_actions`.
@@ -228,6 +235,8 @@ pub(crate) struct SendOp {
     pub(crate) fin_pending: bool,
     /// An active message's id and header (None: a tag message).
     pub(crate) am: Option<Box<am::AmHdr>>,
+    /// Bytes of the endpoint's stream (no tag, no message boundary).
+    pub(crate) stream: bool,
 }
 
 #[derive(Debug)]
@@ -249,6 +258,8 @@ pub(crate) struct RecvOp {
     pub(crate) ack_sync: bool,
     /// Put rendezvous: the registration the sender writes into.
     pub(crate) memh: Option<(usize, MemH)>,
+    /// A stream receive, and whether it waits until full.
+    pub(crate) stream: Option<bool>,
 }
 
 #[derive(Debug)]

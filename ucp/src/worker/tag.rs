@@ -136,6 +136,7 @@ impl Worker {
                 put: None,
                 fin_pending: false,
                 am: None,
+                stream: false,
             }),
             p.user_data,
             p.notify,
@@ -250,6 +251,7 @@ pub(super) fn new_recv(data: &Data) -> RecvOp {
         bounce: None,
         ack_sync: false,
         memh: None,
+        stream: None,
     }
 }
 
@@ -308,6 +310,20 @@ pub(super) fn push_send(
             Err(e) => Err(e),
         }
     };
+    if s.stream {
+        while s.offset < total {
+            let (data, off) = (&mut s.data, s.offset);
+            let r = iface.am_bcopy(lane.ep, super::stream::AM_STREAM, &mut |buf| {
+                let h = super::stream::STREAM_HDR;
+                buf[..h].copy_from_slice(&rid.to_le_bytes());
+                h + data.pack(off, &mut buf[h..seg])
+            });
+            let Some(n) = nb(r)? else { return Ok(false) };
+            s.offset += n - super::stream::STREAM_HDR;
+        }
+        s.started = true;
+        return Ok(true);
+    }
     match s.proto {
         Proto::EagerShort => {
             let r = match &s.data {

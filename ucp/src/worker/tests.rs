@@ -941,3 +941,74 @@ fn rma_put_get_atomics_and_bounds() {
         assert_eq!(b.mem_unmap(region), Err(Status::InvalidParam));
     }
 }
+
+#[test]
+fn stream_bytes_arrive_in_order_under_random_chunking() {
+    use super::stream::StreamRecv;
+    use rand::{Rng, SeedableRng};
+    for tls in ["posix,cma", "tcp"] {
+        let (mut a, mut b, ab, ba) = pair(tls);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let total = 3 << 20;
+        let src = pattern(total, 11);
+        // Sends of random sizes, all posted at once.
+        let mut reqs = Vec::new();
+        let mut off = 0;
+        while off < total {
+            let n = rng.gen_range(1..200_000).min(total - off);
+            reqs.extend(
+                a.stream_send(ab, &contig(&src[off..off + n]), SendParams::default())
+                    .unwrap(),
+            );
+            off += n;
+        }
+        // Receives of random sizes, waitall or not, and zero-copy chunks, until all is in.
+        let mut got: Vec<u8> = Vec::with_capacity(total);
+        let start = std::time::Instant::now();
+        let mut k = 0u32;
+        while got.len() < total {
+            a.progress();
+            b.progress();
+            k += 1;
+            if k % 3 == 0 {
+                if let Some(v) = b.stream_recv_data(ba).unwrap() {
+                    got.extend_from_slice(&v);
+                    b.am_recycle(v);
+                }
+                continue;
+            }
+            let n = rng.gen_range(1..100_000).min(total - got.len());
+            let waitall = rng.gen_bool(0.5);
+            let mut buf = vec![0u8; n];
+            match b
+                .stream_recv(ba, &contig_mut(&mut buf), waitall, RecvParams::default())
+                .unwrap()
+            {
+                StreamRecv::Done(m) => got.extend_from_slice(&buf[..m]),
+                StreamRecv::Pending(r) => {
+                    drive(&mut a, &mut b, |_, b| {
+                        b.request_status(r) != Status::InProgress
+                    });
+                    let (s, info) = b.wait(r);
+                    assert_eq!(s, Status::Ok);
+                    let m = info.unwrap().length;
+                    assert!(m > 0 && m <= n);
+                    if waitall {
+                        assert_eq!(m, n, "{tls}: waitall returned early");
+                    }
+                    got.extend_from_slice(&buf[..m]);
+                }
+            }
+            assert!(
+                start.elapsed().as_secs() < 20,
+                "{tls}: stuck at {}",
+                got.len()
+            );
+        }
+        assert!(got == src, "{tls}: stream bytes differ");
+        drive(&mut a, &mut b, |a, _| {
+            reqs.iter()
+                .all(|&r| a.request_status(r) != Status::InProgress)
+        });
+    }
+}

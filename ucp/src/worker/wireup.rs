@@ -101,6 +101,9 @@ pub(super) fn new_ep(
         failed: None,
         outstanding: 0,
         in_ready: false,
+        stream_rx: VecDeque::new(),
+        stream_off: 0,
+        stream_recvs: VecDeque::new(),
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
     if let Some(r) = rma {
@@ -440,6 +443,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, report: bool) 
     }
     e.failed = Some(status);
     e.queue.clear();
+    e.stream_recvs.clear();
     if report {
         log::warn!("ucp: endpoint {ep} failed: {status}");
         core.ep_errors.push_back((EpHandle(ep as u32), status));
