@@ -970,7 +970,7 @@ fn stream_bytes_arrive_in_order_under_random_chunking() {
             a.progress();
             b.progress();
             k += 1;
-            if k % 3 == 0 {
+            if k.is_multiple_of(3) {
                 if let Some(v) = b.stream_recv_data(ba).unwrap() {
                     got.extend_from_slice(&v);
                     b.am_recycle(v);
