@@ -79,6 +79,24 @@ pub const TABLE: &[ConfigVar] = &[
         doc: "Port range for tcp listening sockets as LOW-HIGH; 0 lets the kernel choose.",
     },
     ConfigVar {
+        name: "TCP_KEEPIDLE",
+        default: "10s",
+        doc: "Idle time before tcp sends keepalive probes on a connection (SO_KEEPALIVE); \
+              'inf' turns keepalive off.",
+    },
+    ConfigVar {
+        name: "TCP_KEEPINTVL",
+        default: "2s",
+        doc: "Time between tcp keepalive probes.",
+    },
+    ConfigVar {
+        name: "TCP_KEEPCNT",
+        default: "3",
+        doc: "Unanswered tcp keepalive probes after which the connection, and the endpoints \
+              on it, fail; also bounds how long sent data may stay unacknowledged \
+              (TCP_USER_TIMEOUT = idle + interval x count).",
+    },
+    ConfigVar {
         name: "CMA_MAX_IOV",
         default: "auto",
         doc: "Most iov entries in one process_vm_readv/writev call; 'auto' is the system IOV_MAX.",
@@ -247,6 +265,10 @@ pub struct Config {
     pub tcp_sndbuf: AutoSize,
     pub tcp_rcvbuf: AutoSize,
     pub tcp_port_range: (u16, u16),
+    /// Keepalive idle time (None: off), probe interval, probe count.
+    pub tcp_keepidle_ns: Option<u64>,
+    pub tcp_keepintvl_ns: u64,
+    pub tcp_keepcnt: u32,
     pub cma_max_iov: AutoSize,
     pub rndv_scheme: RndvScheme,
     pub proto_info: bool,
@@ -429,6 +451,28 @@ impl Config {
             }
         };
 
+        let (ki, ki_n) = get("TCP_KEEPIDLE");
+        let tcp_keepidle_ns = if ki.trim().eq_ignore_ascii_case("inf") {
+            None
+        } else {
+            Some(
+                parse_time_ns(&ki)
+                    .filter(|&t| t >= 1_000_000_000)
+                    .ok_or_else(|| bad(ki_n, &ki, "expected inf or a time of at least 1s"))?,
+            )
+        };
+        let (kv, kv_n) = get("TCP_KEEPINTVL");
+        let tcp_keepintvl_ns = parse_time_ns(&kv)
+            .filter(|&t| t >= 1_000_000_000)
+            .ok_or_else(|| bad(kv_n, &kv, "expected a time of at least 1s"))?;
+        let (kc, kc_n) = get("TCP_KEEPCNT");
+        let tcp_keepcnt = kc
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|c| (1..=127).contains(c))
+            .ok_or_else(|| bad(kc_n, &kc, "expected a count between 1 and 127"))?;
+
         let (rs, rs_n) = get("RNDV_SCHEME");
         let rndv_scheme = match rs.trim().to_ascii_lowercase().as_str() {
             "auto" => RndvScheme::Auto,
@@ -455,6 +499,9 @@ impl Config {
             tcp_sndbuf: auto_size("TCP_SNDBUF")?,
             tcp_rcvbuf: auto_size("TCP_RCVBUF")?,
             tcp_port_range,
+            tcp_keepidle_ns,
+            tcp_keepintvl_ns,
+            tcp_keepcnt,
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
             rndv_scheme,
             proto_info,
@@ -489,6 +536,11 @@ impl Config {
                 (0, _) => "0".to_string(),
                 (lo, hi) => format!("{lo}-{hi}"),
             },
+            "TCP_KEEPIDLE" => self
+                .tcp_keepidle_ns
+                .map_or("inf".to_string(), format_time_ns),
+            "TCP_KEEPINTVL" => format_time_ns(self.tcp_keepintvl_ns),
+            "TCP_KEEPCNT" => self.tcp_keepcnt.to_string(),
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
             "RNDV_SCHEME" => self.rndv_scheme.to_string(),
             "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),

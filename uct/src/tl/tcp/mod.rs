@@ -673,6 +673,8 @@ pub struct TcpIface {
     rx_cap: usize,
     sndbuf: Option<i32>,
     rcvbuf: Option<i32>,
+    /// Keepalive (idle s, interval s, count); None: off.
+    keepalive: Option<(i32, i32, i32)>,
     listener: OwnedFd,
     sh: Shared,
     evs: Vec<libc::epoll_event>,
@@ -826,6 +828,14 @@ impl TcpIface {
             rx_cap: limits.frame_max() + RX_SLACK,
             sndbuf,
             rcvbuf,
+            keepalive: cfg.tcp_keepidle_ns.map(|idle| {
+                let secs = |ns: u64| (ns / 1_000_000_000).clamp(1, i32::MAX as u64) as i32;
+                (
+                    secs(idle),
+                    secs(cfg.tcp_keepintvl_ns),
+                    cfg.tcp_keepcnt as i32,
+                )
+            }),
             listener,
             sh: Shared {
                 epoll,
@@ -856,6 +866,21 @@ impl TcpIface {
 
     fn tune(&self, fd: &OwnedFd) -> std::io::Result<()> {
         sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
+        if let Some((idle, intvl, cnt)) = self.keepalive {
+            // A peer host that vanishes without a reset is found by the kernel's probes;
+            // data left unacknowledged as long fails the connection too.
+            sock::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+            sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle)?;
+            sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, intvl)?;
+            sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, cnt)?;
+            let user_timeout_ms = (idle + intvl * cnt).saturating_mul(1000);
+            sock::set_int_opt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_USER_TIMEOUT,
+                user_timeout_ms,
+            )?;
+        }
         if let Some(v) = self.sndbuf {
             sock::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)?;
         }

@@ -49,6 +49,20 @@ pub(super) fn set_int_opt(fd: &OwnedFd, level: i32, name: i32, val: i32) -> io::
     }
 }
 
+/// Reads an int socket option (tests check what `set_int_opt` left).
+#[cfg(test)]
+pub(super) fn get_int_opt(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut val = 0i32;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: val and len are live locals; len holds val's size.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&raw mut val).cast(), &raw mut len) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(val)
+    }
+}
+
 fn to_sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,

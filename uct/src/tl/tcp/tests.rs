@@ -1092,3 +1092,44 @@ fn stream_bandwidth() {
         );
     }
 }
+
+/// Keepalive is on for every connection, with the configured timing, so a peer host that
+/// vanishes without a reset is still detected (the probes themselves are the kernel's).
+#[test]
+fn connections_carry_keepalive_and_user_timeout() {
+    use std::os::fd::AsRawFd;
+    let mut p = Pair::new();
+    let payload = [1u8; 8];
+    let ep = p.ep;
+    p.retry(|i| i.am_short(ep, 1, 0, &payload)).unwrap();
+    p.until("the accepted connection", |p| !p.b.conns.is_empty());
+    for (name, i) in [("connecting", &p.a), ("accepting", &p.b)] {
+        for (_, c) in i.conns.iter() {
+            let fd = c.fd.as_raw_fd();
+            let get = |l, n| sock::get_int_opt(fd, l, n).unwrap();
+            assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1, "{name}");
+            assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 10, "{name}");
+            assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 2, "{name}");
+            assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 3, "{name}");
+            assert_eq!(
+                get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+                16_000,
+                "{name}"
+            );
+        }
+    }
+    let off = cfg_with(&[("TCP_KEEPIDLE", "inf")]);
+    let mut q = Pair::with(
+        TcpIface::open(&off, "lo").unwrap(),
+        TcpIface::open(&off, "lo").unwrap(),
+    );
+    let ep = q.ep;
+    q.retry(|i| i.am_short(ep, 1, 0, &payload)).unwrap();
+    for (_, c) in q.a.conns.iter() {
+        let fd = c.fd.as_raw_fd();
+        assert_eq!(
+            sock::get_int_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE).unwrap(),
+            0
+        );
+    }
+}
