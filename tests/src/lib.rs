@@ -4,6 +4,7 @@
 
 pub mod pattern;
 pub mod peer;
+pub mod ucp_peer;
 
 use ucs::Config;
 

@@ -26,4 +26,7 @@ pub use buf::Buf;
 pub use context::{Context, Error};
 pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
 pub use request::{Completion, ReqId};
-pub use worker::{EpHandle, RecvParams, SendParams, Worker, WorkerStats};
+pub use worker::{
+    AmData, AmEvent, AmHandler, AmRndv, AmSendParams, AtomicOp, ConnRequest, EpHandle, MemHandle,
+    RecvParams, Rkey, SendParams, StreamRecv, Worker, WorkerStats,
+};

@@ -95,6 +95,11 @@ impl<S> Requests<S> {
         self.slab.len()
     }
 
+    /// Every live request, for diagnostics.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (ReqId, &Request<S>)> {
+        self.slab.iter().map(|(i, r)| (ReqId::new(i, r.gen), r))
+    }
+
     /// Ids of every request whose state satisfies `f` (rare paths: endpoint failure).
     pub(crate) fn ids_where(&self, mut f: impl FnMut(&S) -> bool) -> Vec<ReqId> {
         self.slab

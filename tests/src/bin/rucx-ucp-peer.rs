@@ -106,8 +106,26 @@ impl Peer {
     }
 
     fn wait(&mut self, id: ReqId) -> R<(Status, Option<ucp::tag::TagInfo>)> {
+        let start = Instant::now();
+        let mut dumped = false;
         while self.w.request_status(id) == Status::InProgress {
-            self.progress()?;
+            if !dumped && start.elapsed() > Duration::from_secs(10) {
+                // A diagnosis for whoever reads the test log.
+                dumped = true;
+                eprintln!("request {:#x} waiting 10 s:\n{}", id.0, self.w.dump_state());
+            }
+            self.w.progress();
+            // A peer that closes right after its last message: the message may complete
+            // this request in the same progress call that reports the closed connection.
+            if self.w.request_status(id) != Status::InProgress {
+                break;
+            }
+            if let Some((_, s)) = self.w.poll_ep_error() {
+                return Err(format!("endpoint failed: {s}"));
+            }
+            if Instant::now() > self.deadline {
+                return Err("scenario timed out".into());
+            }
         }
         let info = self.w.request_info(id);
         let s = self.w.request_status(id);
@@ -164,6 +182,10 @@ impl Peer {
             // Not synchronous: `a` exits as soon as it has this message, and an
             // acknowledgement would find it gone.
             self.send(&[], FIN, false)?;
+            // Close as an application should: what is queued (FIN included) reaches the
+            // transport before this process exits.
+            let c = self.w.ep_close(self.ep).map_err(|e| e.to_string())?;
+            self.wait_ok(Some(c), "close")?;
         }
         Ok(())
     }
@@ -176,8 +198,9 @@ fn pingpong(p: &mut Peer, role: &str) -> R<String> {
             seq += 1;
             if role == "a" {
                 let m = fill(seq, n);
-                p.send(&m, seq, sync)?;
-                let back = p.recv(n, seq)?;
+                p.send(&m, seq, sync)
+                    .map_err(|e| format!("send {seq}: {e}"))?;
+                let back = p.recv(n, seq).map_err(|e| format!("recv {seq}: {e}"))?;
                 check(seq, &back)?;
             } else {
                 let m = p.recv(n, seq)?;
@@ -186,7 +209,7 @@ fn pingpong(p: &mut Peer, role: &str) -> R<String> {
             }
         }
     }
-    p.finish(role)?;
+    p.finish(role).map_err(|e| format!("finish: {e}"))?;
     Ok(format!("{seq} round trips"))
 }
 
@@ -434,19 +457,332 @@ fn iov(p: &mut Peer, role: &str) -> R<String> {
     Ok(format!("{} iov transfers", totals.len()))
 }
 
+/// Active messages of every size class, eager and rendezvous, with a reply for each;
+/// `b` checks header and data.
+fn am(p: &mut Peer, role: &str) -> R<String> {
+    use std::sync::{Arc, Mutex};
+    use ucp::{AmData, AmEvent, AmSendParams};
+    let sizes: Vec<usize> = SIZES.iter().copied().filter(|&n| n <= 16 << 20).collect();
+    if role == "a" {
+        let replies = Arc::new(Mutex::new(0usize));
+        let r2 = Arc::clone(&replies);
+        p.w.am_set_handler(
+            2,
+            Some(Box::new(move |_w: &mut Worker, _ev: AmEvent| {
+                *r2.lock().unwrap() += 1;
+            })),
+        );
+        for (i, &n) in sizes.iter().enumerate() {
+            let m = fill(i as u64, n);
+            let hdr = (i as u64).to_le_bytes();
+            let params = AmSendParams {
+                reply: true,
+                ..Default::default()
+            };
+            let id =
+                p.w.am_send(p.ep, 1, &hdr, &contig(&m), params)
+                    .map_err(|e| format!("am_send {n}: {e}"))?;
+            p.wait_ok(id, "am send")?;
+        }
+        while *replies.lock().unwrap() < sizes.len() {
+            p.progress()?;
+        }
+        p.finish(role)?;
+        return Ok(format!("{} active messages, all replied", sizes.len()));
+    }
+    // b: the handler checks eager data at once and starts rendezvous receives.
+    type Pending = Vec<(ReqId, u64, Box<[u8]>)>;
+    let pending: Arc<Mutex<Pending>> = Default::default();
+    let errors: Arc<Mutex<Vec<String>>> = Default::default();
+    let count = Arc::new(Mutex::new(0usize));
+    {
+        let (pending, errors, count) = (
+            Arc::clone(&pending),
+            Arc::clone(&errors),
+            Arc::clone(&count),
+        );
+        p.w.am_set_handler(
+            1,
+            Some(Box::new(move |w: &mut Worker, ev: AmEvent| {
+                let seq = u64::from_le_bytes(ev.header[..8].try_into().unwrap_or([0; 8]));
+                if let Some(ep) = ev.reply_ep {
+                    if let Err(e) = w.am_send(
+                        ep,
+                        2,
+                        &[],
+                        &Data::Contig(Buf::EMPTY),
+                        AmSendParams::default(),
+                    ) {
+                        errors.lock().unwrap().push(format!("reply: {e}"));
+                    }
+                }
+                match ev.data {
+                    AmData::Eager(d) => {
+                        if let Err(e) = check(seq, &d) {
+                            errors.lock().unwrap().push(e);
+                        }
+                        *count.lock().unwrap() += 1;
+                        w.am_recycle(d);
+                    }
+                    AmData::Rndv(r) => {
+                        let mut b = vec![0u8; r.len()].into_boxed_slice();
+                        // SAFETY: the box is kept in `pending` until the receive completes.
+                        let data = Data::Contig(unsafe { Buf::from_mut_slice(&mut b) });
+                        match w.am_recv_data(r, &data, RecvParams::default()) {
+                            Ok(id) => pending.lock().unwrap().push((id, seq, b)),
+                            Err(e) => errors.lock().unwrap().push(format!("recv_data: {e}")),
+                        }
+                    }
+                }
+            })),
+        );
+    }
+    loop {
+        p.progress()?;
+        let mut pd = pending.lock().unwrap();
+        let mut i = 0;
+        while i < pd.len() {
+            let st = p.w.request_status(pd[i].0);
+            if st == Status::InProgress {
+                i += 1;
+                continue;
+            }
+            let (id, seq, b) = pd.swap_remove(i);
+            p.w.request_free(id);
+            if st != Status::Ok {
+                return Err(format!("am rendezvous receive {seq}: {st}"));
+            }
+            check(seq, &b)?;
+            *count.lock().unwrap() += 1;
+        }
+        drop(pd);
+        if let Some(e) = errors.lock().unwrap().first() {
+            return Err(e.clone());
+        }
+        if *count.lock().unwrap() == sizes.len() {
+            break;
+        }
+    }
+    p.finish(role)?;
+    Ok(format!("{} active messages checked", sizes.len()))
+}
+
+/// Sends `blob` to the other side as tag `tag` (for remote keys and addresses).
+fn send_blob(p: &mut Peer, blob: &[u8], tag: u64) -> R<()> {
+    p.send(blob, tag, false)
+}
+
+fn recv_blob(p: &mut Peer, tag: u64) -> R<Vec<u8>> {
+    let mut b = vec![0u8; 4096];
+    let id =
+        p.w.tag_recv(&contig_mut(&mut b), tag, u64::MAX, RecvParams::default())
+            .map_err(|e| e.to_string())?;
+    let (s, info) = p.wait(id)?;
+    if s != Status::Ok {
+        return Err(format!("blob {tag}: {s}"));
+    }
+    b.truncate(info.map_or(0, |i| i.length));
+    Ok(b)
+}
+
+/// put/get across sizes and iov shapes into `b`'s mapped region, checked by reading back
+/// and by `b` itself; an out-of-bounds put is refused.
+fn rma(p: &mut Peer, role: &str) -> R<String> {
+    const REGION: usize = 8 << 20;
+    if role == "b" {
+        let h = p.w.mem_map(None, REGION).map_err(|e| e.to_string())?;
+        let blob = p.w.rkey_pack(h).map_err(|e| e.to_string())?;
+        send_blob(p, &blob, 10)?;
+        // a says which pattern it left where.
+        let last = recv_blob(p, 11)?;
+        let (off, n) = (
+            u64::from_le_bytes(last[..8].try_into().unwrap()) as usize,
+            u64::from_le_bytes(last[8..16].try_into().unwrap()) as usize,
+        );
+        let mut v = vec![0u8; n];
+        p.w.mem_read(h, off, &mut v).map_err(|e| e.to_string())?;
+        check(77, &v)?;
+        p.finish(role)?;
+        return Ok("region checked".into());
+    }
+    let blob = recv_blob(p, 10)?;
+    let rk = p.w.rkey_unpack(p.ep, &blob).map_err(|e| e.to_string())?;
+    let (base, len) = rk.bounds();
+    let sp = SendParams::default();
+    let mut ops = 0;
+    for &n in SIZES.iter().filter(|&&n| n <= 4 << 20) {
+        for shape in [1usize, 3] {
+            let seq = n as u64 * 10 + shape as u64;
+            let src = fill(seq, n);
+            let off = (n % 4096) as u64;
+            let cuts: Vec<usize> = (0..=shape).map(|k| n * k / shape).collect();
+            // SAFETY: `src` outlives the put, waited for below.
+            let v: SmallVec<[Buf; 4]> = cuts
+                .windows(2)
+                .map(|c| unsafe { Buf::from_slice(&src[c[0]..c[1]]) })
+                .collect();
+            let id =
+                p.w.put(p.ep, &Data::Iov(v), base + off, &rk, sp)
+                    .map_err(|e| format!("put {n}: {e}"))?;
+            p.wait_ok(id, "put")?;
+            let mut back = vec![0u8; n];
+            let id =
+                p.w.get(p.ep, &contig_mut(&mut back), base + off, &rk, sp)
+                    .map_err(|e| format!("get {n}: {e}"))?;
+            p.wait_ok(id, "get")?;
+            check(seq, &back).map_err(|e| format!("get after put of {n} (shape {shape}): {e}"))?;
+            ops += 2;
+        }
+    }
+    if p.w.put(p.ep, &contig(&[0u8; 16]), base + len - 8, &rk, sp) != Err(Status::InvalidParam) {
+        return Err("out-of-bounds put was not refused".into());
+    }
+    let last = fill(77, 100_000);
+    let id =
+        p.w.put(p.ep, &contig(&last), base + 12345, &rk, sp)
+            .map_err(|e| e.to_string())?;
+    p.wait_ok(id, "last put")?;
+    let f = p.w.flush(Some(p.ep)).map_err(|e| e.to_string())?;
+    p.wait_ok(Some(f), "flush")?;
+    let mut note = 12345u64.to_le_bytes().to_vec();
+    note.extend_from_slice(&100_000u64.to_le_bytes());
+    send_blob(p, &note, 11)?;
+    p.finish(role)?;
+    Ok(format!("{ops} put/get"))
+}
+
+/// Stream bytes in random chunks both sides (seeded: both know the sizes).
+fn stream_bytes(p: &mut Peer, role: &str) -> R<String> {
+    use ucp::StreamRecv;
+    const TOTAL: usize = 8 << 20;
+    let src = fill(5, TOTAL);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |max: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        1 + (seed as usize) % max
+    };
+    if role == "a" {
+        let mut off = 0;
+        let mut reqs = Vec::new();
+        while off < TOTAL {
+            let n = next(300_000).min(TOTAL - off);
+            reqs.push(
+                p.w.stream_send(p.ep, &contig(&src[off..off + n]), SendParams::default())
+                    .map_err(|e| e.to_string())?,
+            );
+            off += n;
+        }
+        for r in reqs {
+            p.wait_ok(r, "stream send")?;
+        }
+        p.finish(role)?;
+        return Ok("stream sent".into());
+    }
+    let mut got = Vec::with_capacity(TOTAL);
+    while got.len() < TOTAL {
+        let n = next(200_000).min(TOTAL - got.len());
+        let mut b = vec![0u8; n];
+        match p
+            .w
+            .stream_recv(p.ep, &contig_mut(&mut b), false, RecvParams::default())
+            .map_err(|e| e.to_string())?
+        {
+            StreamRecv::Done(m) => got.extend_from_slice(&b[..m]),
+            StreamRecv::Pending(r) => {
+                let (s, info) = p.wait(r)?;
+                if s != Status::Ok {
+                    return Err(format!("stream recv: {s}"));
+                }
+                got.extend_from_slice(&b[..info.map_or(0, |i| i.length)]);
+            }
+        }
+    }
+    if got != src {
+        return Err("stream bytes differ".into());
+    }
+    p.finish(role)?;
+    Ok(format!("{TOTAL} stream bytes in order"))
+}
+
 /// Rendezvous transfers without end, for the peer-failure tests: the test kills one side
 /// and the other must end in an error. Prints `READY` once traffic flows; returns the
 /// error as `Ok("ERR ...")`.
-fn endless(p: &mut Peer, role: &str) -> R<String> {
+fn endless(p: &mut Peer, role: &str, kind: &str) -> R<String> {
+    use ucp::{AmEvent, AmSendParams, AtomicOp, StreamRecv};
     const N: usize = 8 << 20;
     p.deadline = Instant::now() + Duration::from_secs(600);
     let mut buf = fill(1, N);
-    let mut i = 0u64;
-    loop {
-        let r = if role == "a" {
-            p.send(&buf, 1, false)
+    let sp = SendParams::default();
+    // One-sided kinds: b maps a region and hands a its key; b then only progresses.
+    let rk = if matches!(kind, "put" | "get" | "atomic") {
+        if role == "b" {
+            let h = p.w.mem_map(None, N).map_err(|e| e.to_string())?;
+            let blob = p.w.rkey_pack(h).map_err(|e| e.to_string())?;
+            send_blob(p, &blob, 10)?;
+            None
         } else {
-            p.recv(N, 1).map(|v| buf = v)
+            let blob = recv_blob(p, 10)?;
+            Some(p.w.rkey_unpack(p.ep, &blob).map_err(|e| e.to_string())?)
+        }
+    } else {
+        None
+    };
+    if kind == "am" && role == "b" {
+        p.w.am_set_handler(
+            1,
+            Some(Box::new(|w: &mut Worker, ev: AmEvent| {
+                if let ucp::AmData::Rndv(r) = ev.data {
+                    w.am_data_release(r);
+                }
+            })),
+        );
+    }
+    let mut i = 0u64;
+    let mut old = [0u8; 8];
+    loop {
+        let r: R<()> = match (kind, role) {
+            ("tag", "a") => p.send(&buf, 1, false),
+            ("tag", _) => p.recv(N, 1).map(|v| buf = v),
+            ("am", "a") => {
+                p.w.am_send(p.ep, 1, &[1], &contig(&buf), AmSendParams::default())
+                    .map_err(|e| e.to_string())
+                    .and_then(|id| p.wait_ok(id, "am"))
+            }
+            ("stream", "a") => {
+                p.w.stream_send(p.ep, &contig(&buf[..65536]), sp)
+                    .map_err(|e| e.to_string())
+                    .and_then(|id| p.wait_ok(id, "stream"))
+            }
+            ("stream", _) => {
+                match p
+                    .w
+                    .stream_recv(p.ep, &contig_mut(&mut buf), false, RecvParams::default())
+                {
+                    Ok(StreamRecv::Done(_)) => Ok(()),
+                    Ok(StreamRecv::Pending(id)) => p.wait_ok(Some(id), "stream recv"),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            ("put" | "get" | "atomic", "a") => {
+                let rk = rk.as_ref().ok_or("no key")?;
+                let base = rk.bounds().0;
+                let id = match kind {
+                    "put" => p.w.put(p.ep, &contig(&buf), base, rk, sp),
+                    "get" => p.w.get(p.ep, &contig_mut(&mut buf), base, rk, sp),
+                    _ => {
+                        // SAFETY: `old` outlives the atomic, waited for below.
+                        let ob = unsafe { Buf::from_mut_slice(&mut old) };
+                        p.w.atomic(p.ep, AtomicOp::Add, 8, 1, 0, base, rk, Some(ob), sp)
+                            .map(Some)
+                    }
+                };
+                id.map_err(|e| e.to_string())
+                    .and_then(|id| p.wait_ok(id, kind))
+            }
+            // The passive side of one-sided and AM traffic only progresses.
+            _ => p.progress(),
         };
         if let Err(e) = r {
             return Ok(format!("ERR {e}"));
@@ -458,9 +794,117 @@ fn endless(p: &mut Peer, role: &str) -> R<String> {
     }
 }
 
+/// Atomics under contention: `t` listens and maps a word; each `c` connects, gets the key,
+/// and adds with fetch-add and compare-and-swap loops; `t` checks the total.
+fn atomics(role: &str, w: Worker) -> R<String> {
+    use ucp::AtomicOp;
+    const PER: u64 = 300;
+    let mut p = Peer {
+        w,
+        ep: EpHandle(0),
+        deadline: Instant::now() + Duration::from_secs(60),
+    };
+    let clients: usize = std::env::var("RUCX_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    if role == "t" {
+        let at =
+            p.w.listen("127.0.0.1:0".parse().unwrap())
+                .map_err(|e| e.to_string())?;
+        println!("PORT {}", at.port());
+        let h = p.w.mem_map(None, 64).map_err(|e| e.to_string())?;
+        let blob = p.w.rkey_pack(h).map_err(|e| e.to_string())?;
+        let mut eps = Vec::new();
+        while eps.len() < clients {
+            p.progress().ok();
+            if let Some(req) = p.w.poll_conn_request() {
+                eps.push(p.w.accept(req).map_err(|e| e.to_string())?);
+            }
+            if Instant::now() > p.deadline {
+                return Err("clients did not connect".into());
+            }
+        }
+        for &ep in &eps {
+            p.ep = ep;
+            send_blob(&mut p, &blob, 10)?;
+        }
+        // One "done" per client.
+        for _ in 0..clients {
+            recv_blob(&mut p, 12)?;
+        }
+        let mut v = [0u8; 8];
+        p.w.mem_read(h, 8, &mut v).map_err(|e| e.to_string())?;
+        let total = u64::from_ne_bytes(v);
+        let want = clients as u64 * PER * 2;
+        if total != want {
+            return Err(format!("counter is {total}, expected {want}"));
+        }
+        for &ep in &eps {
+            p.ep = ep;
+            p.send(&[], FIN, false)?;
+        }
+        return Ok(format!("counter {total} after {clients} clients"));
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let port: u16 = line.trim().parse().map_err(|_| "bad port")?;
+    p.ep =
+        p.w.ep_connect_sockaddr(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+            .map_err(|e| format!("connect: {e}"))?;
+    let blob = recv_blob(&mut p, 10)?;
+    let rk = p.w.rkey_unpack(p.ep, &blob).map_err(|e| e.to_string())?;
+    let word = rk.bounds().0 + 8;
+    let sp = SendParams::default();
+    let mut old = [0u8; 8];
+    for _ in 0..PER {
+        // SAFETY: `old` outlives each atomic, waited for at once.
+        let ob = unsafe { Buf::from_mut_slice(&mut old) };
+        let id =
+            p.w.atomic(p.ep, AtomicOp::Add, 8, 1, 0, word, &rk, Some(ob), sp)
+                .map_err(|e| e.to_string())?;
+        p.wait_ok(Some(id), "fetch-add")?;
+        // Compare-and-swap increment: retry until our compare wins.
+        let mut seen = u64::from_ne_bytes(old) + 1;
+        loop {
+            // SAFETY: as above.
+            let ob = unsafe { Buf::from_mut_slice(&mut old) };
+            let id =
+                p.w.atomic(
+                    p.ep,
+                    AtomicOp::Cswap,
+                    8,
+                    seen + 1,
+                    seen,
+                    word,
+                    &rk,
+                    Some(ob),
+                    sp,
+                )
+                .map_err(|e| e.to_string())?;
+            p.wait_ok(Some(id), "cswap")?;
+            let got = u64::from_ne_bytes(old);
+            if got == seen {
+                break;
+            }
+            seen = got;
+        }
+    }
+    send_blob(&mut p, b"done", 12)?;
+    p.recv(0, FIN)?;
+    Ok(format!("{} atomic increments", PER * 2))
+}
+
 fn run(role: &str, scenario: &str) -> R<String> {
     let ctx = ucp::Context::from_env().map_err(|e| e.to_string())?;
+    ucs::log::init(ctx.config().log_level.to_filter());
     let w = Worker::new(&ctx).map_err(|e| e.to_string())?;
+    if scenario == "atomics" {
+        return atomics(role, w);
+    }
     println!("ADDR {}", to_hex(w.address()));
     let mut line = String::new();
     std::io::stdin()
@@ -483,15 +927,20 @@ fn run(role: &str, scenario: &str) -> R<String> {
         "storm" => storm(&mut p, role),
         "misc" => misc(&mut p, role),
         "iov" => iov(&mut p, role),
-        "endless" => endless(&mut p, role),
+        "am" => am(&mut p, role),
+        "rma" => rma(&mut p, role),
+        "stream_bytes" => stream_bytes(&mut p, role),
+        s if s.starts_with("endless") => {
+            endless(&mut p, role, s.strip_prefix("endless_").unwrap_or("tag"))
+        }
         s => Err(format!("unknown scenario {s}")),
     }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 || (args[1] != "a" && args[1] != "b") {
-        println!("FAIL usage: rucx-ucp-peer <a|b> <scenario>");
+    if args.len() != 3 || !["a", "b", "t", "c"].contains(&args[1].as_str()) {
+        println!("FAIL usage: rucx-ucp-peer <a|b|t|c> <scenario>");
         std::process::exit(2);
     }
     match run(&args[1], &args[2]) {

@@ -469,6 +469,41 @@ impl Worker {
         self.core.stats
     }
 
+    /// A description of the worker's state: endpoints, live requests, queues (for
+    /// diagnosing a stuck program, like `ucp_worker_print_info`).
+    pub fn dump_state(&self) -> String {
+        use std::fmt::Write;
+        let c = &self.core;
+        let mut s = format!("{self:?}\n{:?}\n", c.stats);
+        for (i, e) in c.eps.iter() {
+            let _ = writeln!(
+                s,
+                "ep {i}: remote {:#x}/{:?} failed {:?} queue {} outstanding {}",
+                e.remote_uuid,
+                e.remote_id,
+                e.failed,
+                e.queue.len(),
+                e.outstanding
+            );
+        }
+        for (id, r) in c.reqs.iter() {
+            let _ = writeln!(s, "req {:#x}: {:?}", id.0, r.state);
+        }
+        let _ = writeln!(
+            s,
+            "ctrl {} ready {} gets {} puts {} flushes {} rma {} am events {} work {}",
+            c.ctrl.len(),
+            c.ready.len(),
+            c.gets.len(),
+            c.puts.len(),
+            c.flushes.len(),
+            c.rma_queue.len(),
+            c.am_events.len(),
+            c.work
+        );
+        s
+    }
+
     /// Makes progress on every interface and on the protocols; returns the number of
     /// events handled (`ucp_worker_progress`).
     pub fn progress(&mut self) -> usize {

@@ -972,7 +972,7 @@ impl TcpIface {
     /// Closes connection `ci` after a failure: everything outstanding on it fails with
     /// `st`, and so does every endpoint using it.
     #[cold]
-    fn fail_conn(&mut self, ci: usize, st: Status) {
+    fn fail_conn(&mut self, ci: usize, st: Status, graceful: bool) {
         let Some(mut c) = self.conns.try_remove(ci) else {
             return;
         };
@@ -981,15 +981,33 @@ impl TcpIface {
             self.sh.out_waiting -= 1;
         }
         c.fail_ops(st, &mut self.sh);
+        // When both sides opened a connection, each may send on its own. An orderly close
+        // of one (the peer is shutting down) must not fail the endpoints while the other
+        // still holds what the peer sent last: they move to it, and fail when it closes.
+        let other = c.peer.and_then(|p| self.peers.get(&p)).and_then(|pc| {
+            [pc.own, pc.acc]
+                .into_iter()
+                .flatten()
+                .find(|&o| o != ci && self.conns.contains(o))
+        });
+        let heir = if graceful { other } else { None };
         for (i, e) in self.eps.iter_mut() {
             if e.conn == ci && e.failed.is_none() {
-                e.failed = Some(st);
-                self.sh.events.push_back(Event::EpError(EpId(i as u32), st));
+                match heir {
+                    Some(o) => e.conn = o,
+                    None => {
+                        e.failed = Some(st);
+                        self.sh.events.push_back(Event::EpError(EpId(i as u32), st));
+                    }
+                }
             }
         }
         if let Some(p) = c.peer {
             if let Some(pc) = self.peers.get_mut(&p) {
                 pc.forget(ci);
+                if let Some(o) = heir {
+                    pc.committed = Some(o);
+                }
                 if *pc == PeerConns::default() {
                     self.peers.remove(&p);
                 }
@@ -1033,7 +1051,7 @@ impl TcpIface {
                 _ => log::error!("tcp: closing the connection with {}: {why}", c.addr),
             }
         }
-        self.fail_conn(ci, st);
+        self.fail_conn(ci, st, matches!(why, Close::Eof));
         st
     }
 
@@ -1312,6 +1330,48 @@ impl TcpIface {
         }
         rkey.check_range(remote_addr, total as u64)?;
         Ok(total)
+    }
+}
+
+/// How long closing an interface may take to hand its connections over gracefully.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Drop for TcpIface {
+    /// Closes the connections the way TCP expects, so the last messages reach the peer:
+    /// what is still queued is written, the write side is shut down (the peer reads the
+    /// data, then the end of the stream), and what the peer still sends is read and dropped
+    /// until it closes too. Closing with unread data would make the kernel reset the
+    /// connection, and a reset can destroy data the peer has not read yet. Bounded by
+    /// `LINGER`; a peer that never closes only delays this.
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + LINGER;
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for &k in &keys {
+            let c = &mut self.conns[k];
+            while !c.tx.is_empty() && std::time::Instant::now() < deadline {
+                if c.send(&mut self.sh).is_err() {
+                    break;
+                }
+                if !c.tx.is_empty() {
+                    let _ = sock::poll_one(c.raw(), libc::POLLOUT, 10);
+                }
+            }
+            sock::shutdown_write(c.raw());
+        }
+        let mut scratch = vec![0u8; 64 * 1024];
+        for &k in &keys {
+            let fd = self.conns[k].raw();
+            while std::time::Instant::now() < deadline {
+                match sock::recv(fd, &mut scratch) {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK => {
+                        let _ = sock::poll_one(fd, libc::POLLIN, 10);
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
     }
 }
 

@@ -274,3 +274,21 @@ pub(super) fn ipv4_interfaces() -> io::Result<Vec<Ipv4If>> {
     unsafe { libc::freeifaddrs(head) };
     Ok(out)
 }
+
+/// Shuts down the write side of a connection (the peer reads the end of the stream after
+/// the data already sent). Errors are ignored: the connection is being closed anyway.
+pub(super) fn shutdown_write(fd: RawFd) {
+    // SAFETY: shutdown has no memory-safety preconditions.
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+}
+
+/// Waits up to `timeout_ms` for `events` on `fd`; whether they came.
+pub(super) fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: `p` is one live pollfd, and we pass a count of 1.
+    unsafe { libc::poll(&raw mut p, 1, timeout_ms) > 0 }
+}

@@ -1,0 +1,136 @@
+//! Driving `rucx-ucp-peer` processes from the `ucp` tests: spawning a pair with a
+//! transport configuration, exchanging their addresses, and collecting their verdicts.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+/// Transport configurations: (name, UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_SCHEME).
+pub const CONFIGS: &[(&str, &str, &str, &str)] = &[
+    ("shm", "posix,cma", "all", "auto"),
+    ("shm-put", "posix,cma", "all", "put_zcopy"),
+    ("tcp", "tcp", "lo", "auto"),
+];
+
+/// One `rucx-ucp-peer` process and its stdout lines.
+#[derive(Debug)]
+pub struct Proc {
+    pub child: Child,
+    pub lines: Receiver<String>,
+}
+
+impl Proc {
+    /// Starts `exe role case` with the configuration `(UCX_TLS, UCX_NET_DEVICES,
+    /// UCX_RNDV_SCHEME)` and extra environment.
+    pub fn spawn(
+        exe: &str,
+        role: &str,
+        case: &str,
+        cfg: (&str, &str, &str),
+        env: &[(&str, &str)],
+    ) -> Proc {
+        let (tls, dev, scheme) = cfg;
+        let mut cmd = Command::new(exe);
+        cmd.args([role, case])
+            .env("UCX_TLS", tls)
+            .env("UCX_NET_DEVICES", dev)
+            .env("UCX_RNDV_SCHEME", scheme)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn rucx-ucp-peer");
+        let out = child.stdout.take().expect("piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// The next stdout line, within 120 s.
+    pub fn line(&self, what: &str) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("no {what} line from the peer within 120 s"))
+    }
+
+    /// Writes one line to the process's stdin.
+    pub fn say(&mut self, line: &str) {
+        writeln!(self.child.stdin.as_mut().expect("piped"), "{line}").expect("peer stdin");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `a` and `b` for `case` and gives each the other's address.
+pub fn start_pair(exe: &str, case: &str, cfg: (&str, &str, &str)) -> (Proc, Proc) {
+    let mut a = Proc::spawn(exe, "a", case, cfg, &[]);
+    let mut b = Proc::spawn(exe, "b", case, cfg, &[]);
+    let hex = |p: &Proc| {
+        let l = p.line("ADDR");
+        l.strip_prefix("ADDR ")
+            .unwrap_or_else(|| panic!("{case}: expected ADDR, got {l}"))
+            .to_string()
+    };
+    let (ah, bh) = (hex(&a), hex(&b));
+    a.say(&bh);
+    b.say(&ah);
+    (a, b)
+}
+
+/// Runs `case` between two peers over every configuration; both must report `DONE`.
+pub fn run_case(exe: &str, case: &str) {
+    for &(name, tls, dev, scheme) in CONFIGS {
+        let (mut a, mut b) = start_pair(exe, case, (tls, dev, scheme));
+        let ra = a.line("result");
+        let rb = b.line("result");
+        assert!(ra.starts_with("DONE"), "{name}/{case} a: {ra}");
+        assert!(rb.starts_with("DONE"), "{name}/{case} b: {rb}");
+        eprintln!("{name}/{case}: a {ra}; b {rb}");
+        assert!(a.child.wait().expect("wait").success());
+        assert!(b.child.wait().expect("wait").success());
+    }
+}
+
+/// Kills one side of an `endless_<kind>` pair once traffic flows; the survivor must report
+/// an error within 2 s. Returns how long it took.
+pub fn kill_one(exe: &str, kind: &str, cfg: (&str, &str, &str), victim: &str) -> Duration {
+    let case = format!("endless_{kind}");
+    let (mut a, mut b) = start_pair(exe, &case, cfg);
+    for (side, p) in [("a", &a), ("b", &b)] {
+        let l = p
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{case} {cfg:?}: {side} never got going"));
+        assert_eq!(l, "READY", "{case} {cfg:?}: {side}");
+    }
+    let (dead, survivor) = if victim == "a" {
+        (&mut a, &b)
+    } else {
+        (&mut b, &a)
+    };
+    dead.child.kill().expect("kill");
+    let killed = std::time::Instant::now();
+    let r = survivor
+        .lines
+        .recv_timeout(Duration::from_secs(2))
+        .unwrap_or_else(|_| panic!("{case} {cfg:?}: no error 2 s after killing {victim}"));
+    assert!(
+        r.starts_with("DONE ERR"),
+        "{case} {cfg:?}, {victim} killed: {r}"
+    );
+    killed.elapsed()
+}
