@@ -271,6 +271,9 @@ pub(crate) struct FlushOp {
     pub(crate) close: bool,
 }
 
+/// Interfaces no endpoint uses are progressed once every this many `progress` calls.
+const IDLE_POLL_EVERY: u32 = 64;
+
 /// Completion tokens of transport flushes carry this bit; the rest is the request id.
 pub(crate) const COMP_FLUSH: u64 = 1 << 63;
 
@@ -315,6 +318,11 @@ pub(crate) struct Core {
     pub(crate) work: bool,
     /// The interface being progressed (for the handler).
     pub(crate) cur_iface: usize,
+    /// Interfaces some endpoint uses, or that delivered something: progressed on every
+    /// call. The others (a tcp interface nobody talks to costs an `epoll_wait` per call)
+    /// are looked at once every `IDLE_POLL_EVERY` calls, so a first message still arrives.
+    pub(crate) active: Vec<bool>,
+    pub(crate) tick: u32,
     pub(crate) stats: WorkerStats,
 }
 
@@ -404,6 +412,7 @@ impl Worker {
                 .collect(),
         }
         .encode();
+        let ninfo = info.len();
         let core = Core {
             uuid,
             address,
@@ -434,6 +443,8 @@ impl Worker {
             ep_errors: VecDeque::new(),
             work: false,
             cur_iface: 0,
+            active: vec![false; ninfo],
+            tick: 0,
             stats: WorkerStats::default(),
         };
         Ok(Worker {
@@ -508,9 +519,18 @@ impl Worker {
     /// events handled (`ucp_worker_progress`).
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
+        self.core.tick = self.core.tick.wrapping_add(1);
+        let all = self.core.tick.is_multiple_of(IDLE_POLL_EVERY);
         for (i, iface) in self.ifaces.iter_mut().enumerate() {
+            if !all && !self.core.active[i] {
+                continue;
+            }
             self.core.cur_iface = i;
-            n += iface.progress(&mut self.core);
+            let k = iface.progress(&mut self.core);
+            if k > 0 {
+                self.core.active[i] = true;
+            }
+            n += k;
         }
         if self.core.work {
             n += self.run_actions();

@@ -106,8 +106,10 @@ pub(super) fn new_ep(
         stream_recvs: VecDeque::new(),
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
+    core.active[am.iface] = true;
     if let Some(r) = rma {
         core.uct_eps.insert((r.iface, r.ep), idx);
+        core.active[r.iface] = true;
     }
     if core.proto_info {
         if let Some(t) = proto_table(core, idx) {
