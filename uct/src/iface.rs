@@ -197,6 +197,25 @@ pub trait Iface: Send + std::fmt::Debug {
         Err(Status::Unsupported)
     }
 
+    /// Reads the peer's segments `remote` (`(address, length)` pairs, in order) of region
+    /// `rkey` into the buffers of `local`, in order; both describe the same number of
+    /// bytes, cut differently. Transports that cannot gather remotely in one operation
+    /// return `Unsupported` (the caller then reads segment by segment with `get_zcopy`).
+    ///
+    /// # Safety
+    /// As for `get_zcopy`.
+    unsafe fn get_zcopy_iov(
+        &mut self,
+        ep: EpId,
+        local: &[Iov],
+        remote: &[(u64, u64)],
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, local, remote, rkey, comp);
+        Err(Status::Unsupported)
+    }
+
     /// Asks to be told (`Handler::pending(ep, token)`) when `ep` can send again. Returns
     /// `Err(Busy)` when it can send right now (retry instead), as UCX does.
     fn pending_add(&mut self, ep: EpId, token: u64) -> UcsResult<()> {
