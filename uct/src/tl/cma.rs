@@ -483,12 +483,8 @@ mod tests {
     fn gather_reads_strided_segments_in_order() {
         let cfg = Config::from_lookup(|k| (k == "CMA_MAX_IOV").then(|| "64".into())).unwrap();
         let mut i = CmaIface::open(&cfg).unwrap();
-        let ep = i
-            .ep_connect(
-                i.device_address().to_vec().as_slice(),
-                &i.iface_address().to_vec(),
-            )
-            .unwrap();
+        let (dev, addr) = (i.device_address().to_vec(), i.iface_address().to_vec());
+        let ep = i.ep_connect(&dev, &addr).unwrap();
         let src: Vec<u8> = (0..256_000u32).map(|x| (x * 7 + 3) as u8).collect();
         // SAFETY: src outlives the registration and is only read.
         let mh = unsafe { MD.mem_reg(src.as_ptr().cast_mut(), src.len()) }.unwrap();
