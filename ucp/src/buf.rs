@@ -147,11 +147,45 @@ impl Buf {
         f(s)
     }
 
+    /// Runs `f` on the region as a mutable slice (for receives that unpack into it).
+    #[inline]
+    pub(crate) fn with_mut_slice<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: the constructor's contract reserves the region for the operation it was
+        // given to (a receive: nobody else reads or writes it); the slice does not outlive
+        // this call, and the worker creates no other slice of it meanwhile.
+        let s = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
+        f(s)
+    }
+
     /// The region as a transport iov entry.
     pub(crate) fn iov(&self) -> Iov {
         Iov {
             buffer: self.ptr,
             length: self.len,
+        }
+    }
+}
+
+impl crate::datatype::LayoutBuf {
+    /// Describes the data of `dt` laid out from `origin` (the layout's offsets are
+    /// relative to it, as MPI's are to `buf`).
+    ///
+    /// # Safety
+    /// As for [`Buf::from_raw`], for every byte the layout touches: `[origin + lo,
+    /// origin + hi)` where `(lo, hi)` are the layout's true bounds.
+    pub unsafe fn new(
+        origin: *mut u8,
+        dt: std::sync::Arc<crate::datatype::DtLayout>,
+    ) -> crate::datatype::LayoutBuf {
+        let (lo, hi) = dt.canon().bounds();
+        let start = (origin as i64).wrapping_add(lo) as u64;
+        // SAFETY: forwarded to the caller.
+        let span = unsafe { Buf::from_raw(start as *mut u8, (hi - lo) as usize) };
+        crate::datatype::LayoutBuf {
+            dt,
+            span,
+            origin: (-lo).max(0) as usize,
+            origin_addr: origin as u64,
         }
     }
 }
@@ -172,6 +206,21 @@ pub(crate) fn get_zcopy(
     // SAFETY: see the function documentation: the iov entries come from Bufs of an
     // operation that stays alive until this completion is seen.
     unsafe { iface.get_zcopy(ep, local, remote_addr, rkey, comp) }
+}
+
+/// Reads the peer's segments `remote` into `local` (zero copy, remote gather). Same
+/// soundness argument as [`get_zcopy`].
+pub(crate) fn get_zcopy_iov(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    local: &[Iov],
+    remote: &[(u64, u64)],
+    rkey: &RemoteKey,
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: the iov entries come from Bufs of an operation that stays alive until this
+    // completion is seen.
+    unsafe { iface.get_zcopy_iov(ep, local, remote, rkey, comp) }
 }
 
 /// Writes the bytes of `local` to `remote_addr..` of the peer's region (zero copy). Same

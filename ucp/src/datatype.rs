@@ -14,6 +14,7 @@ use ucs::Status;
 use uct::Iov;
 
 use crate::buf::Buf;
+use crate::dt::{Canon, Cursor, DtError, Layout, Segment};
 
 /// User callbacks of a generic datatype. `start_pack`/`start_unpack` begin an operation
 /// on `count` elements at `addr`; the returned state is dropped when the operation ends
@@ -46,6 +47,8 @@ pub enum Data {
     Contig(Buf),
     /// The concatenation of the buffers, in order.
     Iov(SmallVec<[Buf; 4]>),
+    /// A structured layout (vector, indexed, subarray, struct, ...) over a buffer.
+    Layout(LayoutBuf),
     /// `count` elements at `addr`, packed and unpacked by the datatype's callbacks.
     Generic {
         dt: Arc<dyn GenericDt>,
@@ -59,6 +62,7 @@ impl std::fmt::Debug for Data {
         match self {
             Data::Contig(b) => write!(f, "Contig({b:?})"),
             Data::Iov(v) => write!(f, "Iov({} entries)", v.len()),
+            Data::Layout(l) => write!(f, "Layout({} bytes, {:#x})", l.dt.size(), l.dt.hash),
             Data::Generic { addr, count, .. } => write!(f, "Generic({addr:#x}, {count})"),
         }
     }
@@ -70,6 +74,7 @@ impl Data {
         match self {
             Data::Contig(_) => DtClass::Contig,
             Data::Iov(_) => DtClass::Iov,
+            Data::Layout(_) => DtClass::Layout,
             Data::Generic { .. } => DtClass::Generic,
         }
     }
@@ -79,6 +84,7 @@ impl Data {
         match self {
             Data::Contig(b) => DataState::Contig(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
+            Data::Layout(l) => DataState::Layout(l.clone()),
             Data::Generic { dt, addr, count } => {
                 let st = dt.start_pack(*addr, *count);
                 let len = st.packed_size();
@@ -92,6 +98,7 @@ impl Data {
         match self {
             Data::Contig(b) => DataState::Contig(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
+            Data::Layout(l) => DataState::Layout(l.clone()),
             Data::Generic { dt, addr, count } => {
                 let st = dt.start_unpack(*addr, *count);
                 let len = st.packed_size();
@@ -106,13 +113,79 @@ impl Data {
 pub enum DtClass {
     Contig,
     Iov,
+    /// A structured layout: addressable like an iov, packed with strided loops.
+    Layout,
     Generic,
+}
+
+/// A layout compiled for communication: its canonical form, that form's encoding (what a
+/// peer is sent), and the 128-bit hash that names it in memoized exchanges.
+#[derive(Debug)]
+pub struct DtLayout {
+    canon: Canon,
+    encoded: Vec<u8>,
+    hash: u128,
+}
+
+impl DtLayout {
+    /// Compiles `layout` (`ucpx_dt_create_*` then commit).
+    pub fn new(layout: &Layout) -> Result<Arc<DtLayout>, DtError> {
+        DtLayout::from_canon(layout.canonical()?.clone())
+    }
+
+    /// Wraps a canonical form (for example one decoded from a peer).
+    pub fn from_canon(canon: Canon) -> Result<Arc<DtLayout>, DtError> {
+        let encoded = canon.encode()?;
+        let hash = canon.hash128();
+        Ok(Arc::new(DtLayout {
+            canon,
+            encoded,
+            hash,
+        }))
+    }
+
+    pub fn canon(&self) -> &Canon {
+        &self.canon
+    }
+    /// Bytes of data (the packed size).
+    pub fn size(&self) -> usize {
+        self.canon.size() as usize
+    }
+    pub fn hash(&self) -> u128 {
+        self.hash
+    }
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+}
+
+/// A layout applied to a buffer: the origin (MPI's `buf`) and the memory its data spans.
+#[derive(Clone, Debug)]
+pub struct LayoutBuf {
+    pub(crate) dt: Arc<DtLayout>,
+    /// `[origin + lo, origin + hi)`.
+    pub(crate) span: Buf,
+    /// The origin's offset in `span` (`-lo`).
+    pub(crate) origin: usize,
+    pub(crate) origin_addr: u64,
+}
+
+impl LayoutBuf {
+    pub fn layout(&self) -> &Arc<DtLayout> {
+        &self.dt
+    }
+
+    /// The origin's address (what a peer adds the layout's offsets to).
+    pub fn origin_addr(&self) -> u64 {
+        self.origin_addr
+    }
 }
 
 /// A started operation's data.
 pub(crate) enum DataState {
     Contig(Buf),
     Iov(IovWalk),
+    Layout(LayoutBuf),
     Pack(Box<dyn PackState>, usize),
     Unpack(Box<dyn UnpackState>, usize),
 }
@@ -148,6 +221,7 @@ impl DataState {
         match self {
             DataState::Contig(b) => b.len(),
             DataState::Iov(w) => w.total,
+            DataState::Layout(l) => l.dt.size(),
             DataState::Pack(_, n) | DataState::Unpack(_, n) => *n,
         }
     }
@@ -161,6 +235,15 @@ impl DataState {
             DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
                 b.read_at(boff, &mut dst[pos..pos + len])
             }),
+            DataState::Layout(l) => {
+                let c = l.dt.canon();
+                let r = l.span.with_slice(|s| {
+                    crate::dt::pack_range(c, s, l.origin, off as u64, &mut dst[..n])
+                });
+                if r.is_err() {
+                    return 0;
+                }
+            }
             DataState::Pack(st, _) => return st.pack(off, &mut dst[..n]).min(n),
             DataState::Unpack(..) => return 0,
         }
@@ -177,6 +260,12 @@ impl DataState {
             DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
                 b.write_at(boff, &src[pos..pos + len])
             }),
+            DataState::Layout(l) => {
+                let c = l.dt.canon();
+                l.span.with_mut_slice(|d| {
+                    crate::dt::unpack_range(c, off as u64, &src[..n], d, l.origin)
+                })?
+            }
             DataState::Unpack(st, _) => st.unpack(off, &src[..n])?,
             DataState::Pack(..) => return Err(Status::InvalidParam),
         }
@@ -199,10 +288,24 @@ impl DataState {
                     out.push(s.iov());
                 }
             }),
+            DataState::Layout(l) => {
+                let mut segs = Vec::new();
+                Cursor::new(l.dt.canon(), off as u64)
+                    .ok()?
+                    .fill(&mut segs, usize::MAX, len as u64);
+                for g in segs {
+                    out.push(l.span.sub(segment_pos(l, g)?, g.len as usize)?.iov());
+                }
+            }
             DataState::Pack(..) | DataState::Unpack(..) => return None,
         }
         Some(out)
     }
+}
+
+/// Where segment `g` (offsets from the origin) starts in the layout's span.
+fn segment_pos(l: &LayoutBuf, g: Segment) -> Option<usize> {
+    usize::try_from(l.origin as i64 + g.offset).ok()
 }
 
 impl IovWalk {

@@ -108,6 +108,13 @@ pub const TABLE: &[ConfigVar] = &[
               receiver reads), put_zcopy (the sender writes), or auto (get_zcopy).",
     },
     ConfigVar {
+        name: "RNDV_LAYOUT_CACHE",
+        default: "64",
+        doc: "Structured layouts each endpoint remembers from its peer (an LRU keyed by the \
+              layout's 128-bit hash), so repeated rendezvous with one layout send no layout \
+              bytes.",
+    },
+    ConfigVar {
         name: "PROTO_INFO",
         default: "n",
         doc: "y: print each new endpoint's protocol table (which protocol serves which \
@@ -271,6 +278,7 @@ pub struct Config {
     pub tcp_keepcnt: u32,
     pub cma_max_iov: AutoSize,
     pub rndv_scheme: RndvScheme,
+    pub rndv_layout_cache: usize,
     pub proto_info: bool,
     pub error_check_interval_ns: u64,
 }
@@ -480,6 +488,7 @@ impl Config {
             "put_zcopy" => RndvScheme::PutZcopy,
             _ => return Err(bad(rs_n, &rs, "expected auto, get_zcopy or put_zcopy")),
         };
+        let rndv_layout_cache = size("RNDV_LAYOUT_CACHE")?;
         let (pi, pi_n) = get("PROTO_INFO");
         let proto_info = parse_bool(&pi).ok_or_else(|| bad(pi_n, &pi, "expected y or n"))?;
 
@@ -504,6 +513,7 @@ impl Config {
             tcp_keepcnt,
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
             rndv_scheme,
+            rndv_layout_cache,
             proto_info,
             error_check_interval_ns,
         })
@@ -543,6 +553,7 @@ impl Config {
             "TCP_KEEPCNT" => self.tcp_keepcnt.to_string(),
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
             "RNDV_SCHEME" => self.rndv_scheme.to_string(),
+            "RNDV_LAYOUT_CACHE" => self.rndv_layout_cache.to_string(),
             "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),
             "ERROR_CHECK_INTERVAL" => format_time_ns(self.error_check_interval_ns),
             _ => return None,

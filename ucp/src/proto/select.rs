@@ -148,7 +148,7 @@ impl Thresholds {
             return Proto::EagerShort;
         }
         if let Some((from, to)) = self.zcopy {
-            if !sync && dt != DtClass::Generic && size >= from && size <= to {
+            if !sync && matches!(dt, DtClass::Contig | DtClass::Iov) && size >= from && size <= to {
                 return Proto::EagerZcopy;
             }
         }

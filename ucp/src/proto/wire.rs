@@ -16,6 +16,12 @@
 //! ACK          ep:u32 sreq:u64 status:i8
 //! RTR_PUT      ep:u32 sreq:u64 rreq:u64 rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}
 //! FIN          ep:u32 rreq:u64 status:i8          (put rendezvous: the data is in place)
+//! LAYOUT_MISS  ep:u32 sreq:u64 rreq:u64           (the receiver no longer knows the layout)
+//! LAYOUT       ep:u32 rreq:u64 layout             (the layout, resent)
+//!
+//! An RTS of mode GET_LAYOUT (4) carries, instead of a segment list, `rkey_len:u16 rkey
+//! origin:u64 hash:u128 has:u8 [len:u32 layout]`: the sender's structured layout by its
+//! canonical hash, with the encoding itself the first time this endpoint sends it.
 //! WIREUP       kind:u8 uuid:u64 src_ep:u32 dst_ep:u32 addr_len:u32 addr
 //! ```
 //!
@@ -35,6 +41,8 @@ pub const AM_RNDV_DATA: u8 = 8;
 pub const AM_ACK: u8 = 9;
 pub const AM_RTR_PUT: u8 = 10;
 pub const AM_FIN: u8 = 11;
+pub const AM_LAYOUT_MISS: u8 = 19;
+pub const AM_LAYOUT: u8 = 20;
 
 /// Header bytes in front of the data of each message kind.
 pub const EAGER_HDR: usize = 8;
@@ -123,9 +131,18 @@ pub struct RemoteSeg {
 /// An RTS's rendezvous part.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RtsData {
-    Get { rkey: Vec<u8>, segs: Vec<RemoteSeg> },
+    Get {
+        rkey: Vec<u8>,
+        segs: Vec<RemoteSeg>,
+    },
     Am,
     Put,
+    GetLayout {
+        rkey: Vec<u8>,
+        origin: u64,
+        hash: u128,
+        layout: Option<Vec<u8>>,
+    },
 }
 
 pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
@@ -136,6 +153,23 @@ pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
         RtsData::Get { rkey, segs } => w = write_segs(w.u8(RndvMode::Get as u8), rkey, segs),
         RtsData::Am => w = w.u8(RndvMode::Am as u8),
         RtsData::Put => w = w.u8(RndvMode::Put as u8),
+        RtsData::GetLayout {
+            rkey,
+            origin,
+            hash,
+            layout,
+        } => {
+            w = w
+                .u8(4)
+                .u16(rkey.len() as u16)
+                .bytes(rkey)
+                .u64(*origin)
+                .bytes(&hash.to_le_bytes());
+            w = match layout {
+                Some(l) => w.u8(1).u32(l.len() as u32).bytes(l),
+                None => w.u8(0),
+            };
+        }
     }
     w.buf
 }
@@ -151,6 +185,26 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
         }
         2 => RtsData::Am,
         3 => RtsData::Put,
+        4 => {
+            let n = r.u16()? as usize;
+            let rkey = r.bytes(n)?.to_vec();
+            let origin = r.u64()?;
+            let hash = u128::from_le_bytes(r.bytes(16)?.try_into().ok()?);
+            let layout = match r.u8()? {
+                0 => None,
+                1 => {
+                    let n = r.u32()? as usize;
+                    Some(r.bytes(n)?.to_vec())
+                }
+                _ => return None,
+            };
+            RtsData::GetLayout {
+                rkey,
+                origin,
+                hash,
+                layout,
+            }
+        }
         _ => return None,
     };
     if !r.is_empty() {

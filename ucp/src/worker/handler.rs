@@ -37,6 +37,8 @@ impl Handler for Core {
             wire::AM_RNDV_DATA => self.on_rndv_data(data),
             wire::AM_ACK => self.on_ack(data),
             wire::AM_RTR_PUT => self.on_rtr_put(data),
+            wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
+            wire::AM_LAYOUT => self.on_layout(data),
             wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
             super::am::AM_USER => self.on_am_user(data),
@@ -322,6 +324,45 @@ impl Core {
             }
             _ => Err(Some(ep)),
         }
+    }
+
+    /// The receiver of our layout rendezvous evicted the layout: send it again.
+    fn on_layout_miss(&mut self, data: &[u8]) -> Res {
+        let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(None)?;
+        let ep = self.live_ep(ep)?;
+        let bytes = match self.reqs.get(ReqId(sreq)).map(|r| &r.state) {
+            Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvGet => match &s.data {
+                crate::datatype::DataState::Layout(l) => l.dt.encoded().to_vec(),
+                _ => return Err(Some(ep)),
+            },
+            _ => return Err(Some(ep)),
+        };
+        self.stats.layout_bytes_sent += bytes.len() as u64;
+        self.queue_ctrl(ep, super::Ctrl::Layout { rreq, bytes });
+        Ok(())
+    }
+
+    /// A layout resent after our miss: learn it and read the data.
+    fn on_layout(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let (ep, rreq) = match (r.u32(), r.u64()) {
+            (Some(e), Some(q)) => (e, q),
+            _ => return Err(None),
+        };
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(rreq);
+        let hash = match self.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => match &rv.rts {
+                Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
+                _ => return Err(Some(ep)),
+            },
+            _ => return Err(Some(ep)),
+        };
+        self.learn_layout(ep, hash, r.rest())
+            .map_err(|_| Some(ep))?;
+        self.gets.push_back(id);
+        self.work = true;
+        Ok(())
     }
 
     fn on_fin(&mut self, data: &[u8]) -> Res {

@@ -27,6 +27,7 @@
 //! posted before the reply wait in the endpoint's queue, in order.
 
 pub mod am;
+mod capi;
 mod handler;
 mod listener;
 pub mod rma;
@@ -85,6 +86,11 @@ pub struct WorkerStats {
     /// Active messages sent eagerly / by rendezvous.
     pub am_eager: u64,
     pub am_rndv: u64,
+    /// Bytes of structured-layout descriptions sent, and layouts found (or not) in the
+    /// receiver's memo cache.
+    pub layout_bytes_sent: u64,
+    pub layout_hits: u64,
+    pub layout_misses: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
 }
@@ -125,6 +131,10 @@ pub(crate) struct Ep {
     pub(crate) stream_rx: VecDeque<Vec<u8>>,
     pub(crate) stream_off: usize,
     pub(crate) stream_recvs: VecDeque<ReqId>,
+    /// Structured layouts already sent to the peer (by hash), and those the peer sent us,
+    /// most recent first (an LRU of `Core::layout_cache_size`).
+    pub(crate) layouts_sent: std::collections::HashSet<u128>,
+    pub(crate) layout_cache: VecDeque<(u128, Arc<crate::datatype::DtLayout>)>,
 }
 
 /// A protocol message to send from `run_actions`.
@@ -153,6 +163,14 @@ pub(crate) enum Ctrl {
     Fin {
         rreq: u64,
         status: Status,
+    },
+    LayoutMiss {
+        sreq: u64,
+        rreq: u64,
+    },
+    Layout {
+        rreq: u64,
+        bytes: Vec<u8>,
     },
     WireupRep {
         dst: u32,
@@ -285,6 +303,7 @@ pub(crate) struct Core {
     pub(crate) rndv_cfg: ucs::config::AutoSize,
     pub(crate) zcopy_cfg: ucs::config::AutoSize,
     pub(crate) rndv_scheme: ucs::config::RndvScheme,
+    pub(crate) layout_cache_size: usize,
     pub(crate) proto_info: bool,
     pub(crate) eps: Slab<Ep>,
     pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
@@ -420,6 +439,7 @@ impl Worker {
             rndv_cfg: ctx.config.rndv_thresh,
             zcopy_cfg: ctx.config.zcopy_thresh,
             rndv_scheme: ctx.config.rndv_scheme,
+            layout_cache_size: ctx.config.rndv_layout_cache,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
             uct_eps: HashMap::new(),
@@ -738,6 +758,40 @@ impl Core {
         if r.released {
             self.reqs.remove(id);
         }
+    }
+
+    /// The layout `hash` from `ep`'s memo cache, refreshed as most recently used.
+    pub(crate) fn cached_layout(
+        &mut self,
+        ep: usize,
+        hash: u128,
+    ) -> Option<Arc<crate::datatype::DtLayout>> {
+        let c = &mut self.eps.get_mut(ep)?.layout_cache;
+        let i = c.iter().position(|(h, _)| *h == hash)?;
+        let e = c.remove(i)?;
+        let l = Arc::clone(&e.1);
+        c.push_front(e);
+        Some(l)
+    }
+
+    /// Decodes a layout a peer sent, checks it against its announced hash, and remembers it.
+    pub(crate) fn learn_layout(
+        &mut self,
+        ep: usize,
+        hash: u128,
+        bytes: &[u8],
+    ) -> Result<Arc<crate::datatype::DtLayout>, Status> {
+        let canon = crate::dt::Canon::decode(bytes).map_err(|_| Status::InvalidParam)?;
+        let l = crate::datatype::DtLayout::from_canon(canon).map_err(|_| Status::InvalidParam)?;
+        if l.hash() != hash || !l.canon().is_ordered() {
+            return Err(Status::InvalidParam);
+        }
+        let cap = self.layout_cache_size;
+        let c = &mut self.eps[ep].layout_cache;
+        c.retain(|(h, _)| *h != hash);
+        c.push_front((hash, Arc::clone(&l)));
+        c.truncate(cap);
+        Ok(l)
     }
 
     pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {

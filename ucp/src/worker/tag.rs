@@ -258,6 +258,10 @@ pub(super) fn new_recv(data: &Data) -> RecvOp {
 /// Whether a get-rendezvous RTS for `data` fits one bcopy message of `ep`'s AM lane.
 fn rts_fits(core: &Core, ep: usize, data: &Data) -> bool {
     let entries = match data {
+        // A layout travels as its compact canonical encoding.
+        Data::Layout(l) => {
+            return l.dt.encoded().len() + 160 <= core.info[core.eps[ep].am.iface].attr.am.max_bcopy
+        }
         Data::Contig(_) => 1,
         Data::Iov(v) => v.len(),
         Data::Generic { .. } => return false,
@@ -289,7 +293,11 @@ pub(super) fn push_send(
     id: ReqId,
 ) -> UcsResult<bool> {
     let Core {
-        reqs, eps, info, ..
+        reqs,
+        eps,
+        info,
+        stats,
+        ..
     } = core;
     let Some(Op::Send(s)) = reqs.get_mut(id).map(|r| &mut r.state) else {
         return Ok(true);
@@ -419,6 +427,60 @@ pub(super) fn push_send(
                 s.offset += n - wire::EAGER_MIDDLE_HDR;
             }
         }
+        Proto::RndvGet if matches!(s.data, DataState::Layout(_)) => {
+            // A structured layout travels by its canonical hash, and its compact encoding
+            // only the first time this endpoint sends it (the receiver memoizes it).
+            let rma = rma.ok_or(Status::Unsupported)?;
+            let DataState::Layout(l) = &s.data else {
+                return Err(Status::InvalidParam);
+            };
+            let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
+            let (rkey, memh) = match &s.memh {
+                Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
+                None => {
+                    let md = ifaces[rma.iface].md();
+                    let m = buf::register_span(md, lo, (hi - lo) as usize)?;
+                    (md.mkey_pack(&m), Some(m))
+                }
+            };
+            if let Some(m) = memh {
+                s.memh = Some((rma.iface, m));
+            }
+            let hash = l.dt.hash();
+            let e = &mut eps[s.ep];
+            let first = !e.layouts_sent.contains(&hash);
+            let layout = first.then(|| l.dt.encoded().to_vec());
+            let msg = wire::encode_rts(
+                &FirstHdr {
+                    tag,
+                    ep: rid,
+                    flags: s.flags,
+                    sreq: id.0,
+                    total: total as u64,
+                },
+                &RtsData::GetLayout {
+                    rkey,
+                    origin: l.origin_addr,
+                    hash,
+                    layout,
+                },
+            );
+            let (am_id, msg) = rts_for(&s.am, msg);
+            let iface = &mut ifaces[lane.iface];
+            if nb(send_bytes(iface.as_mut(), lane, am_id, &msg))?.is_none() {
+                return Ok(false);
+            }
+            if first {
+                if e.layouts_sent.len() >= 4096 {
+                    e.layouts_sent.clear();
+                }
+                e.layouts_sent.insert(hash);
+                core_stats_layout(stats, l.dt.encoded().len());
+            }
+            s.started = true;
+            s.offset = total;
+            s.wait_ack = true;
+        }
         Proto::RndvGet => {
             let rma = rma.ok_or(Status::Unsupported)?;
             let iov = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
@@ -529,6 +591,75 @@ pub(super) fn push_send(
     Ok(true)
 }
 
+/// Reads the sender's structured layout `dt` at `origin` into `local`, in chunks of
+/// remote segments generated lazily from the canonical form: each chunk is one remote
+/// gather (`get_zcopy_iov`), or one read per segment where the transport cannot gather.
+fn get_layout(
+    iface: &mut dyn Iface,
+    ep: uct::EpId,
+    local: &[Iov],
+    dt: &crate::datatype::DtLayout,
+    origin: u64,
+    rk: &uct::RemoteKey,
+    comp: u64,
+) -> UcsResult<()> {
+    const CHUNK: usize = 4096;
+    let mut cur = crate::dt::Cursor::new(dt.canon(), 0).map_err(|_| Status::InvalidParam)?;
+    let mut segs = Vec::with_capacity(CHUNK);
+    let mut remote: Vec<(u64, u64)> = Vec::with_capacity(CHUNK);
+    let (mut li, mut loff) = (0usize, 0usize);
+    let mut gather = true;
+    loop {
+        let n = cur.fill(&mut segs, CHUNK, u64::MAX);
+        if n == 0 {
+            return Ok(());
+        }
+        remote.clear();
+        for g in &segs {
+            let a = origin.wrapping_add(g.offset as u64);
+            remote.push((a, g.len));
+        }
+        // The local pieces for these `n` bytes.
+        let mut pieces: Vec<Iov> = Vec::new();
+        let mut need = n as usize;
+        while need > 0 && li < local.len() {
+            let l = local[li];
+            let take = (l.length - loff).min(need);
+            pieces.push(Iov {
+                buffer: l.buffer.wrapping_add(loff),
+                length: take,
+            });
+            need -= take;
+            loff += take;
+            if loff == l.length {
+                li += 1;
+                loff = 0;
+            }
+        }
+        if need > 0 {
+            return Err(Status::MessageTruncated);
+        }
+        if gather {
+            match buf::get_zcopy_iov(iface, ep, &pieces, &remote, rk, comp) {
+                Ok(Done::Now) => continue,
+                Ok(Done::Later) => return Err(Status::Unsupported),
+                Err(Status::Unsupported) => gather = false,
+                Err(e) => return Err(e),
+            }
+        }
+        let segs_r: Vec<RemoteSeg> = remote
+            .iter()
+            .map(|&(addr, len)| RemoteSeg { addr, len })
+            .collect();
+        for_each_remote_seg(&pieces, &segs_r, |p, addr| {
+            match buf::get_zcopy(iface, ep, p, addr, rk, comp)? {
+                Done::Now => Ok(()),
+                Done::Later => Err(Status::Unsupported),
+            }
+        })?;
+    }
+}
+
 /// Calls `f(local_pieces, remote_addr)` once per remote segment, with the local iov pieces
 /// that cover it (the two lists describe the same number of bytes, cut differently).
 fn for_each_remote_seg(
@@ -561,6 +692,10 @@ fn for_each_remote_seg(
         f(&pieces, seg.addr)?;
     }
     Ok(())
+}
+
+fn core_stats_layout(stats: &mut super::WorkerStats, n: usize) {
+    stats.layout_bytes_sent += n as u64;
 }
 
 /// The AM id and bytes of an RTS: a tag RTS, or an AM RTS with its prefix.
@@ -755,6 +890,40 @@ pub(super) fn start_rndv_recv(
             core.gets.push_back(id);
             core.work = true;
         }
+        RtsData::GetLayout {
+            hash, ref layout, ..
+        } => {
+            let known = match layout {
+                Some(bytes) => {
+                    let bytes = bytes.clone();
+                    r.rts = Some(rts);
+                    match core.learn_layout(ep, hash, &bytes) {
+                        Ok(_) => true,
+                        Err(s) => {
+                            fail_get(core, id, ep, sreq, s);
+                            return;
+                        }
+                    }
+                }
+                None => {
+                    r.rts = Some(rts);
+                    let hit = core.cached_layout(ep, hash).is_some();
+                    if hit {
+                        core.stats.layout_hits += 1;
+                    } else {
+                        core.stats.layout_misses += 1;
+                    }
+                    hit
+                }
+            };
+            if known {
+                core.gets.push_back(id);
+                core.work = true;
+            } else {
+                // Evicted (or never seen): ask the sender for the layout again.
+                core.queue_ctrl(ep, Ctrl::LayoutMiss { sreq, rreq: id.0 });
+            }
+        }
         RtsData::Put if r.data.iovs(0, 0).is_some() => {
             core.puts.push_back(id);
             core.work = true;
@@ -775,8 +944,12 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    let Some(RtsData::Get { rkey, segs }) = r.rts.take() else {
-        return;
+    let (rkey, segs, layout) = match r.rts.take() {
+        Some(RtsData::Get { rkey, segs }) => (rkey, segs, None),
+        Some(RtsData::GetLayout {
+            rkey, origin, hash, ..
+        }) => (rkey, Vec::new(), Some((origin, hash))),
+        _ => return,
     };
     let Some((ep, sreq)) = r.peer else { return };
     let total = r.expect;
@@ -800,6 +973,25 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
+    if let Some((origin, hash)) = layout {
+        let (ep_, sreq_) = (ep, sreq);
+        let Some(dt) = core.cached_layout(ep, hash) else {
+            fail_get(core, id, ep_, sreq_, Status::InvalidParam);
+            return;
+        };
+        if dt.size() != total {
+            fail_get(core, id, ep_, sreq_, Status::InvalidParam);
+            return;
+        }
+        let st = get_layout(iface.as_mut(), lane.ep, &local, &dt, origin, &rk, id.0);
+        if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+            if let Err(s) = st {
+                r.status = s;
+            }
+        }
+        finish_get(core, id);
+        return;
+    }
     let mut later = 0u32;
     let err = for_each_remote_seg(&local, &segs, |pieces, addr| {
         match buf::get_zcopy(iface.as_mut(), lane.ep, pieces, addr, &rk, id.0)? {

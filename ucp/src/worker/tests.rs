@@ -1012,3 +1012,129 @@ fn stream_bytes_arrive_in_order_under_random_chunking() {
         });
     }
 }
+
+/// Structured layouts: eager packing with strided loops, zero-copy rendezvous that reads
+/// the sender's segments straight into the receiver's (a different layout), memoization
+/// of the layout per peer, and the miss path after an LRU eviction.
+#[test]
+fn layouts_rendezvous_memoized_and_evicted() {
+    use crate::datatype::{DtLayout, LayoutBuf};
+    use crate::dt::Layout;
+    for tls in ["posix,cma;RNDV_LAYOUT_CACHE=1", "tcp;RNDV_LAYOUT_CACHE=1"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        // Sender: n blocks of `blk` bytes every 2*blk; receivers: contiguous, or blocks of
+        // 4*blk every 8*blk. Two sender layouts alternate to exercise the LRU of size 1.
+        let layouts = |n: u64, blk: u64| {
+            let s = DtLayout::new(&Layout::vector(n, 1, 2, &Layout::bytes(blk)).unwrap()).unwrap();
+            let r =
+                DtLayout::new(&Layout::vector(n / 4, 4, 8, &Layout::bytes(blk)).unwrap()).unwrap();
+            (s, r)
+        };
+        for (round, (n, blk)) in [
+            (16u64, 8u64),
+            (16384, 128),
+            (128, 1024),
+            (16384, 128),
+            (128, 1024),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (sl, rl) = layouts(n, blk);
+            let total = (n * blk) as usize;
+            let src = pattern(2 * total, round as u8);
+            let mut dst = vec![0u8; 2 * total];
+            let mut flat = vec![0u8; total];
+            // SAFETY: src/dst/flat outlive the operations, waited for below.
+            let (sd, rd, fd) = unsafe {
+                (
+                    Data::Layout(LayoutBuf::new(src.as_ptr().cast_mut(), Arc::clone(&sl))),
+                    Data::Layout(LayoutBuf::new(dst.as_mut_ptr(), Arc::clone(&rl))),
+                    Data::Contig(Buf::from_mut_slice(&mut flat)),
+                )
+            };
+            for (k, recv) in [rd, fd].iter().enumerate() {
+                let tag = 100 + k as u64;
+                let r = b
+                    .tag_recv(recv, tag, u64::MAX, RecvParams::default())
+                    .unwrap();
+                let s = a.tag_send(ab, &sd, tag, SendParams::default()).unwrap();
+                drive(&mut a, &mut b, |a, b| {
+                    b.request_status(r) != Status::InProgress
+                        && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+                });
+                if let Some(s) = s {
+                    assert_eq!(a.wait(s).0, Status::Ok);
+                }
+                assert_eq!(b.wait(r).0, Status::Ok, "{tls} round {round}");
+            }
+            // The packed stream: every other block of src.
+            let want: Vec<u8> = src
+                .chunks(blk as usize)
+                .step_by(2)
+                .flatten()
+                .copied()
+                .collect();
+            assert!(flat == want, "{tls} round {round}: contiguous receive");
+            // The receiver's layout: 4 blocks, then a gap of 4.
+            let got: Vec<u8> = dst
+                .chunks(4 * blk as usize)
+                .step_by(2)
+                .flatten()
+                .copied()
+                .collect();
+            assert!(got == want, "{tls} round {round}: layout receive");
+        }
+        let (sa, sb) = (a.stats(), b.stats());
+        if tls.starts_with("posix") {
+            // Rounds 1..4 use the rendezvous (round 0 is small: eager, packed). Layout
+            // bytes go out for the first use of each layout and after every eviction.
+            assert!(sa.rndv_get >= 8, "{tls}: {sa:?}");
+            assert!(sb.layout_misses >= 2, "{tls}: evictions must miss: {sb:?}");
+            assert!(
+                sb.layout_hits >= 2,
+                "{tls}: the second receive of a round hits: {sb:?}"
+            );
+            assert!(sa.layout_bytes_sent > 0);
+        }
+    }
+}
+
+/// Repeated transfers with the same layouts send no layout bytes after the first.
+#[test]
+fn repeated_layout_transfers_send_no_layout_bytes() {
+    use crate::datatype::{DtLayout, LayoutBuf};
+    use crate::dt::Layout;
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let sl = DtLayout::new(&Layout::vector(4096, 1, 2, &Layout::bytes(64)).unwrap()).unwrap();
+    let src = pattern(2 * 4096 * 64, 1);
+    let mut flat = vec![0u8; 4096 * 64];
+    let mut after_first = 0;
+    for i in 0..20 {
+        // SAFETY: src and flat outlive each transfer, waited for below.
+        let (sd, fd) = unsafe {
+            (
+                Data::Layout(LayoutBuf::new(src.as_ptr().cast_mut(), Arc::clone(&sl))),
+                Data::Contig(Buf::from_mut_slice(&mut flat)),
+            )
+        };
+        let r = b.tag_recv(&fd, 1, u64::MAX, RecvParams::default()).unwrap();
+        let s = a.tag_send(ab, &sd, 1, SendParams::default()).unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            b.request_status(r) != Status::InProgress
+                && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+        });
+        assert_eq!(b.wait(r).0, Status::Ok);
+        if i == 0 {
+            after_first = a.stats().layout_bytes_sent;
+            assert!(after_first > 0);
+        }
+    }
+    assert_eq!(
+        a.stats().layout_bytes_sent,
+        after_first,
+        "layout bytes re-sent"
+    );
+    assert_eq!(b.stats().layout_hits, 19);
+    assert_eq!(a.stats().rndv_get, 20);
+}

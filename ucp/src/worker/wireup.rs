@@ -104,6 +104,8 @@ pub(super) fn new_ep(
         stream_rx: VecDeque::new(),
         stream_off: 0,
         stream_recvs: VecDeque::new(),
+        layouts_sent: Default::default(),
+        layout_cache: VecDeque::new(),
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
     core.active[am.iface] = true;
@@ -327,6 +329,22 @@ pub(super) fn send_ctrl(
             let rid = e.remote_id.ok_or(Status::NotConnected)?;
             let m = super::rma::encode_reply(rid, req, offset, status, data);
             bcopy(iface, super::rma::AM_RMA_REPLY, &m)
+        }
+        Ctrl::LayoutMiss { sreq, rreq } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            bcopy(
+                iface,
+                wire::AM_LAYOUT_MISS,
+                &wire::encode_rtr(rid, sreq, rreq),
+            )
+        }
+        Ctrl::Layout { rreq, ref bytes } => {
+            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let mut m = Vec::with_capacity(12 + bytes.len());
+            m.extend_from_slice(&rid.to_le_bytes());
+            m.extend_from_slice(&rreq.to_le_bytes());
+            m.extend_from_slice(bytes);
+            bcopy(iface, wire::AM_LAYOUT, &m)
         }
         Ctrl::Fin { rreq, status } => {
             let rid = e.remote_id.ok_or(Status::NotConnected)?;
