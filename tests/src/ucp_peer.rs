@@ -97,7 +97,10 @@ pub fn run_case(exe: &str, case: &str) {
         let (mut a, mut b) = start_pair(exe, case, (tls, dev, scheme));
         let ra = a.line("result");
         let rb = b.line("result");
-        assert!(ra.starts_with("DONE"), "{name}/{case} a: {ra}");
+        assert!(
+            ra.starts_with("DONE") && rb.starts_with("DONE"),
+            "{name}/{case}: a {ra}; b {rb}"
+        );
         assert!(rb.starts_with("DONE"), "{name}/{case} b: {rb}");
         eprintln!("{name}/{case}: a {ra}; b {rb}");
         assert!(a.child.wait().expect("wait").success());

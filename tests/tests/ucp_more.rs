@@ -15,6 +15,13 @@ fn put_get_across_sizes_and_iovs_with_bounds_refusal() {
     run_case(PEER, "rma");
 }
 
+/// Every named application layout round-trips, both directions, into the same layout and
+/// into contiguous memory.
+#[test]
+fn named_layouts_round_trip_with_mismatched_receivers() {
+    run_case(PEER, "layouts");
+}
+
 #[test]
 fn stream_ordering_under_random_chunking() {
     run_case(PEER, "stream_bytes");

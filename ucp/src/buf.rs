@@ -181,10 +181,11 @@ impl crate::datatype::LayoutBuf {
         let start = (origin as i64).wrapping_add(lo) as u64;
         // SAFETY: forwarded to the caller.
         let span = unsafe { Buf::from_raw(start as *mut u8, (hi - lo) as usize) };
+        let local = std::sync::Arc::clone(dt.local());
         crate::datatype::LayoutBuf {
             dt,
             span,
-            origin: (-lo).max(0) as usize,
+            local,
             origin_addr: origin as u64,
         }
     }

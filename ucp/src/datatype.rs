@@ -123,6 +123,9 @@ pub enum DtClass {
 #[derive(Debug)]
 pub struct DtLayout {
     canon: Canon,
+    /// The canonical form rebased so its data starts at offset 0 (for local packing into
+    /// a slice that starts where the data does).
+    local: Arc<Canon>,
     encoded: Vec<u8>,
     hash: u128,
 }
@@ -137,8 +140,10 @@ impl DtLayout {
     pub fn from_canon(canon: Canon) -> Result<Arc<DtLayout>, DtError> {
         let encoded = canon.encode()?;
         let hash = canon.hash128();
+        let local = Arc::new(canon.rebased(canon.bounds().0));
         Ok(Arc::new(DtLayout {
             canon,
+            local,
             encoded,
             hash,
         }))
@@ -146,6 +151,9 @@ impl DtLayout {
 
     pub fn canon(&self) -> &Canon {
         &self.canon
+    }
+    pub(crate) fn local(&self) -> &Arc<Canon> {
+        &self.local
     }
     /// Bytes of data (the packed size).
     pub fn size(&self) -> usize {
@@ -165,8 +173,8 @@ pub struct LayoutBuf {
     pub(crate) dt: Arc<DtLayout>,
     /// `[origin + lo, origin + hi)`.
     pub(crate) span: Buf,
-    /// The origin's offset in `span` (`-lo`).
-    pub(crate) origin: usize,
+    /// The layout rebased to the span: its offsets count from the span's first byte.
+    pub(crate) local: Arc<Canon>,
     pub(crate) origin_addr: u64,
 }
 
@@ -236,10 +244,10 @@ impl DataState {
                 b.read_at(boff, &mut dst[pos..pos + len])
             }),
             DataState::Layout(l) => {
-                let c = l.dt.canon();
-                let r = l.span.with_slice(|s| {
-                    crate::dt::pack_range(c, s, l.origin, off as u64, &mut dst[..n])
-                });
+                let c = &l.local;
+                let r = l
+                    .span
+                    .with_slice(|s| crate::dt::pack_range(c, s, 0, off as u64, &mut dst[..n]));
                 if r.is_err() {
                     return 0;
                 }
@@ -261,10 +269,9 @@ impl DataState {
                 b.write_at(boff, &src[pos..pos + len])
             }),
             DataState::Layout(l) => {
-                let c = l.dt.canon();
-                l.span.with_mut_slice(|d| {
-                    crate::dt::unpack_range(c, off as u64, &src[..n], d, l.origin)
-                })?
+                let c = &l.local;
+                l.span
+                    .with_mut_slice(|d| crate::dt::unpack_range(c, off as u64, &src[..n], d, 0))?
             }
             DataState::Unpack(st, _) => st.unpack(off, &src[..n])?,
             DataState::Pack(..) => return Err(Status::InvalidParam),
@@ -290,7 +297,7 @@ impl DataState {
             }),
             DataState::Layout(l) => {
                 let mut segs = Vec::new();
-                Cursor::new(l.dt.canon(), off as u64)
+                Cursor::new(&l.local, off as u64)
                     .ok()?
                     .fill(&mut segs, usize::MAX, len as u64);
                 for g in segs {
@@ -303,9 +310,9 @@ impl DataState {
     }
 }
 
-/// Where segment `g` (offsets from the origin) starts in the layout's span.
-fn segment_pos(l: &LayoutBuf, g: Segment) -> Option<usize> {
-    usize::try_from(l.origin as i64 + g.offset).ok()
+/// Where segment `g` of the rebased layout starts in the span.
+fn segment_pos(_l: &LayoutBuf, g: Segment) -> Option<usize> {
+    usize::try_from(g.offset).ok()
 }
 
 impl IovWalk {

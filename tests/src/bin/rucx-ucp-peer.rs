@@ -706,6 +706,74 @@ fn stream_bytes(p: &mut Peer, role: &str) -> R<String> {
     Ok(format!("{TOTAL} stream bytes in order"))
 }
 
+/// Every named application layout (small parameters), both directions: sent with its
+/// layout, received once with the same layout and once contiguous (mismatched), checked
+/// against the packed bytes computed locally.
+fn layouts(p: &mut Peer, role: &str) -> R<String> {
+    use std::sync::Arc;
+    use ucp::datatype::{DtLayout, LayoutBuf};
+    use ucp::dt::apps;
+    let specs = [
+        "milc_su3_zd:4",
+        "nas_mg_x:16",
+        "nas_mg_y:16",
+        "nas_mg_z:16",
+        "wrf_x_vec:8,5",
+        "wrf_y_vec:8,5",
+        "wrf_x_sa:8,5",
+        "wrf_y_sa:8,5",
+        "specfem3d_cm:c1",
+        "stencil3d_face:32x32x32,y,2",
+        "stencil3d_face:64",
+    ];
+    let mut n = 0;
+    for (k, spec) in specs.iter().enumerate() {
+        let nl = apps::named(spec).map_err(|e| format!("{spec}: {e}"))?;
+        let dt = DtLayout::new(&nl.layout).map_err(|e| format!("{spec}: {e}"))?;
+        let size = dt.size();
+        for dir in 0..2u64 {
+            let sender = (dir == 0) == (role == "a");
+            let seq = 1000 + 10 * k as u64 + dir;
+            let src = fill(seq, nl.buf_len);
+            // What the layout selects from `src`, packed.
+            let mut packed = vec![0u8; size];
+            ucp::dt::pack(dt.canon(), &src, 0, &mut packed).map_err(|e| format!("{spec}: {e}"))?;
+            if sender {
+                for tag in [seq, seq + 100] {
+                    // SAFETY: `src` outlives the send, waited for below.
+                    let d = Data::Layout(unsafe {
+                        LayoutBuf::new(src.as_ptr().cast_mut(), Arc::clone(&dt))
+                    });
+                    let id =
+                        p.w.tag_send(p.ep, &d, tag, SendParams::default())
+                            .map_err(|e| e.to_string())?;
+                    p.wait_ok(id, spec)?;
+                }
+            } else {
+                let mut same = vec![0u8; nl.buf_len];
+                // SAFETY: `same` outlives the receive, waited for below.
+                let d = Data::Layout(unsafe { LayoutBuf::new(same.as_mut_ptr(), Arc::clone(&dt)) });
+                let id =
+                    p.w.tag_recv(&d, seq, u64::MAX, RecvParams::default())
+                        .map_err(|e| e.to_string())?;
+                p.wait_ok(Some(id), spec)?;
+                let mut again = vec![0u8; size];
+                ucp::dt::pack(dt.canon(), &same, 0, &mut again).map_err(|e| e.to_string())?;
+                if again != packed {
+                    return Err(format!("{spec}: layout-to-layout data differs"));
+                }
+                let flat = p.recv(size, seq + 100)?;
+                if flat != packed {
+                    return Err(format!("{spec}: layout-to-contiguous data differs"));
+                }
+            }
+            n += 1;
+        }
+    }
+    p.finish(role)?;
+    Ok(format!("{n} layout transfers ({} layouts)", specs.len()))
+}
+
 /// Rendezvous transfers without end, for the peer-failure tests: the test kills one side
 /// and the other must end in an error. Prints `READY` once traffic flows; returns the
 /// error as `Ok("ERR ...")`.
@@ -930,6 +998,7 @@ fn run(role: &str, scenario: &str) -> R<String> {
         "am" => am(&mut p, role),
         "rma" => rma(&mut p, role),
         "stream_bytes" => stream_bytes(&mut p, role),
+        "layouts" => layouts(&mut p, role),
         s if s.starts_with("endless") => {
             endless(&mut p, role, s.strip_prefix("endless_").unwrap_or("tag"))
         }

@@ -209,6 +209,24 @@ impl Canon {
         c
     }
 
+    /// The same bytes with the buffer origin moved to `delta` bytes after the old one
+    /// (every offset decreases by `delta`): `rebased(lo)` puts the data's first byte at 0,
+    /// so a buffer slice can start exactly where the data does. The hash is the one of the
+    /// rebased form (a different origin is a different description).
+    pub fn rebased(&self, delta: i64) -> Canon {
+        let mut c = Canon {
+            offset: self.offset - delta,
+            root: self.root.clone(),
+            size: self.size,
+            lo: self.lo - delta,
+            hi: self.hi - delta,
+            ordered: self.ordered,
+            hash: 0,
+        };
+        c.hash = fnv1a_128(&c.serialize());
+        c
+    }
+
     /// Offset of the first byte (in packing order) from the buffer origin.
     pub fn offset(&self) -> i64 {
         self.offset
