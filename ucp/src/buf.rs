@@ -276,6 +276,28 @@ pub(crate) fn write_raw(addr: u64, src: &[u8]) {
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len()) }
 }
 
+/// Runs `f` on `len` bytes at `addr` of a peer's shared memory mapped into this process.
+///
+/// Callers pass only ranges checked against the remote key's bounds inside a mapping the
+/// worker holds (the mapping stays until the worker is dropped). The peer may touch the
+/// same bytes concurrently, as with any RMA; the slice does not outlive the call.
+pub(crate) fn with_raw_mut<R>(addr: u64, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    if len == 0 {
+        return f(&mut []);
+    }
+    // SAFETY: see above: a live mapping holds the checked range.
+    f(unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) })
+}
+
+/// As [`with_raw_mut`], for reading.
+pub(crate) fn with_raw<R>(addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    if len == 0 {
+        return f(&[]);
+    }
+    // SAFETY: see `with_raw_mut`.
+    f(unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
+}
+
 /// Copies from address `addr` of this process into `dst`: the target side of a remote get.
 /// Same contract as [`write_raw`].
 pub(crate) fn read_raw(addr: u64, dst: &mut [u8]) {

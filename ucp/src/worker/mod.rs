@@ -91,6 +91,8 @@ pub struct WorkerStats {
     pub layout_bytes_sent: u64,
     pub layout_hits: u64,
     pub layout_misses: u64,
+    /// Puts and gets done as copies into a same-host peer's mapped memory.
+    pub rma_mapped: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
 }
@@ -331,6 +333,8 @@ pub(crate) struct Core {
     pub(crate) am_pool: Vec<Vec<u8>>,
     /// Mapped regions, and RMA operations waiting to send their messages.
     pub(crate) mems: Slab<rma::MemReg>,
+    /// Peers' shared-memory regions mapped here, by (pid, fd).
+    pub(crate) mappings: HashMap<(u32, u32), Arc<uct::tl::posix::SharedMem>>,
     pub(crate) rma_queue: VecDeque<ReqId>,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
     /// Set when any of the queues above may hold work for `run_actions`.
@@ -459,6 +463,7 @@ impl Worker {
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
             mems: Slab::new(),
+            mappings: HashMap::new(),
             rma_queue: VecDeque::new(),
             ep_errors: VecDeque::new(),
             work: false,

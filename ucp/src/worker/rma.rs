@@ -50,11 +50,19 @@ pub(crate) struct MemReg {
     len: u64,
     regs: Vec<(usize, MemH)>,
     /// Memory the worker allocated for the region (`UCP_MEM_MAP_ALLOCATE`).
-    owned: Option<Vec<u8>>,
+    owned: Option<Owned>,
+}
+
+/// Memory a worker allocated: shared memory that same-host peers map (when the posix
+/// transport is on), else ordinary heap memory.
+#[derive(Debug)]
+enum Owned {
+    Shm(uct::tl::posix::SharedMem),
+    Heap(Vec<u8>),
 }
 
 /// A remote key unpacked for one endpoint (`ucp_rkey_h`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Rkey {
     ep: usize,
     slot: u32,
@@ -63,6 +71,8 @@ pub struct Rkey {
     len: u64,
     /// The key of the endpoint's memory lane, when the region is reachable through it.
     lane: Option<RemoteKey>,
+    /// The peer's shared-memory region mapped here: put and get become copies.
+    mapped: Option<std::sync::Arc<uct::tl::posix::SharedMem>>,
 }
 
 impl Rkey {
@@ -148,13 +158,23 @@ impl Worker {
     /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
     /// `None` allocates `len` zeroed bytes owned by the worker.
     pub fn mem_map(&mut self, buf: Option<Buf>, len: usize) -> UcsResult<MemHandle> {
+        let shm_ok = self.core.info.iter().any(|i| i.tl == "posix");
         let (owned, base, len) = match buf {
             Some(b) => (None, b.addr(), b.len()),
-            None => {
-                let v = vec![0u8; len.max(1)];
-                let base = v.as_ptr() as u64;
-                (Some(v), base, len)
-            }
+            None => match shm_ok
+                .then(|| uct::tl::posix::SharedMem::create(len.max(1)))
+                .and_then(Result::ok)
+            {
+                Some(seg) => {
+                    let base = seg.base() as u64;
+                    (Some(Owned::Shm(seg)), base, len)
+                }
+                None => {
+                    let v = vec![0u8; len.max(1)];
+                    let base = v.as_ptr() as u64;
+                    (Some(Owned::Heap(v)), base, len)
+                }
+            },
         };
         let mut regs = Vec::new();
         for (i, iface) in self.ifaces.iter().enumerate() {
@@ -205,9 +225,16 @@ impl Worker {
     /// Copies from a worker-allocated region.
     pub fn mem_read(&self, h: MemHandle, off: usize, dst: &mut [u8]) -> UcsResult<()> {
         let m = self.mem(h)?;
-        let v = m.owned.as_ref().ok_or(Status::InvalidParam)?;
-        let src = v.get(off..off + dst.len()).ok_or(Status::InvalidParam)?;
-        dst.copy_from_slice(src);
+        let end = off.checked_add(dst.len()).ok_or(Status::InvalidParam)?;
+        match m.owned.as_ref().ok_or(Status::InvalidParam)? {
+            Owned::Heap(v) => dst.copy_from_slice(v.get(off..end).ok_or(Status::InvalidParam)?),
+            Owned::Shm(seg) => {
+                if end > m.len as usize {
+                    return Err(Status::InvalidParam);
+                }
+                buf::read_raw(seg.base() as u64 + off as u64, dst);
+            }
+        }
         Ok(())
     }
 
@@ -215,24 +242,46 @@ impl Worker {
     pub fn mem_write(&mut self, h: MemHandle, off: usize, src: &[u8]) -> UcsResult<()> {
         self.mem(h)?;
         let m = &mut self.core.mems[h.slot as usize];
-        let v = m.owned.as_mut().ok_or(Status::InvalidParam)?;
-        let dst = v
-            .get_mut(off..off + src.len())
-            .ok_or(Status::InvalidParam)?;
-        dst.copy_from_slice(src);
+        let end = off.checked_add(src.len()).ok_or(Status::InvalidParam)?;
+        match m.owned.as_mut().ok_or(Status::InvalidParam)? {
+            Owned::Heap(v) => v
+                .get_mut(off..end)
+                .ok_or(Status::InvalidParam)?
+                .copy_from_slice(src),
+            Owned::Shm(seg) => {
+                if end > m.len as usize {
+                    return Err(Status::InvalidParam);
+                }
+                buf::write_raw(seg.base() as u64 + off as u64, src);
+            }
+        }
         Ok(())
     }
 
     /// Packs the remote key of a region (`ucp_rkey_pack`).
     pub fn rkey_pack(&self, h: MemHandle) -> UcsResult<Vec<u8>> {
         let m = self.mem(h)?;
+        let shm = match &m.owned {
+            Some(Owned::Shm(seg)) => Some(
+                Writer::new()
+                    .u64(ucs::sys::host_id())
+                    .u32(std::process::id())
+                    .u32(seg.fd() as u32)
+                    .u64(seg.len() as u64)
+                    .buf,
+            ),
+            _ => None,
+        };
         let mut w = Writer::new()
             .bytes(RKEY_MAGIC)
             .u32(h.slot)
             .u64(m.nonce)
             .u64(m.base)
             .u64(m.len)
-            .u8(m.regs.len() as u8);
+            .u8((m.regs.len() + usize::from(shm.is_some())) as u8);
+        if let Some(k) = shm {
+            w = w.u8(3).bytes(b"shm").u16(k.len() as u16).bytes(&k);
+        }
         for (i, r) in &m.regs {
             let tl = self.core.info[*i].tl;
             let k = self.ifaces[*i].md().mkey_pack(r);
@@ -246,7 +295,7 @@ impl Worker {
     }
 
     /// Unpacks a peer's remote key for use on `ep` (`ucp_ep_rkey_unpack`).
-    pub fn rkey_unpack(&self, ep: EpHandle, blob: &[u8]) -> UcsResult<Rkey> {
+    pub fn rkey_unpack(&mut self, ep: EpHandle, blob: &[u8]) -> UcsResult<Rkey> {
         let e = self
             .core
             .eps
@@ -264,11 +313,23 @@ impl Worker {
         base.checked_add(len).ok_or(bad)?;
         let n = r.u8().ok_or(bad)?;
         let mut lane = None;
+        let mut shm = None;
         for _ in 0..n {
             let tl_len = r.u8().ok_or(bad)? as usize;
             let tl = r.bytes(tl_len).ok_or(bad)?;
             let k_len = r.u16().ok_or(bad)? as usize;
             let k = r.bytes(k_len).ok_or(bad)?;
+            if tl == b"shm" {
+                let mut kr = Reader::new(k);
+                if let (Some(host), Some(pid), Some(fd), Some(seg_len)) =
+                    (kr.u64(), kr.u32(), kr.u32(), kr.u64())
+                {
+                    if host == ucs::sys::host_id() && seg_len >= len && kr.is_empty() {
+                        shm = Some((pid, fd, seg_len));
+                    }
+                }
+                continue;
+            }
             if let Some(l) = e.rma {
                 if self.core.info[l.iface].tl.as_bytes() == tl {
                     let key = self.ifaces[l.iface].md().rkey_unpack(k)?;
@@ -282,6 +343,31 @@ impl Worker {
         if !r.is_empty() {
             return Err(bad);
         }
+        // A same-host peer's shared memory: map it once per segment, if the endpoint is a
+        // shared-memory one (its memory lane is cma or self).
+        let shm_ep = e.rma.is_some() || matches!(self.core.info[e.am.iface].tl, "posix" | "self");
+        let mapped = match shm {
+            Some((pid, fd, seg_len)) if shm_ep && pid as i32 > 0 => {
+                let key = (pid, fd);
+                match self.core.mappings.get(&key) {
+                    Some(m) if m.len() as u64 == seg_len => Some(std::sync::Arc::clone(m)),
+                    _ => {
+                        match uct::tl::posix::SharedMem::attach(pid as i32, fd, seg_len as usize) {
+                            Ok(seg) => {
+                                let seg = std::sync::Arc::new(seg);
+                                self.core.mappings.insert(key, std::sync::Arc::clone(&seg));
+                                Some(seg)
+                            }
+                            Err(e) => {
+                                log::debug!("ucp: cannot map the peer's region: {e}");
+                                None
+                            }
+                        }
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(Rkey {
             ep: ep.0 as usize,
             slot,
@@ -289,6 +375,7 @@ impl Worker {
             base,
             len,
             lane,
+            mapped,
         })
     }
 
@@ -415,6 +502,23 @@ impl Worker {
             st.len()
         };
         rkey.check(remote_addr, total)?;
+        // Mapped shared memory: the operation is a copy, done now.
+        if let (Some(seg), true) = (&rkey.mapped, kind != RmaKind::Atomic) {
+            let at = seg.base() as u64 + (remote_addr - rkey.base);
+            let r = match kind {
+                RmaKind::Put => buf::with_raw_mut(at, total, |dst| {
+                    let n = st.pack(0, dst);
+                    if n == total {
+                        Ok(())
+                    } else {
+                        Err(Status::InvalidParam)
+                    }
+                }),
+                _ => buf::with_raw(at, total, |src| st.unpack(0, src)),
+            };
+            core.stats.rma_mapped += 1;
+            return r.map(|()| None);
+        }
         // The memory lane, for put and get of data with addresses.
         if let (Some(lane), Some(key), true) = (e.rma, rkey.lane, kind != RmaKind::Atomic) {
             if let Some(iov) = st.iovs(0, total) {

@@ -927,8 +927,9 @@ fn rma_put_get_atomics_and_bounds() {
             Err(Status::InvalidParam)
         );
         // A forged key (right bounds, wrong nonce) is refused by the target and nothing
-        // is written: only the message path consults the target's table.
-        if tls != "posix,cma" {
+        // is written: only the message path (tcp) consults the target's table; on the
+        // same host the peer's memory is mapped, as with cma.
+        if tls == "tcp" {
             let mut forged = rk.clone();
             forged.forge_nonce_for_test();
             let r = a.put(ab, &contig(&[1u8; 8]), base, &forged, sp).unwrap();
@@ -936,6 +937,14 @@ fn rma_put_get_atomics_and_bounds() {
             b.mem_read(region, 0, &mut w).unwrap();
             assert_eq!(w, [0u8; 8]);
         }
+        // Same host with shared memory: the worker-allocated region is mapped by a, and its
+        // puts and gets are copies.
+        assert_eq!(
+            a.stats().rma_mapped > 0,
+            tls != "tcp",
+            "{tls}: {:?}",
+            a.stats()
+        );
         b.mem_unmap(own_h).unwrap();
         b.mem_unmap(region).unwrap();
         assert_eq!(b.mem_unmap(region), Err(Status::InvalidParam));

@@ -6,6 +6,8 @@
 mod fifo;
 mod segment;
 
+pub use segment::Segment as SharedMem;
+
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;

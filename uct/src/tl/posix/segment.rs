@@ -11,9 +11,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use rand::RngCore;
 
-/// A mapped segment. Unmapped on drop.
+/// A mapped segment. Unmapped on drop. Also used by `ucp` for memory it allocates for
+/// remote access, which same-host peers then map and access with loads and stores.
 #[derive(Debug)]
-pub(crate) struct Segment {
+pub struct Segment {
     ptr: *mut u8,
     len: usize,
     fd: OwnedFd,
@@ -32,7 +33,7 @@ fn os_err(call: &'static str) -> io::Error {
 
 impl Segment {
     /// Creates, sizes, maps and unlinks a fresh segment of `len` bytes (zero-filled).
-    pub(crate) fn create(len: usize) -> io::Result<Segment> {
+    pub fn create(len: usize) -> io::Result<Segment> {
         let mut rnd = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut rnd);
         let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
@@ -62,7 +63,7 @@ impl Segment {
 
     /// Maps the segment that process `pid` holds open as descriptor `fd`, which must be
     /// exactly `len` bytes long.
-    pub(crate) fn attach(pid: i32, fd: u32, len: usize) -> io::Result<Segment> {
+    pub fn attach(pid: i32, fd: u32, len: usize) -> io::Result<Segment> {
         let path = CString::new(format!("/proc/{pid}/fd/{fd}")).expect("digits have no NUL");
         // SAFETY: path is a valid C string.
         let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -109,15 +110,19 @@ impl Segment {
         })
     }
 
-    pub(crate) fn base(&self) -> *mut u8 {
+    pub fn base(&self) -> *mut u8 {
         self.ptr
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
-    pub(crate) fn fd(&self) -> RawFd {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 }
