@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole Rucx test suite. As root on a fresh Debian machine it first installs the
-# system packages the tests need (none beyond the Rust toolchain yet: the transports under
-# test use only libc and the kernel).
+# system packages the tests need: iproute2/procps (network namespaces, process checks),
+# gcc (the C ABI conformance test compiles against UCX's headers), and Debian's UCX 1.13
+# (`libucx-dev` for those headers, `ucx-utils` for the unmodified `ucx_perftest` that the
+# C ABI tests run over our libucp.so.0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 # Packages the test suite uses; add them here as tests come to need them.
-for pkg in iproute2 procps; do
+for pkg in iproute2 procps gcc libucx-dev ucx-utils; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,4 +1,68 @@
-//! `bindings-c` — the C ABI (`libucp.so.0` with UCX's symbols and layouts).
+//! `bindings-c` — the C ABI: `libucp.so.0` with UCX 1.13's `ucp_*` symbols, struct layouts,
+//! enum values and request model, so that programs compiled against UCX's `ucp.h`
+//! (OpenMPI's pml/osc ucx, `ucx_perftest`, Charm++-style machine layers) run on Rucx
+//! unmodified. It is a thin shim over the `ucp` crate: handles are boxes around `ucp`
+//! objects, requests are C memory with a header in front of the caller's `request_size`
+//! bytes, and callbacks are called after `Worker::progress` returns, never while the
+//! worker is borrowed (see `docs/c-abi.md`).
 //!
-//! Not written yet: this crate is the subject of the C ABI issue; it needs the `ucp` layer
-//! first. It exists now so that the workspace has its final shape.
+//! Every export runs inside [`guard`] (no panic crosses the boundary), checks its pointers
+//! and validates `field_mask` bits before reading a field.
+
+pub mod types;
+
+mod am;
+mod context;
+mod dt;
+mod ep;
+mod ops;
+mod request;
+mod worker;
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ucs::Status;
+
+pub use types::{constants, layouts, Layout};
+
+/// Runs `f`, turning a panic into `default` (STYLE.md §10).
+pub(crate) fn guard<R>(default: R, f: impl FnOnce() -> R) -> R {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            eprintln!("[rucx] internal error (panic) caught at the C boundary");
+            default
+        }
+    }
+}
+
+/// `ucs_status_t` of a status.
+pub(crate) fn code(s: Status) -> types::ucs_status_t {
+    types::ucs_status_t::from(s.code())
+}
+
+/// `UCS_STATUS_PTR(status)`: a small negative number cast to a pointer (NULL for OK).
+pub(crate) fn status_ptr(s: Status) -> *mut c_void {
+    (isize::from(s.code())) as *mut c_void
+}
+
+/// `UCS_PTR_IS_ERR`: the value is an error code, not a pointer.
+pub(crate) fn ptr_is_err(p: *const c_void) -> bool {
+    (p as usize) >= (ucs::status::UCS_ERR_LAST as isize as usize)
+}
+
+/// Whether the user asked for the one-line announcement that Rucx's library serves
+/// this process (`RUCX_ANNOUNCE=1`, or `UCX_LOG_LEVEL` at info or more verbose).
+pub(crate) fn announce_enabled() -> bool {
+    if std::env::var("RUCX_ANNOUNCE").is_ok_and(|v| v != "0" && !v.is_empty()) {
+        return true;
+    }
+    matches!(
+        std::env::var("UCX_LOG_LEVEL")
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+            .as_str(),
+        "info" | "debug" | "trace" | "req" | "data" | "async" | "func" | "poll"
+    )
+}

@@ -1,0 +1,374 @@
+//! Active messages: `ucp_worker_set_am_recv_handler`, `ucp_am_send_nbx`,
+//! `ucp_am_recv_data_nbx`, `ucp_am_data_release`.
+//!
+//! The `ucp` handler we install only queues the event; [`dispatch`] calls the application's
+//! callback after `Worker::progress` returned and the worker's lock is released, so the
+//! callback may call any export (reply, receive rendezvous data, ...).
+//!
+//! Eager data is passed in place; with `UCP_AM_FLAG_PERSISTENT_DATA` and a callback
+//! returning `UCS_INPROGRESS`, the buffer is kept until `ucp_am_data_release`. Rendezvous
+//! data is passed as a descriptor ([`AmDesc`]) for `ucp_am_recv_data_nbx`; one the callback
+//! neither receives nor keeps (`UCS_INPROGRESS`) is released when it returns.
+
+use std::ffi::{c_uint, c_void};
+
+use ucp::{AmData, AmRndv, AmSendParams};
+use ucs::Status;
+
+use crate::ep::{handle_of, CEp};
+use crate::ops::{CbKind, Outcome, Post};
+use crate::request::Cb;
+use crate::types::*;
+use crate::worker::{AmH, CWorker};
+use crate::{code, guard, status_ptr};
+
+const DESC_MAGIC: u64 = 0x5275_6378_416d_4421;
+
+/// The descriptor of rendezvous AM data.
+#[derive(Debug)]
+struct AmDesc {
+    magic: u64,
+    rndv: Option<AmRndv>,
+    in_cb: bool,
+}
+
+/// Calls the application's handlers for queued messages; returns how many.
+pub(crate) fn dispatch(w: &CWorker) -> usize {
+    let mut n = 0;
+    loop {
+        let ev = w
+            .am_queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        let Some(ev) = ev else { break };
+        n += 1;
+        let h = w.with_inner(|i| i.am.get(ev.id as usize).copied().flatten());
+        let Some(AmH {
+            cb: Some(cb),
+            arg,
+            flags,
+        }) = h
+        else {
+            // No handler: drop the message (and let a rendezvous sender complete).
+            match ev.data {
+                AmData::Eager(v) => w.with(|wk| wk.am_recycle(v)),
+                AmData::Rndv(r) => w.with(|wk| wk.am_data_release(r)),
+            }
+            continue;
+        };
+        let mut param = ucp_am_recv_param_t {
+            recv_attr: 0,
+            reply_ep: std::ptr::null_mut(),
+        };
+        if let Some(r) = ev.reply_ep {
+            param.recv_attr |= UCP_AM_RECV_ATTR_FIELD_REPLY_EP;
+            param.reply_ep = handle_of(w, r);
+        }
+        let hdr = ev.header;
+        let hdr_ptr = if hdr.is_empty() {
+            std::ptr::null()
+        } else {
+            hdr.as_ptr().cast::<c_void>()
+        };
+        match ev.data {
+            AmData::Eager(mut v) => {
+                let persistent = flags & UCP_AM_FLAG_PERSISTENT_DATA != 0;
+                if persistent {
+                    param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_DATA;
+                }
+                let p = v.as_mut_ptr().cast::<c_void>();
+                // SAFETY: the application's AM callback, called as ucp.h specifies; the
+                // header and data are valid for the call (and the data after it when kept).
+                let s = unsafe { cb(arg, hdr_ptr, hdr.len(), p, v.len(), &param) };
+                if persistent && s == code(Status::InProgress) {
+                    w.with_inner(|i| {
+                        i.held.insert(p as usize, v);
+                    });
+                } else {
+                    w.with(|wk| wk.am_recycle(v));
+                }
+            }
+            AmData::Rndv(r) => {
+                param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_RNDV;
+                let len = r.len();
+                let d = Box::into_raw(Box::new(AmDesc {
+                    magic: DESC_MAGIC,
+                    rndv: Some(r),
+                    in_cb: true,
+                }));
+                // SAFETY: as above; the descriptor is ours, for ucp_am_recv_data_nbx.
+                let s = unsafe { cb(arg, hdr_ptr, hdr.len(), d.cast(), len, &param) };
+                // SAFETY: d is live: only we free it while in_cb is set.
+                let desc = unsafe { &mut *d };
+                desc.in_cb = false;
+                if desc.rndv.is_some() && s == code(Status::InProgress) {
+                    // Kept: freed by ucp_am_recv_data_nbx or ucp_am_data_release.
+                    continue;
+                }
+                if let Some(r) = desc.rndv.take() {
+                    w.with(|wk| wk.am_data_release(r));
+                }
+                // SAFETY: made by Box::into_raw above; not kept, so freed once here.
+                unsafe { free_desc(d) };
+            }
+        }
+    }
+    n
+}
+
+/// # Safety
+/// `d` from [`dispatch`], freed once.
+unsafe fn free_desc(d: *mut AmDesc) {
+    // SAFETY: per the contract.
+    unsafe {
+        (*d).magic = 0;
+        drop(Box::from_raw(d));
+    }
+}
+
+/// Takes the rendezvous data out of a descriptor; frees the descriptor unless its callback
+/// is still running (then `dispatch` frees it).
+///
+/// # Safety
+/// `p` is NULL or a descriptor passed to an AM callback, not yet consumed.
+unsafe fn take_desc(p: *mut c_void) -> Option<AmRndv> {
+    if p.is_null() {
+        return None;
+    }
+    let d = p.cast::<AmDesc>();
+    // SAFETY: per the contract (checked by magic).
+    let desc = unsafe { &mut *d };
+    if desc.magic != DESC_MAGIC {
+        return None;
+    }
+    let r = desc.rndv.take();
+    if !desc.in_cb {
+        // SAFETY: kept past its callback: the application's consumption ends it.
+        unsafe { free_desc(d) };
+    }
+    r
+}
+
+/// # Safety
+/// `worker` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
+    worker: *mut CWorker,
+    param: *const ucp_am_handler_param_t,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if param.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: readable; field_mask first.
+        let p = unsafe { &*param };
+        if p.field_mask & !UCP_AM_HANDLER_PARAM_FIELDS != 0
+            || p.field_mask & UCP_AM_HANDLER_PARAM_FIELD_ID == 0
+            || p.id > u32::from(u16::MAX)
+        {
+            return code(Status::InvalidParam);
+        }
+        let has = |b: u64| p.field_mask & b != 0;
+        let h = AmH {
+            cb: if has(UCP_AM_HANDLER_PARAM_FIELD_CB) {
+                p.cb
+            } else {
+                None
+            },
+            arg: if has(UCP_AM_HANDLER_PARAM_FIELD_ARG) {
+                p.arg
+            } else {
+                std::ptr::null_mut()
+            },
+            flags: if has(UCP_AM_HANDLER_PARAM_FIELD_FLAGS) {
+                p.flags
+            } else {
+                0
+            },
+        };
+        let id = p.id as u16;
+        let q = w.am_queue.clone();
+        w.with_inner(|i| {
+            let ix = id as usize;
+            if i.am.len() <= ix {
+                i.am.resize(ix + 1, None);
+            }
+            i.am[ix] = h.cb.map(|_| h);
+            let handler: Option<ucp::AmHandler> = h.cb.map(|_| {
+                Box::new(move |_: &mut ucp::Worker, ev: ucp::AmEvent| {
+                    q.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
+                }) as ucp::AmHandler
+            });
+            i.w.am_set_handler(id, handler);
+        });
+        code(Status::Ok)
+    })
+}
+
+/// The deprecated `ucp_am_callback_t` interface is not provided (docs/c-abi.md).
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_set_am_handler(
+    _worker: *mut CWorker,
+    _id: u16,
+    _cb: *const c_void,
+    _arg: *mut c_void,
+    _flags: u32,
+) -> ucs_status_t {
+    code(Status::Unsupported)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn am_send(
+    ep: *mut c_void,
+    id: u32,
+    header: *const c_void,
+    header_length: usize,
+    buffer: *const c_void,
+    count: usize,
+    post: Post,
+    flags: u32,
+) -> ucs_status_ptr_t {
+    // SAFETY: an endpoint of ours (checked by magic).
+    let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+        return status_ptr(Status::InvalidParam);
+    };
+    if id > u32::from(u16::MAX) || (header_length > 0 && header.is_null()) {
+        return status_ptr(Status::InvalidParam);
+    }
+    // SAFETY: ucp.h's contract: the data stays valid until completion.
+    let d = match unsafe { crate::dt::data(buffer, count, post.datatype) } {
+        Ok(d) => d,
+        Err(s) => return status_ptr(s),
+    };
+    let hdr: &[u8] = if header_length == 0 {
+        &[]
+    } else {
+        // SAFETY: header_length readable bytes (the header is copied before returning).
+        unsafe { std::slice::from_raw_parts(header.cast::<u8>(), header_length) }
+    };
+    let p = AmSendParams {
+        reply: flags & UCP_AM_SEND_FLAG_REPLY != 0,
+        rndv: flags & UCP_AM_SEND_FLAG_RNDV != 0,
+        eager: flags & UCP_AM_SEND_FLAG_EAGER != 0,
+        user_data: 0,
+        notify: false,
+    };
+    let h = e.h;
+    post.run(w, |wk| wk.am_send(h, id as u16, hdr, &d, p))
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_send_nbx(
+    ep: *mut c_void,
+    id: c_uint,
+    header: *const c_void,
+    header_length: usize,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let p = match unsafe { Post::nbx(param, CbKind::Send) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        let flags = p.flags;
+        am_send(ep, id, header, header_length, buffer, count, p, flags)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_send_nb(
+    ep: *mut c_void,
+    id: u16,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    cb: ucp_send_callback_t,
+    flags: c_uint,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let mut p = Post::legacy(Cb::Send(cb));
+        p.datatype = datatype;
+        am_send(
+            ep,
+            u32::from(id),
+            std::ptr::null(),
+            0,
+            buffer,
+            count,
+            p,
+            flags,
+        )
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_recv_data_nbx(
+    worker: *mut CWorker,
+    data_desc: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        // SAFETY: forwarded contract.
+        let p = match unsafe { Post::nbx(param, CbKind::Len) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: ucp.h's contract: the buffer stays valid until completion.
+        let d = match unsafe { crate::dt::data(buffer, count, p.datatype) } {
+            Ok(d) => d,
+            Err(s) => return status_ptr(s),
+        };
+        // SAFETY: a descriptor passed to an AM callback (checked by magic).
+        let Some(r) = (unsafe { take_desc(data_desc) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        let rp = ucp::RecvParams {
+            user_data: 0,
+            notify: false,
+        };
+        p.run_out(w, |wk| wk.am_recv_data(r, &d, rp).map(Outcome::Req))
+    })
+}
+
+/// # Safety
+/// `worker` ours; `data` AM data kept by a callback (or a rendezvous descriptor).
+#[no_mangle]
+pub unsafe extern "C" fn ucp_am_data_release(worker: *mut CWorker, data: *mut c_void) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return;
+        };
+        let kept = w.with_inner(|i| i.held.remove(&(data as usize)).map(|v| i.w.am_recycle(v)));
+        if kept.is_some() {
+            return;
+        }
+        // SAFETY: not eager data we hold, so a descriptor by contract (checked by magic).
+        if let Some(r) = unsafe { take_desc(data) } {
+            w.with(|wk| wk.am_data_release(r));
+        }
+    })
+}

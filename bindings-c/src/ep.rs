@@ -1,0 +1,761 @@
+//! Endpoints, listeners and remote keys: `ucp_ep_create`, `ucp_ep_close_nb(x)`,
+//! `ucp_ep_flush*`, `ucp_listener_*`, `ucp_conn_request_query`, `ucp_ep_rkey_unpack`,
+//! `ucp_rkey_destroy`.
+
+use std::ffi::{c_uint, c_void};
+use std::net::SocketAddr;
+
+use ucp::{ConnRequest, EpHandle, Rkey};
+use ucs::Status;
+
+use crate::context::{write_name, RKEY_BLOB_MAGIC};
+use crate::ops::{CbKind, Post};
+use crate::request::Cb;
+use crate::types::*;
+use crate::worker::{read_blob, wait_id, CWorker, ConnH, ADDR_MAGIC};
+use crate::{code, guard, status_ptr};
+
+const EP_MAGIC: u64 = 0x5275_6378_4570_2121;
+const RKEY_MAGIC: u64 = 0x5275_6378_526b_7921;
+const CONN_MAGIC: u64 = 0x5275_6378_436e_6e21;
+const LISTENER_MAGIC: u64 = 0x5275_6378_4c73_6e21;
+
+/// `ucp_ep_h`.
+#[derive(Debug)]
+pub struct CEp {
+    magic: u64,
+    pub(crate) worker: *const CWorker,
+    pub(crate) h: EpHandle,
+    /// The id of the worker it reaches, when known (from its address).
+    pub(crate) remote_uuid: Option<u64>,
+    pub(crate) err: ucp_err_handler_t,
+    pub(crate) user_data: Option<*mut c_void>,
+    pub(crate) name: String,
+}
+
+impl CEp {
+    /// # Safety
+    /// `p` NULL or an endpoint of ours (checked by magic).
+    pub(crate) unsafe fn from_ptr<'a>(p: *const c_void) -> Option<(&'a CEp, &'a CWorker)> {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: per the contract.
+        let e = unsafe { &*p.cast::<CEp>() };
+        if e.magic != EP_MAGIC {
+            return None;
+        }
+        // SAFETY: an endpoint's worker outlives it.
+        let w = unsafe { CWorker::from_ptr(e.worker.cast()) }?;
+        Some((e, w))
+    }
+
+    /// The argument of the error handler: `user_data` when set, else the handler's arg.
+    pub(crate) fn err_arg(&self) -> *mut c_void {
+        self.user_data.unwrap_or(self.err.arg)
+    }
+
+    /// Frees a handle.
+    ///
+    /// # Safety
+    /// `p` from `new_handle`, freed once.
+    pub(crate) unsafe fn free(p: *mut CEp) {
+        // SAFETY: per the contract.
+        unsafe {
+            (*p).magic = 0;
+            drop(Box::from_raw(p));
+        }
+    }
+}
+
+/// The handle of `ep` on `w`, made (and owned by the worker) if the application has none
+/// yet, e.g. for the reply endpoint of an active message.
+pub(crate) fn handle_of(w: &CWorker, ep: EpHandle) -> *mut c_void {
+    w.with_inner(|i| {
+        *i.eps.entry(ep.0).or_insert_with(|| {
+            Box::into_raw(Box::new(CEp {
+                magic: EP_MAGIC,
+                worker: w as *const CWorker,
+                h: ep,
+                remote_uuid: None,
+                err: ucp_err_handler_t {
+                    cb: None,
+                    arg: std::ptr::null_mut(),
+                },
+                user_data: None,
+                name: format!("ep{}", ep.0),
+            })) as usize
+        })
+    }) as *mut c_void
+}
+
+/// A connection request waiting in the application's hands.
+#[derive(Debug)]
+pub struct CConnReq {
+    magic: u64,
+    req: Option<ConnRequest>,
+}
+
+impl CConnReq {
+    pub(crate) fn new(req: ConnRequest) -> CConnReq {
+        CConnReq {
+            magic: CONN_MAGIC,
+            req: Some(req),
+        }
+    }
+}
+
+/// # Safety
+/// `p` NULL or a connection request of ours not consumed yet.
+unsafe fn conn_ref<'a>(p: *mut c_void) -> Option<&'a mut CConnReq> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    let c = unsafe { &mut *p.cast::<CConnReq>() };
+    (c.magic == CONN_MAGIC).then_some(c)
+}
+
+/// # Safety
+/// `p` a connection request of ours whose request was taken.
+unsafe fn conn_free(p: *mut c_void) {
+    // SAFETY: made by Box::into_raw in the worker's dispatch; freed once.
+    unsafe {
+        (*p.cast::<CConnReq>()).magic = 0;
+        drop(Box::from_raw(p.cast::<CConnReq>()));
+    }
+}
+
+/// `ucp_listener_h`.
+#[derive(Debug)]
+pub struct CListener {
+    magic: u64,
+    worker: *const CWorker,
+    addr: SocketAddr,
+}
+
+impl CListener {
+    /// # Safety
+    /// `p` from `ucp_listener_create`, freed once.
+    pub(crate) unsafe fn free(p: *mut CListener) {
+        // SAFETY: per the contract.
+        unsafe {
+            (*p).magic = 0;
+            drop(Box::from_raw(p));
+        }
+    }
+}
+
+/// A socket address from C.
+///
+/// # Safety
+/// `a.addr` NULL or readable for `a.addrlen` bytes.
+unsafe fn sockaddr(a: &ucs_sock_addr_t) -> Option<SocketAddr> {
+    if a.addr.is_null() {
+        return None;
+    }
+    // SAFETY: family is the first field of every sockaddr.
+    let fam = i32::from(unsafe { (*a.addr).sa_family });
+    match fam {
+        libc::AF_INET if a.addrlen as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: an AF_INET address of sufficient length.
+            let s = unsafe { &*a.addr.cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::from((
+                u32::from_be(s.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(s.sin_port),
+            )))
+        }
+        libc::AF_INET6 if a.addrlen as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: an AF_INET6 address of sufficient length.
+            let s = unsafe { &*a.addr.cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::from((
+                s.sin6_addr.s6_addr,
+                u16::from_be(s.sin6_port),
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Writes a socket address into a `sockaddr_storage`.
+fn write_sockaddr(dst: &mut libc::sockaddr_storage, a: SocketAddr) {
+    // SAFETY: sockaddr_storage is large and aligned enough for either family; all-zero is
+    // a valid value of both.
+    unsafe {
+        std::ptr::write_bytes(dst as *mut libc::sockaddr_storage, 0, 1);
+        match a {
+            SocketAddr::V4(v4) => {
+                let s = &mut *(dst as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+                s.sin_family = libc::AF_INET as libc::sa_family_t;
+                s.sin_port = v4.port().to_be();
+                s.sin_addr.s_addr = u32::from_be_bytes(v4.ip().octets()).to_be();
+            }
+            SocketAddr::V6(v6) => {
+                let s = &mut *(dst as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                s.sin6_port = v6.port().to_be();
+                s.sin6_addr.s6_addr = v6.ip().octets();
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `worker` ours; `params` readable; `ep_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_create(
+    worker: *mut CWorker,
+    params: *const ucp_ep_params_t,
+    ep_p: *mut *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if params.is_null() || ep_p.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: readable; field_mask first.
+        let p = unsafe { &*params };
+        if p.field_mask & !UCP_EP_PARAM_FIELDS != 0 {
+            return code(Status::InvalidParam);
+        }
+        let has = |b: u64| p.field_mask & b != 0;
+        let (res, uuid) = if has(UCP_EP_PARAM_FIELD_REMOTE_ADDRESS) {
+            // SAFETY: the application passes an address of ours (framed, checked).
+            let Some(body) = (unsafe { read_blob(p.address, ADDR_MAGIC) }) else {
+                return code(Status::InvalidParam);
+            };
+            let uuid = ucp::address::WorkerAddress::decode(body)
+                .ok()
+                .map(|a| a.uuid);
+            (w.with(|wk| wk.ep_create(body)), uuid)
+        } else if has(UCP_EP_PARAM_FIELD_CONN_REQUEST) {
+            // SAFETY: a connection request of ours.
+            let Some(c) = (unsafe { conn_ref(p.conn_request) }) else {
+                return code(Status::InvalidParam);
+            };
+            let Some(req) = c.req.take() else {
+                return code(Status::InvalidParam);
+            };
+            // SAFETY: taken; the request object is done with.
+            unsafe { conn_free(p.conn_request) };
+            (w.with(|wk| wk.accept(req)), None)
+        } else if has(UCP_EP_PARAM_FIELD_SOCK_ADDR) {
+            // SAFETY: readable sockaddr by contract.
+            let Some(a) = (unsafe { sockaddr(&p.sockaddr) }) else {
+                return code(Status::InvalidParam);
+            };
+            (w.with(|wk| wk.ep_connect_sockaddr(a)), None)
+        } else {
+            return code(Status::InvalidParam);
+        };
+        let h = match res {
+            Ok(h) => h,
+            Err(s) => return code(s),
+        };
+        let e = handle_of(w, h);
+        // SAFETY: just made (or found) in the worker's map; we set its fields before the
+        // application sees it.
+        let ce = unsafe { &mut *e.cast::<CEp>() };
+        ce.remote_uuid = uuid;
+        if has(UCP_EP_PARAM_FIELD_ERR_HANDLER) {
+            ce.err = p.err_handler;
+        }
+        if has(UCP_EP_PARAM_FIELD_USER_DATA) {
+            ce.user_data = Some(p.user_data);
+        }
+        // SAFETY: writable (checked non-NULL).
+        unsafe { *ep_p = e };
+        code(Status::Ok)
+    })
+}
+
+/// Closes `ep`: removes the handle and posts the close.
+fn close(e: &CEp, w: &CWorker, post: Post) -> ucs_status_ptr_t {
+    let h = e.h;
+    let p = w.with_inner(|i| i.eps.remove(&h.0));
+    let r = post.run(w, |wk| wk.ep_close(h).map(Some));
+    if let Some(p) = p {
+        // SAFETY: removed from the map, so freed once; the application may not use the
+        // handle after closing it.
+        unsafe { CEp::free(p as *mut CEp) };
+    }
+    r
+}
+
+/// # Safety
+/// `ep` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut c_void, mode: c_uint) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        if mode != UCP_EP_CLOSE_MODE_FORCE && mode != UCP_EP_CLOSE_MODE_FLUSH {
+            return status_ptr(Status::InvalidParam);
+        }
+        close(e, w, Post::legacy(Cb::None))
+    })
+}
+
+/// # Safety
+/// `ep` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nbx(
+    ep: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        // SAFETY: forwarded contract.
+        match unsafe { Post::nbx(param, CbKind::Send) } {
+            Ok(p) => close(e, w, p),
+            Err(s) => status_ptr(s),
+        }
+    })
+}
+
+/// # Safety
+/// `ep` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_disconnect_nb(ep: *mut c_void) -> ucs_status_ptr_t {
+    // SAFETY: forwarded.
+    unsafe { ucp_ep_close_nb(ep, UCP_EP_CLOSE_MODE_FLUSH) }
+}
+
+/// # Safety
+/// `ep` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_destroy(ep: *mut c_void) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return;
+        };
+        let h = e.h;
+        let p = w.with_inner(|i| i.eps.remove(&h.0));
+        if let Ok(id) = w.with(|wk| wk.ep_close(h)) {
+            wait_id(w, id);
+        }
+        if let Some(p) = p {
+            // SAFETY: removed from the map: freed once.
+            unsafe { CEp::free(p as *mut CEp) };
+        }
+    })
+}
+
+/// # Safety
+/// `ep` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush(ep: *mut c_void) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return code(Status::InvalidParam);
+        };
+        match w.with(|wk| wk.flush(Some(e.h))) {
+            Ok(id) => code(wait_id(w, id)),
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// # Safety
+/// `ep` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nb(
+    ep: *mut c_void,
+    _flags: c_uint,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush(Some(e.h)).map(Some))
+    })
+}
+
+/// # Safety
+/// `ep` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nbx(
+    ep: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        // SAFETY: forwarded contract.
+        match unsafe { Post::nbx(param, CbKind::Send) } {
+            Ok(p) => p.run(w, |wk| wk.flush(Some(e.h)).map(Some)),
+            Err(s) => status_ptr(s),
+        }
+    })
+}
+
+/// # Safety
+/// `ep` ours; `attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_query(ep: *mut c_void, attr: *mut ucp_ep_attr_t) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, _)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return code(Status::InvalidParam);
+        };
+        if attr.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: writable by contract.
+        let a = unsafe { &mut *attr };
+        if a.field_mask & !UCP_EP_ATTR_FIELDS != 0 {
+            return code(Status::InvalidParam);
+        }
+        if a.field_mask & !UCP_EP_ATTR_FIELD_NAME != 0 {
+            // Socket addresses of endpoints are not tracked (docs/c-abi.md).
+            return code(Status::Unsupported);
+        }
+        if a.field_mask & UCP_EP_ATTR_FIELD_NAME != 0 {
+            write_name(&mut a.name, &e.name);
+        }
+        code(Status::Ok)
+    })
+}
+
+/// # Safety
+/// `ep` ours; `stream` an open `FILE *`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_print_info(ep: *mut c_void, stream: *mut c_void) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        if let Some((e, w)) = unsafe { CEp::from_ptr(ep) } {
+            let s = w
+                .with(|wk| wk.ep_proto_info(e.h))
+                .unwrap_or_else(|| format!("ep {}: closed\n", e.h.0));
+            crate::context::fput(stream, &s);
+        }
+    })
+}
+
+/// Modifying an endpoint is not provided (docs/c-abi.md).
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_modify_nb(
+    _ep: *mut c_void,
+    _params: *const ucp_ep_params_t,
+) -> ucs_status_ptr_t {
+    status_ptr(Status::Unsupported)
+}
+
+/// Performance estimates per endpoint are not exposed (docs/c-abi.md).
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_evaluate_perf(
+    _ep: *mut c_void,
+    _param: *const ucp_ep_evaluate_perf_param_t,
+    _attr: *mut ucp_ep_evaluate_perf_attr_t,
+) -> ucs_status_t {
+    code(Status::Unsupported)
+}
+
+/// `ucp_rkey_h`.
+#[derive(Debug)]
+pub struct CRkey {
+    magic: u64,
+    pub(crate) rkey: Rkey,
+}
+
+impl CRkey {
+    /// # Safety
+    /// `p` NULL or a key of ours.
+    pub(crate) unsafe fn from_ptr<'a>(p: *const c_void) -> Option<&'a CRkey> {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: per the contract.
+        let r = unsafe { &*p.cast::<CRkey>() };
+        (r.magic == RKEY_MAGIC).then_some(r)
+    }
+}
+
+/// # Safety
+/// `ep` ours; `rkey_buffer` from a peer's `ucp_rkey_pack`; `rkey_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_rkey_unpack(
+    ep: *mut c_void,
+    rkey_buffer: *const c_void,
+    rkey_p: *mut *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return code(Status::InvalidParam);
+        };
+        if rkey_p.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: a packed key of ours (framed; checked).
+        let Some(body) = (unsafe { read_blob(rkey_buffer, RKEY_BLOB_MAGIC) }) else {
+            return code(Status::InvalidParam);
+        };
+        let Some((&n, mut rest)) = body.split_first() else {
+            return code(Status::InvalidParam);
+        };
+        let mut pick: Option<&[u8]> = None;
+        for _ in 0..n {
+            if rest.len() < 12 {
+                return code(Status::InvalidParam);
+            }
+            let uuid = u64::from_le_bytes(rest[..8].try_into().unwrap_or([0; 8]));
+            let len = u32::from_le_bytes(rest[8..12].try_into().unwrap_or([0; 4])) as usize;
+            let Some(k) = rest.get(12..12 + len) else {
+                return code(Status::InvalidParam);
+            };
+            if e.remote_uuid == Some(uuid) || (e.remote_uuid.is_none() && n == 1) {
+                pick = Some(k);
+            }
+            rest = &rest[12 + len..];
+        }
+        let Some(k) = pick else {
+            return code(Status::Unreachable);
+        };
+        match w.with(|wk| wk.rkey_unpack(e.h, k)) {
+            Ok(rkey) => {
+                let b = Box::into_raw(Box::new(CRkey {
+                    magic: RKEY_MAGIC,
+                    rkey,
+                }));
+                // SAFETY: writable (checked non-NULL).
+                unsafe { *rkey_p = b.cast() };
+                code(Status::Ok)
+            }
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// # Safety
+/// `rkey` from `ucp_ep_rkey_unpack`, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_destroy(rkey: *mut c_void) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        if unsafe { CRkey::from_ptr(rkey) }.is_some() {
+            // SAFETY: made by Box::into_raw in ucp_ep_rkey_unpack; magic cleared first.
+            unsafe {
+                (*rkey.cast::<CRkey>()).magic = 0;
+                drop(Box::from_raw(rkey.cast::<CRkey>()));
+            }
+        }
+    })
+}
+
+/// Direct pointers into a peer's memory are not provided (docs/c-abi.md).
+///
+/// # Safety
+/// `rkey` ours; `addr_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_ptr(
+    rkey: *mut c_void,
+    _raddr: u64,
+    _addr_p: *mut *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        if unsafe { CRkey::from_ptr(rkey) }.is_none() {
+            return code(Status::InvalidParam);
+        }
+        code(Status::Unsupported)
+    })
+}
+
+/// # Safety
+/// `worker` ours; `params` readable; `listener_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_listener_create(
+    worker: *mut CWorker,
+    params: *const ucp_listener_params_t,
+    listener_p: *mut *mut CListener,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if params.is_null() || listener_p.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: readable; field_mask first.
+        let p = unsafe { &*params };
+        if p.field_mask & !UCP_LISTENER_PARAM_FIELDS != 0 {
+            return code(Status::InvalidParam);
+        }
+        if p.field_mask & UCP_LISTENER_PARAM_FIELD_ACCEPT_HANDLER != 0 {
+            // The deprecated accept handler (endpoint created by the library) is not
+            // provided; the connection handler is (docs/c-abi.md).
+            return code(Status::Unsupported);
+        }
+        if p.field_mask & UCP_LISTENER_PARAM_FIELD_SOCK_ADDR == 0
+            || p.field_mask & UCP_LISTENER_PARAM_FIELD_CONN_HANDLER == 0
+        {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: readable sockaddr by contract.
+        let Some(a) = (unsafe { sockaddr(&p.sockaddr) }) else {
+            return code(Status::InvalidParam);
+        };
+        let bound = match w.with(|wk| wk.listen(a)) {
+            Ok(b) => b,
+            Err(s) => return code(s),
+        };
+        let l = Box::into_raw(Box::new(CListener {
+            magic: LISTENER_MAGIC,
+            worker: w as *const CWorker,
+            addr: bound,
+        }));
+        let h = ConnH {
+            cb: p.conn_handler.cb,
+            arg: p.conn_handler.arg,
+        };
+        w.with_inner(|i| i.listeners.push((l as usize, h)));
+        // SAFETY: writable (checked non-NULL).
+        unsafe { *listener_p = l };
+        code(Status::Ok)
+    })
+}
+
+/// # Safety
+/// `p` NULL or a listener of ours.
+unsafe fn listener_ref<'a>(p: *const CListener) -> Option<(&'a CListener, &'a CWorker)> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract.
+    let l = unsafe { &*p };
+    if l.magic != LISTENER_MAGIC {
+        return None;
+    }
+    // SAFETY: a listener's worker outlives it.
+    let w = unsafe { CWorker::from_ptr(l.worker.cast()) }?;
+    Some((l, w))
+}
+
+/// # Safety
+/// `listener` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_listener_destroy(listener: *mut CListener) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        let Some((_, w)) = (unsafe { listener_ref(listener) }) else {
+            return;
+        };
+        // Connection requests are no longer reported to the application; the socket stays
+        // open until the worker is destroyed (the ucp API has no un-listen).
+        let found = w.with_inner(|i| {
+            let n = i.listeners.len();
+            i.listeners.retain(|l| l.0 != listener as usize);
+            n != i.listeners.len()
+        });
+        if found {
+            // SAFETY: unlisted above: freed once.
+            unsafe { CListener::free(listener) };
+        }
+    })
+}
+
+/// # Safety
+/// `listener` ours; `attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_listener_query(
+    listener: *mut CListener,
+    attr: *mut ucp_listener_attr_t,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((l, _)) = (unsafe { listener_ref(listener) }) else {
+            return code(Status::InvalidParam);
+        };
+        if attr.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: writable by contract.
+        let a = unsafe { &mut *attr };
+        if a.field_mask & !UCP_LISTENER_ATTR_FIELD_SOCKADDR != 0 {
+            return code(Status::InvalidParam);
+        }
+        if a.field_mask & UCP_LISTENER_ATTR_FIELD_SOCKADDR != 0 {
+            write_sockaddr(&mut a.sockaddr, l.addr);
+        }
+        code(Status::Ok)
+    })
+}
+
+/// # Safety
+/// `listener` ours; `conn_request` a request it reported.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_listener_reject(
+    listener: *mut CListener,
+    conn_request: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((_, w)) = (unsafe { listener_ref(listener) }) else {
+            return code(Status::InvalidParam);
+        };
+        // SAFETY: forwarded contract.
+        let Some(c) = (unsafe { conn_ref(conn_request) }) else {
+            return code(Status::InvalidParam);
+        };
+        let Some(req) = c.req.take() else {
+            return code(Status::InvalidParam);
+        };
+        // SAFETY: taken: the object is done with.
+        unsafe { conn_free(conn_request) };
+        w.with(|wk| wk.reject(req));
+        code(Status::Ok)
+    })
+}
+
+/// # Safety
+/// `conn_request` ours; `attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_conn_request_query(
+    conn_request: *mut c_void,
+    attr: *mut ucp_conn_request_attr_t,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(c) = (unsafe { conn_ref(conn_request) }) else {
+            return code(Status::InvalidParam);
+        };
+        if attr.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: writable by contract.
+        let a = unsafe { &mut *attr };
+        if a.field_mask & !UCP_CONN_REQUEST_ATTR_FIELDS != 0 {
+            return code(Status::InvalidParam);
+        }
+        if a.field_mask & !UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR != 0 {
+            // Client ids are not carried by Rucx's connection handshake.
+            return code(Status::Unsupported);
+        }
+        if let Some(r) = &c.req {
+            write_sockaddr(&mut a.client_address, r.client);
+        }
+        code(Status::Ok)
+    })
+}

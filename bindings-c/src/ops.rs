@@ -1,0 +1,1114 @@
+//! Communication calls: tag, stream, RMA and atomics, in their `_nb`, `_nbi` and `_nbx`
+//! forms, all through [`Post`], which turns a `ucp` result into UCX's return convention:
+//! NULL for immediate success, an error code cast to a pointer, or a request.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use ucp::{AtomicOp, RecvParams, ReqId, SendParams, StreamRecv, Worker};
+use ucs::{Status, UcsResult};
+
+use crate::dt::{contig_size, data};
+use crate::ep::{CEp, CRkey};
+use crate::request::{self, user_ptr, Cb};
+use crate::types::*;
+use crate::worker::CWorker;
+use crate::{code, guard, status_ptr};
+
+/// Which member of `ucp_request_param_t::cb` an operation uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CbKind {
+    Send,
+    TagRecv,
+    /// Stream receive and AM data receive: `(req, status, length, user_data)`.
+    Len,
+}
+
+/// Where an immediately completed receive reports.
+#[derive(Clone, Copy, Debug)]
+enum RecvInfo {
+    None,
+    Tag(*mut ucp_tag_recv_info_t),
+    Len(*mut usize),
+}
+
+/// What posting an operation gave.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Completed at once, with this info (receives).
+    Done(ucp_tag_recv_info_t),
+    /// Running.
+    Req(ReqId),
+}
+
+/// How to report one posted operation.
+#[derive(Debug)]
+pub(crate) struct Post {
+    cb: Cb,
+    user_data: *mut c_void,
+    user_req: *mut c_void,
+    no_imm: bool,
+    recv: bool,
+    recv_info: RecvInfo,
+    pub(crate) datatype: ucp_datatype_t,
+    pub(crate) flags: u32,
+    pub(crate) reply_buffer: *mut c_void,
+}
+
+impl Post {
+    /// A `_nb` call with callback `cb`.
+    pub(crate) fn legacy(cb: Cb) -> Post {
+        Post {
+            cb,
+            user_data: std::ptr::null_mut(),
+            user_req: std::ptr::null_mut(),
+            no_imm: false,
+            recv: false,
+            recv_info: RecvInfo::None,
+            datatype: 1 << UCP_DATATYPE_SHIFT,
+            flags: 0,
+            reply_buffer: std::ptr::null_mut(),
+        }
+    }
+
+    /// A `_nb` receive: its request is returned (and its callback called) even when it
+    /// completes at once.
+    fn legacy_recv(cb: Cb, dt: ucp_datatype_t) -> Post {
+        Post {
+            recv: true,
+            datatype: dt,
+            ..Post::legacy(cb)
+        }
+    }
+
+    /// Reads a `ucp_request_param_t`.
+    ///
+    /// # Safety
+    /// `param` readable.
+    pub(crate) unsafe fn nbx(
+        param: *const ucp_request_param_t,
+        kind: CbKind,
+    ) -> Result<Post, Status> {
+        if param.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: readable by contract; op_attr_mask checked before the fields it names.
+        let p = unsafe { &*param };
+        let m = p.op_attr_mask;
+        if m & !UCP_OP_ATTRS != 0 {
+            return Err(Status::InvalidParam);
+        }
+        if m & UCP_OP_ATTR_FIELD_MEMORY_TYPE != 0
+            && p.memory_type != UCS_MEMORY_TYPE_HOST
+            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
+        {
+            return Err(Status::Unsupported);
+        }
+        let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 && !p.cb.is_null() {
+            // SAFETY: the union member the operation uses, a function pointer of that type.
+            unsafe {
+                match kind {
+                    CbKind::Send => Cb::SendNbx(std::mem::transmute::<
+                        *const c_void,
+                        ucp_send_nbx_callback_t,
+                    >(p.cb)),
+                    CbKind::TagRecv => Cb::TagRecvNbx(std::mem::transmute::<
+                        *const c_void,
+                        ucp_tag_recv_nbx_callback_t,
+                    >(p.cb)),
+                    CbKind::Len => Cb::LenNbx(std::mem::transmute::<
+                        *const c_void,
+                        ucp_stream_recv_nbx_callback_t,
+                    >(p.cb)),
+                }
+            }
+        } else {
+            Cb::None
+        };
+        let field = |b: u32| m & b != 0;
+        let recv_info = if field(UCP_OP_ATTR_FIELD_RECV_INFO) && !p.recv_info.is_null() {
+            match kind {
+                CbKind::TagRecv => RecvInfo::Tag(p.recv_info.cast()),
+                _ => RecvInfo::Len(p.recv_info.cast()),
+            }
+        } else {
+            RecvInfo::None
+        };
+        Ok(Post {
+            cb,
+            user_data: if field(UCP_OP_ATTR_FIELD_USER_DATA) {
+                p.user_data
+            } else {
+                std::ptr::null_mut()
+            },
+            user_req: if field(UCP_OP_ATTR_FIELD_REQUEST) {
+                p.request
+            } else {
+                std::ptr::null_mut()
+            },
+            no_imm: field(UCP_OP_ATTR_FLAG_NO_IMM_CMPL),
+            recv: kind != CbKind::Send,
+            recv_info,
+            datatype: if field(UCP_OP_ATTR_FIELD_DATATYPE) {
+                p.datatype
+            } else {
+                1 << UCP_DATATYPE_SHIFT
+            },
+            flags: if field(UCP_OP_ATTR_FIELD_FLAGS) {
+                p.flags
+            } else {
+                0
+            },
+            reply_buffer: if field(UCP_OP_ATTR_FIELD_REPLY_BUFFER) {
+                p.reply_buffer
+            } else {
+                std::ptr::null_mut()
+            },
+        })
+    }
+
+    /// Posts with `f` (under the worker's lock) and reports as UCX does.
+    pub(crate) fn run(
+        self,
+        w: &CWorker,
+        f: impl FnOnce(&mut Worker) -> UcsResult<Option<ReqId>>,
+    ) -> ucs_status_ptr_t {
+        self.run_out(w, |wk| {
+            f(wk).map(|r| match r {
+                Some(id) => Outcome::Req(id),
+                None => Outcome::Done(ucp_tag_recv_info_t::default()),
+            })
+        })
+    }
+
+    /// As [`Post::run`], for operations that can report what an immediate completion got.
+    pub(crate) fn run_out(
+        self,
+        w: &CWorker,
+        f: impl FnOnce(&mut Worker) -> UcsResult<Outcome>,
+    ) -> ucs_status_ptr_t {
+        let imm = w.with(|wk| -> Result<(Status, ucp_tag_recv_info_t), *mut c_void> {
+            let id = match f(wk) {
+                Err(s) => return Ok((s, ucp_tag_recv_info_t::default())),
+                Ok(Outcome::Done(info)) => return Ok((Status::Ok, info)),
+                Ok(Outcome::Req(id)) => id,
+            };
+            let s = wk.request_status(id);
+            if s != Status::InProgress {
+                let info = info_of(wk.request_info(id));
+                wk.request_free(id);
+                return Ok((s, info));
+            }
+            // SAFETY: user_req, when set, is the application's request memory with our
+            // header's room in front (UCP_OP_ATTR_FIELD_REQUEST's contract).
+            let Some(h) = (unsafe { request::alloc(w, self.user_req, self.cb, self.user_data) })
+            else {
+                wk.request_free(id);
+                return Ok((Status::NoMemory, ucp_tag_recv_info_t::default()));
+            };
+            // SAFETY: h is ours and not yet visible to anyone.
+            unsafe { (*h).id = id.0 };
+            match wk.request_subscribe(id, h as u64) {
+                Status::InProgress => Err(user_ptr(h)),
+                s => {
+                    // Cannot happen (checked above under the same lock); report it anyway.
+                    wk.request_free(id);
+                    Ok((s, ucp_tag_recv_info_t::default()))
+                }
+            }
+        });
+        let (s, info) = match imm {
+            Err(req) => return req,
+            Ok(x) => x,
+        };
+        if s != Status::Ok && s != Status::MessageTruncated {
+            return status_ptr(s);
+        }
+        match self.recv_info {
+            // SAFETY: the application's writable info/length (RECV_INFO's contract).
+            RecvInfo::Tag(p) => unsafe { *p = info },
+            // SAFETY: as above.
+            RecvInfo::Len(p) => unsafe { *p = info.length },
+            RecvInfo::None => {}
+        }
+        let want_req = self.no_imm || (self.recv && matches!(self.recv_info, RecvInfo::None));
+        if !want_req && self.user_req.is_null() {
+            return if s == Status::Ok {
+                std::ptr::null_mut()
+            } else {
+                status_ptr(s)
+            };
+        }
+        // A request that is complete already: its callback runs now (without the lock).
+        let cb = if want_req { self.cb } else { Cb::None };
+        // SAFETY: as above.
+        let Some(h) = (unsafe { request::alloc(w, self.user_req, cb, self.user_data) }) else {
+            return status_ptr(Status::NoMemory);
+        };
+        // SAFETY: h is live and completed once, here.
+        unsafe { request::complete(h, s, info) };
+        if want_req {
+            user_ptr(h)
+        } else if s == Status::Ok {
+            std::ptr::null_mut()
+        } else {
+            status_ptr(s)
+        }
+    }
+}
+
+fn info_of(i: Option<ucp::tag::TagInfo>) -> ucp_tag_recv_info_t {
+    i.map_or_else(ucp_tag_recv_info_t::default, |i| ucp_tag_recv_info_t {
+        sender_tag: i.sender_tag,
+        length: i.length,
+    })
+}
+
+const fn send_p(sync: bool) -> SendParams {
+    SendParams {
+        sync,
+        user_data: 0,
+        notify: false,
+    }
+}
+
+const RECV_P: RecvParams = RecvParams {
+    user_data: 0,
+    notify: false,
+};
+
+macro_rules! ep_or_ret {
+    ($ep:expr) => {
+        // SAFETY: the application passes an endpoint of ours (checked by magic).
+        match unsafe { CEp::from_ptr($ep) } {
+            Some(x) => x,
+            None => return status_ptr(Status::InvalidParam),
+        }
+    };
+}
+
+macro_rules! worker_or_ret {
+    ($w:expr) => {
+        // SAFETY: the application passes a worker of ours (checked by magic).
+        match unsafe { CWorker::from_ptr($w.cast()) } {
+            Some(x) => x,
+            None => return status_ptr(Status::InvalidParam),
+        }
+    };
+}
+
+macro_rules! nbx_or_ret {
+    ($p:expr, $k:expr) => {
+        // SAFETY: the application passes a readable ucp_request_param_t.
+        match unsafe { Post::nbx($p, $k) } {
+            Ok(p) => p,
+            Err(s) => return status_ptr(s),
+        }
+    };
+}
+
+macro_rules! data_or_ret {
+    ($buf:expr, $count:expr, $dt:expr) => {
+        // SAFETY: ucp.h's contract: the data stays valid until the operation completes.
+        match unsafe { data($buf, $count, $dt) } {
+            Ok(d) => d,
+            Err(s) => return status_ptr(s),
+        }
+    };
+}
+
+fn tag_send(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    tag: u64,
+    post: Post,
+    sync: bool,
+) -> ucs_status_ptr_t {
+    let (e, w) = ep_or_ret!(ep);
+    let d = data_or_ret!(buffer, count, post.datatype);
+    let h = e.h;
+    post.run(w, |wk| wk.tag_send(h, &d, tag, send_p(sync)))
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nb(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let mut p = Post::legacy(Cb::Send(cb));
+        p.datatype = datatype;
+        tag_send(ep, buffer, count, tag, p, false)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_sync_nb(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let mut p = Post::legacy(Cb::Send(cb));
+        p.datatype = datatype;
+        tag_send(ep, buffer, count, tag, p, true)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nbx(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::Send);
+        tag_send(ep, buffer, count, tag, p, false)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::Send);
+        tag_send(ep, buffer, count, tag, p, true)
+    })
+}
+
+fn tag_recv(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    tag: u64,
+    mask: u64,
+    post: Post,
+) -> ucs_status_ptr_t {
+    let w = worker_or_ret!(worker);
+    let d = data_or_ret!(buffer, count, post.datatype);
+    post.run(w, |wk| wk.tag_recv(&d, tag, mask, RECV_P).map(Some))
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nb(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    cb: ucp_tag_recv_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = Post::legacy_recv(Cb::TagRecv(cb), datatype);
+        tag_recv(worker, buffer, count, tag, tag_mask, p)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nbx(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::TagRecv);
+        tag_recv(worker, buffer, count, tag, tag_mask, p)
+    })
+}
+
+/// Message handles of `ucp_tag_probe_nb(.., remove = 0)`: found, but not receivable.
+static PROBED: u8 = 0;
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_probe_nb(
+    worker: *mut c_void,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    remove: c_int,
+    info: *mut ucp_tag_recv_info_t,
+) -> *mut c_void {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: a worker of ours (checked by magic).
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return std::ptr::null_mut();
+        };
+        let r = w.with(|wk| wk.tag_probe(tag, tag_mask, remove != 0));
+        // Unmatched: let the worker move (UCX's probe does not progress; callers loop with
+        // ucp_worker_progress).
+        let Some((ti, msg)) = r else {
+            return std::ptr::null_mut();
+        };
+        if !info.is_null() {
+            // SAFETY: the caller's writable info.
+            unsafe { *info = info_of(Some(ti)) };
+        }
+        match msg {
+            Some(m) => Box::into_raw(Box::new(m)).cast(),
+            None => (&PROBED as *const u8).cast_mut().cast(),
+        }
+    })
+}
+
+fn msg_recv(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    message: *mut c_void,
+    post: Post,
+) -> ucs_status_ptr_t {
+    let w = worker_or_ret!(worker);
+    if message.is_null() || message == (&PROBED as *const u8).cast_mut().cast() {
+        return status_ptr(Status::InvalidParam);
+    }
+    let d = data_or_ret!(buffer, count, post.datatype);
+    // SAFETY: a message handle from ucp_tag_probe_nb(.., remove = 1), used once: made by
+    // Box::into_raw there.
+    let m = unsafe { *Box::from_raw(message.cast::<ucp::tag::MessageHandle>()) };
+    post.run(w, |wk| wk.tag_msg_recv(&d, m, RECV_P).map(Some))
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    message: *mut c_void,
+    cb: ucp_tag_recv_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        msg_recv(
+            worker,
+            buffer,
+            count,
+            message,
+            Post::legacy_recv(Cb::TagRecv(cb), datatype),
+        )
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_msg_recv_nbx(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    message: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::TagRecv);
+        msg_recv(worker, buffer, count, message, p)
+    })
+}
+
+// ---- stream ----
+
+fn stream_send(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    post: Post,
+) -> ucs_status_ptr_t {
+    let (e, w) = ep_or_ret!(ep);
+    let d = data_or_ret!(buffer, count, post.datatype);
+    let h = e.h;
+    post.run(w, |wk| wk.stream_send(h, &d, send_p(false)))
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_send_nb(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    cb: ucp_send_callback_t,
+    _flags: c_uint,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let mut p = Post::legacy(Cb::Send(cb));
+        p.datatype = datatype;
+        stream_send(ep, buffer, count, p)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_send_nbx(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::Send);
+        stream_send(ep, buffer, count, p)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_nb(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    cb: ucp_stream_recv_callback_t,
+    length: *mut usize,
+    flags: c_uint,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        if length.is_null() {
+            return status_ptr(Status::InvalidParam);
+        }
+        let mut p = Post::legacy(Cb::Stream(cb));
+        p.datatype = datatype;
+        p.recv = true;
+        p.recv_info = RecvInfo::Len(length);
+        stream_recv(
+            ep,
+            buffer,
+            count,
+            flags & UCP_STREAM_RECV_FLAG_WAITALL != 0,
+            p,
+        )
+    })
+}
+
+/// A stream receive.
+fn stream_recv(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    waitall: bool,
+    post: Post,
+) -> ucs_status_ptr_t {
+    let (e, w) = ep_or_ret!(ep);
+    let d = data_or_ret!(buffer, count, post.datatype);
+    let h = e.h;
+    post.run_out(w, |wk| match wk.stream_recv(h, &d, waitall, RECV_P)? {
+        StreamRecv::Done(n) => Ok(Outcome::Done(ucp_tag_recv_info_t {
+            sender_tag: 0,
+            length: n,
+        })),
+        StreamRecv::Pending(id) => Ok(Outcome::Req(id)),
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_nbx(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    length: *mut usize,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let mut p = nbx_or_ret!(param, CbKind::Len);
+        let waitall = p.flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
+        if !length.is_null() {
+            p.recv_info = RecvInfo::Len(length);
+        }
+        stream_recv(ep, buffer, count, waitall, p)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_data_nb(
+    ep: *mut c_void,
+    length: *mut usize,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let (e, w) = ep_or_ret!(ep);
+        if length.is_null() {
+            return status_ptr(Status::InvalidParam);
+        }
+        let h = e.h;
+        w.with_inner(|i| match i.w.stream_recv_data(h) {
+            Ok(Some(v)) => {
+                let p = v.as_ptr() as *mut c_void;
+                // SAFETY: the caller's writable length.
+                unsafe { *length = v.len() };
+                i.held.insert(p as usize, v);
+                p
+            }
+            Ok(None) => std::ptr::null_mut(),
+            Err(s) => status_ptr(s),
+        })
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_data_release(ep: *mut c_void, data: *mut c_void) {
+    guard((), || {
+        // SAFETY: an endpoint of ours (checked by magic).
+        let Some((_, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return;
+        };
+        w.with_inner(|i| {
+            if let Some(v) = i.held.remove(&(data as usize)) {
+                i.w.am_recycle(v);
+            }
+        });
+    })
+}
+
+// ---- RMA ----
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rma {
+    Put,
+    Get,
+}
+
+fn rma(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    post: Post,
+    kind: Rma,
+) -> ucs_status_ptr_t {
+    let (e, w) = ep_or_ret!(ep);
+    // SAFETY: a key of ours (checked by magic).
+    let Some(k) = (unsafe { CRkey::from_ptr(rkey) }) else {
+        return status_ptr(Status::InvalidParam);
+    };
+    let d = data_or_ret!(buffer, count, post.datatype);
+    let h = e.h;
+    post.run(w, |wk| match kind {
+        Rma::Put => wk.put(h, &d, remote_addr, &k.rkey, send_p(false)),
+        Rma::Get => wk.get(h, &d, remote_addr, &k.rkey, send_p(false)),
+    })
+}
+
+/// `_nbi`: completion is seen through flush, so a running request is released at once.
+fn nbi(r: ucs_status_ptr_t) -> ucs_status_t {
+    if r.is_null() {
+        return code(Status::Ok);
+    }
+    if crate::ptr_is_err(r) {
+        return r as isize as ucs_status_t;
+    }
+    // SAFETY: a request we just returned.
+    unsafe { crate::request::ucp_request_free(r) };
+    code(Status::InProgress)
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbi(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        nbi(rma(
+            ep,
+            buffer.cast_mut(),
+            length,
+            remote_addr,
+            rkey,
+            Post::legacy(Cb::None),
+            Rma::Put,
+        ))
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbi(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        nbi(rma(
+            ep,
+            buffer,
+            length,
+            remote_addr,
+            rkey,
+            Post::legacy(Cb::None),
+            Rma::Get,
+        ))
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nb(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        rma(
+            ep,
+            buffer.cast_mut(),
+            length,
+            remote_addr,
+            rkey,
+            Post::legacy(Cb::Send(cb)),
+            Rma::Put,
+        )
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nb(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        rma(
+            ep,
+            buffer,
+            length,
+            remote_addr,
+            rkey,
+            Post::legacy(Cb::Send(cb)),
+            Rma::Get,
+        )
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbx(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::Send);
+        rma(ep, buffer.cast_mut(), count, remote_addr, rkey, p, Rma::Put)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbx(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::Send);
+        rma(ep, buffer, count, remote_addr, rkey, p, Rma::Get)
+    })
+}
+
+/// Waits for what a blocking compat call posted.
+fn block(ep: *mut c_void, r: ucs_status_ptr_t) -> ucs_status_t {
+    if r.is_null() {
+        return code(Status::Ok);
+    }
+    if crate::ptr_is_err(r) {
+        return r as isize as ucs_status_t;
+    }
+    // SAFETY: an endpoint of ours (checked by the call that returned r).
+    if let Some((_, w)) = unsafe { CEp::from_ptr(ep) } {
+        // SAFETY: r is our live request.
+        while unsafe { crate::request::ucp_request_check_status(r) } == code(Status::InProgress) {
+            w.progress();
+        }
+    }
+    // SAFETY: r is our request.
+    let s = unsafe { crate::request::ucp_request_check_status(r) };
+    // SAFETY: as above; freed once.
+    unsafe { crate::request::ucp_request_free(r) };
+    s
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let r = rma(
+            ep,
+            buffer.cast_mut(),
+            length,
+            remote_addr,
+            rkey,
+            Post::legacy(Cb::None),
+            Rma::Put,
+        );
+        block(ep, r)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let r = rma(
+            ep,
+            buffer,
+            length,
+            remote_addr,
+            rkey,
+            Post::legacy(Cb::None),
+            Rma::Get,
+        );
+        block(ep, r)
+    })
+}
+
+// ---- atomics ----
+
+#[allow(clippy::too_many_arguments)]
+fn atomic(
+    ep: *mut c_void,
+    op: AtomicOp,
+    size: usize,
+    value: u64,
+    compare: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    reply: *mut c_void,
+    post: Post,
+) -> ucs_status_ptr_t {
+    let (e, w) = ep_or_ret!(ep);
+    // SAFETY: a key of ours (checked by magic).
+    let Some(k) = (unsafe { CRkey::from_ptr(rkey) }) else {
+        return status_ptr(Status::InvalidParam);
+    };
+    let reply = (!reply.is_null())
+        // SAFETY: the application's result buffer of `size` bytes, valid until completion.
+        .then(|| unsafe { ucp::Buf::from_raw(reply.cast(), size) });
+    let h = e.h;
+    post.run(w, |wk| {
+        wk.atomic(
+            h,
+            op,
+            size,
+            value,
+            compare,
+            remote_addr,
+            &k.rkey,
+            reply,
+            send_p(false),
+        )
+        .map(Some)
+    })
+}
+
+/// Reads a 4- or 8-byte operand.
+///
+/// # Safety
+/// `p` readable for `size` bytes.
+unsafe fn operand(p: *const c_void, size: usize) -> u64 {
+    // SAFETY: per the contract (unaligned reads allowed).
+    unsafe {
+        if size == 4 {
+            u64::from(p.cast::<u32>().read_unaligned())
+        } else {
+            p.cast::<u64>().read_unaligned()
+        }
+    }
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_op_nbx(
+    ep: *mut c_void,
+    opcode: c_int,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let p = nbx_or_ret!(param, CbKind::Send);
+        let size = contig_size(p.datatype).unwrap_or(0);
+        if count != 1 || (size != 4 && size != 8) || buffer.is_null() {
+            return status_ptr(Status::InvalidParam);
+        }
+        // SAFETY: buffer holds one operand of `size` bytes.
+        let x = unsafe { operand(buffer, size) };
+        let reply = p.reply_buffer;
+        let (op, value, compare) = match opcode {
+            UCP_ATOMIC_OP_ADD => (AtomicOp::Add, x, 0),
+            UCP_ATOMIC_OP_AND => (AtomicOp::And, x, 0),
+            UCP_ATOMIC_OP_OR => (AtomicOp::Or, x, 0),
+            UCP_ATOMIC_OP_XOR => (AtomicOp::Xor, x, 0),
+            UCP_ATOMIC_OP_SWAP if !reply.is_null() => (AtomicOp::Swap, x, 0),
+            UCP_ATOMIC_OP_CSWAP if !reply.is_null() => {
+                // X (compare) in buffer, Z (new value) in reply_buffer.
+                // SAFETY: reply_buffer holds one operand.
+                (AtomicOp::Cswap, unsafe { operand(reply, size) }, x)
+            }
+            _ => return status_ptr(Status::InvalidParam),
+        };
+        atomic(ep, op, size, value, compare, remote_addr, rkey, reply, p)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_post(
+    ep: *mut c_void,
+    opcode: c_int,
+    value: u64,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let op = match opcode {
+            UCP_ATOMIC_POST_OP_ADD => AtomicOp::Add,
+            UCP_ATOMIC_POST_OP_AND => AtomicOp::And,
+            UCP_ATOMIC_POST_OP_OR => AtomicOp::Or,
+            UCP_ATOMIC_POST_OP_XOR => AtomicOp::Xor,
+            _ => return code(Status::InvalidParam),
+        };
+        // Unlike the `_nbi` calls, a posted atomic reports OK (UCX releases the request).
+        let s = nbi(atomic(
+            ep,
+            op,
+            op_size,
+            value,
+            0,
+            remote_addr,
+            rkey,
+            std::ptr::null_mut(),
+            Post::legacy(Cb::None),
+        ));
+        if s == code(Status::InProgress) {
+            code(Status::Ok)
+        } else {
+            s
+        }
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ucp_atomic_fetch_nb(
+    ep: *mut c_void,
+    opcode: c_int,
+    value: u64,
+    result: *mut c_void,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        if result.is_null() || (op_size != 4 && op_size != 8) {
+            return status_ptr(Status::InvalidParam);
+        }
+        let (op, compare) = match opcode {
+            UCP_ATOMIC_FETCH_OP_FADD => (AtomicOp::Add, 0),
+            UCP_ATOMIC_FETCH_OP_SWAP => (AtomicOp::Swap, 0),
+            // The compare value is in *result on input.
+            // SAFETY: result holds one operand.
+            UCP_ATOMIC_FETCH_OP_CSWAP => (AtomicOp::Cswap, unsafe { operand(result, op_size) }),
+            UCP_ATOMIC_FETCH_OP_FAND => (AtomicOp::And, 0),
+            UCP_ATOMIC_FETCH_OP_FOR => (AtomicOp::Or, 0),
+            UCP_ATOMIC_FETCH_OP_FXOR => (AtomicOp::Xor, 0),
+            _ => return status_ptr(Status::InvalidParam),
+        };
+        atomic(
+            ep,
+            op,
+            op_size,
+            value,
+            compare,
+            remote_addr,
+            rkey,
+            result,
+            Post::legacy(Cb::Send(cb)),
+        )
+    })
+}

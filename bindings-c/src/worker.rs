@@ -1,0 +1,714 @@
+//! `ucp_worker_h`: the Rust [`Worker`] behind a mutex, and the dispatch of everything that
+//! calls back into the application.
+//!
+//! The mutex is taken by every export that touches the worker and is never held while
+//! application code runs: `ucp_worker_progress` progresses the worker, moves the finished
+//! requests, endpoint errors, connection requests and arrived active messages out of it,
+//! unlocks, and only then calls the callbacks. A callback may therefore call any export,
+//! on the same worker too (post, free, receive AM data, even progress).
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ucp::{AmEvent, ConnRequest, EpHandle, Worker};
+use ucs::Status;
+
+use crate::context::{fput, malloc_copy, write_name, CContext};
+use crate::ep::CEp;
+use crate::request::{self, ReqHdr};
+use crate::types::*;
+use crate::{code, guard};
+
+const WORKER_MAGIC: u64 = 0x5275_6378_576b_7221;
+/// Worker addresses we hand out: magic u32, body length u32, the `ucp` address.
+pub(crate) const ADDR_MAGIC: u32 = 0x4452_5852; // "RXRD"
+/// Longest address or key blob accepted from the application.
+pub(crate) const MAX_BLOB: usize = 1 << 20;
+
+/// An AM handler the application registered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AmH {
+    pub(crate) cb: ucp_am_recv_callback_t,
+    pub(crate) arg: *mut c_void,
+    pub(crate) flags: u32,
+}
+
+/// A listener's connection handler.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnH {
+    pub(crate) cb: ucp_listener_conn_callback_t,
+    pub(crate) arg: *mut c_void,
+}
+
+/// Something to tell the application, collected under the lock.
+#[derive(Debug)]
+pub(crate) enum Event {
+    Req(usize, Status, ucp_tag_recv_info_t),
+    EpErr(EpHandle, Status),
+    Conn(ConnRequest),
+}
+
+/// State behind the worker's lock.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) w: Worker,
+    /// Endpoint handles (`*mut CEp`) by `ucp` endpoint.
+    pub(crate) eps: HashMap<u32, usize>,
+    pub(crate) am: Vec<Option<AmH>>,
+    /// Eager AM data the application kept (`UCS_INPROGRESS`), and stream data handed out
+    /// by `ucp_stream_recv_data_nb`, by address, until released.
+    pub(crate) held: HashMap<usize, Vec<u8>>,
+    pub(crate) listeners: Vec<(usize, ConnH)>,
+    /// Events collected and not yet dispatched (reused buffer).
+    pub(crate) events: Vec<Event>,
+}
+
+/// `ucp_worker_h`.
+#[derive(Debug)]
+pub struct CWorker {
+    magic: u64,
+    ctx: *const CContext,
+    inner: Mutex<Inner>,
+    pub(crate) uuid: u64,
+    pub(crate) thread_mode: c_int,
+    pub(crate) name: String,
+    /// Active messages queued by the `ucp` handler, dispatched after progress.
+    pub(crate) am_queue: Arc<Mutex<VecDeque<AmEvent>>>,
+}
+
+// SAFETY: the raw pointers are to the context (which outlives its workers and is Sync)
+// and to application data that the application lets us pass back to it; all mutable state
+// is behind the mutex.
+unsafe impl Send for CWorker {}
+// SAFETY: as above.
+unsafe impl Sync for CWorker {}
+// SAFETY: Inner's raw pointers are application-owned callback arguments passed back
+// verbatim; Inner is only reached through CWorker's mutex.
+unsafe impl Send for Inner {}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl CWorker {
+    /// # Safety
+    /// `p` is NULL or a worker pointer of ours (checked by magic).
+    pub(crate) unsafe fn from_ptr<'a>(p: *const c_void) -> Option<&'a CWorker> {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: per the contract.
+        let w = unsafe { &*p.cast::<CWorker>() };
+        (w.magic == WORKER_MAGIC).then_some(w)
+    }
+
+    pub(crate) fn ctx(&self) -> &CContext {
+        // SAFETY: the context outlives its workers (ucp_cleanup comes after
+        // ucp_worker_destroy).
+        unsafe { &*self.ctx }
+    }
+
+    /// Runs `f` on the worker, locked.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
+        f(&mut lock(&self.inner).w)
+    }
+
+    /// Runs `f` on the locked state.
+    pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        f(&mut lock(&self.inner))
+    }
+
+    /// `ucp_worker_progress`: progress, then report.
+    pub(crate) fn progress(&self) -> usize {
+        let (n, events) = {
+            let mut g = lock(&self.inner);
+            let n = g.w.progress();
+            let ev = collect(&mut g);
+            (n, ev)
+        };
+        let busy = !events.is_empty();
+        self.dispatch(events);
+        let am = crate::am::dispatch(self);
+        n + usize::from(busy) + am
+    }
+
+    /// Reports what finished without progressing (after a cancel).
+    pub(crate) fn drain_and_dispatch(&self) {
+        let events = collect(&mut lock(&self.inner));
+        self.dispatch(events);
+    }
+
+    fn dispatch(&self, mut events: Vec<Event>) {
+        for e in events.drain(..) {
+            match e {
+                Event::Req(h, s, info) => {
+                    // SAFETY: h is the header of a live request: it was subscribed with its
+                    // address and is completed once, here.
+                    unsafe { request::complete(h as *mut ReqHdr, s, info) };
+                }
+                Event::EpErr(ep, s) => {
+                    let p = self.with_inner(|i| i.eps.get(&ep.0).copied());
+                    if let Some(p) = p {
+                        // SAFETY: endpoints in the map are live.
+                        let e = unsafe { &*(p as *const CEp) };
+                        if let Some(cb) = e.err.cb {
+                            // SAFETY: the application's error handler, as ucp.h specifies.
+                            unsafe { cb(e.err_arg(), p as *mut c_void, code(s)) };
+                        }
+                    }
+                }
+                Event::Conn(req) => {
+                    let h = self.with_inner(|i| i.listeners.first().map(|l| l.1));
+                    match h.and_then(|h| h.cb.map(|cb| (cb, h.arg))) {
+                        Some((cb, arg)) => {
+                            let b = Box::into_raw(Box::new(crate::ep::CConnReq::new(req)));
+                            // SAFETY: the application's connection handler; it must pass the
+                            // request to ucp_ep_create or ucp_listener_reject.
+                            unsafe { cb(b.cast(), arg) };
+                        }
+                        None => self.with(|w| w.reject(req)),
+                    }
+                }
+            }
+        }
+        // Give the buffer back for the next call (unless a callback's call took it).
+        self.with_inner(|i| {
+            if i.events.capacity() < events.capacity() {
+                i.events = events;
+            }
+        });
+    }
+}
+
+/// Moves what is to be reported out of the worker.
+fn collect(g: &mut Inner) -> Vec<Event> {
+    let mut ev = std::mem::take(&mut g.events);
+    while let Some(c) = g.w.poll_completion() {
+        g.w.request_free(c.req);
+        let info = c
+            .info
+            .map_or_else(ucp_tag_recv_info_t::default, |i| ucp_tag_recv_info_t {
+                sender_tag: i.sender_tag,
+                length: i.length,
+            });
+        ev.push(Event::Req(c.user_data as usize, c.status, info));
+    }
+    while let Some((ep, s)) = g.w.poll_ep_error() {
+        ev.push(Event::EpErr(ep, s));
+    }
+    if !g.listeners.is_empty() {
+        while let Some(r) = g.w.poll_conn_request() {
+            ev.push(Event::Conn(r));
+        }
+    }
+    ev
+}
+
+/// # Safety
+/// `context` ours; `params` readable; `worker_p` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_create(
+    context: *mut CContext,
+    params: *const ucp_worker_params_t,
+    worker_p: *mut *mut CWorker,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(c) = (unsafe { CContext::from_ptr(context.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if params.is_null() || worker_p.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: readable by contract; field_mask first.
+        let p = unsafe { &*params };
+        if p.field_mask & !UCP_WORKER_PARAM_FIELDS != 0 {
+            return code(Status::InvalidParam);
+        }
+        let thread_mode = if p.field_mask & UCP_WORKER_PARAM_FIELD_THREAD_MODE != 0 {
+            if !(UCS_THREAD_MODE_SINGLE..=UCS_THREAD_MODE_MULTI).contains(&p.thread_mode) {
+                return code(Status::InvalidParam);
+            }
+            p.thread_mode
+        } else {
+            UCS_THREAD_MODE_SINGLE
+        };
+        let name = if p.field_mask & UCP_WORKER_PARAM_FIELD_NAME != 0 && !p.name.is_null() {
+            // SAFETY: a C string by contract.
+            unsafe { CStr::from_ptr(p.name) }
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            format!("rucx:{}", std::process::id())
+        };
+        let w = match Worker::new(&c.ctx) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("[rucx] ucp_worker_create: {e}");
+                return code(e.into());
+            }
+        };
+        let uuid = ucp::address::WorkerAddress::decode(w.address())
+            .map(|a| a.uuid)
+            .unwrap_or(0);
+        let cw = Box::new(CWorker {
+            magic: WORKER_MAGIC,
+            ctx: c as *const CContext,
+            inner: Mutex::new(Inner {
+                w,
+                eps: HashMap::new(),
+                am: Vec::new(),
+                held: HashMap::new(),
+                listeners: Vec::new(),
+                events: Vec::with_capacity(64),
+            }),
+            uuid,
+            thread_mode,
+            name,
+            am_queue: Arc::new(Mutex::new(VecDeque::new())),
+        });
+        // Map the context's regions on the new worker, then publish it.
+        let mems = lock(&c.mems);
+        for &m in mems.iter() {
+            // SAFETY: listed regions are live (removed under this lock before freeing).
+            let m = unsafe { &*(m as *const crate::context::CMem) };
+            if let Err(s) = m.map_on(&cw) {
+                return code(s);
+            }
+        }
+        let raw = Box::into_raw(cw);
+        lock(&c.workers).push(raw as usize);
+        drop(mems);
+        // SAFETY: writable (checked non-NULL).
+        unsafe { *worker_p = raw };
+        code(Status::Ok)
+    })
+}
+
+/// # Safety
+/// `worker` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return;
+        };
+        let c = w.ctx();
+        {
+            let mems = lock(&c.mems);
+            lock(&c.workers).retain(|&p| p != worker as usize);
+            for &m in mems.iter() {
+                // SAFETY: listed regions are live.
+                let m = unsafe { &*(m as *const crate::context::CMem) };
+                let mut regs = lock(&m.regs);
+                regs.retain(|(p, h)| {
+                    if *p == worker as usize {
+                        let _ = w.with(|wk| wk.mem_unmap(*h));
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+        }
+        let eps: Vec<usize> = w.with_inner(|i| i.eps.drain().map(|(_, p)| p).collect());
+        for p in eps {
+            // SAFETY: the worker owns the endpoint handles still in its map; each is freed
+            // once (drained from the map).
+            unsafe { CEp::free(p as *mut CEp) };
+        }
+        let listeners: Vec<usize> = w.with_inner(|i| i.listeners.drain(..).map(|l| l.0).collect());
+        for l in listeners {
+            // SAFETY: as for endpoints.
+            unsafe { crate::ep::CListener::free(l as *mut crate::ep::CListener) };
+        }
+        // SAFETY: made by Box::into_raw in ucp_worker_create, unlisted above; the magic is
+        // cleared so that a second destroy is refused.
+        unsafe {
+            (*worker).magic = 0;
+            drop(Box::from_raw(worker));
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_progress(worker: *mut CWorker) -> std::ffi::c_uint {
+    guard(0, || {
+        // SAFETY: forwarded contract.
+        match unsafe { CWorker::from_ptr(worker.cast()) } {
+            Some(w) => w.progress().min(u32::MAX as usize) as std::ffi::c_uint,
+            None => 0,
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours; out pointers writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_get_address(
+    worker: *mut CWorker,
+    address_p: *mut *mut c_void,
+    address_length_p: *mut usize,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if address_p.is_null() || address_length_p.is_null() {
+            return code(Status::InvalidParam);
+        }
+        let blob = address_blob(w);
+        let p = malloc_copy(&blob);
+        if p.is_null() {
+            return code(Status::NoMemory);
+        }
+        // SAFETY: writable (checked non-NULL).
+        unsafe {
+            *address_p = p;
+            *address_length_p = blob.len();
+        }
+        code(Status::Ok)
+    })
+}
+
+fn address_blob(w: &CWorker) -> Vec<u8> {
+    w.with(|wk| {
+        let a = wk.address();
+        let mut v = Vec::with_capacity(8 + a.len());
+        v.extend_from_slice(&ADDR_MAGIC.to_le_bytes());
+        v.extend_from_slice(&(a.len() as u32).to_le_bytes());
+        v.extend_from_slice(a);
+        v
+    })
+}
+
+/// Reads a framed blob (magic, length, body) the application passes by pointer only.
+///
+/// # Safety
+/// `p` points at a blob made by this library (8 header bytes, then the body).
+pub(crate) unsafe fn read_blob<'a>(p: *const c_void, magic: u32) -> Option<&'a [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    let mut hdr = [0u8; 8];
+    // SAFETY: per the contract, 8 header bytes are readable.
+    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), hdr.as_mut_ptr(), 8) };
+    let m = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+    let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+    if m != magic || len > MAX_BLOB {
+        return None;
+    }
+    // SAFETY: per the contract, the body of `len` bytes follows the header.
+    Some(unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(8), len) })
+}
+
+/// # Safety
+/// `address` from `ucp_worker_get_address`/`ucp_worker_query`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_release_address(_worker: *mut CWorker, address: *mut c_void) {
+    // SAFETY: malloc'ed by us (free(NULL) is a no-op).
+    guard((), || unsafe { libc::free(address) })
+}
+
+/// # Safety
+/// `address` one of ours; `attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_address_query(
+    address: *mut c_void,
+    attr: *mut ucp_worker_address_attr_t,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        if attr.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: forwarded contract.
+        let Some(body) = (unsafe { read_blob(address, ADDR_MAGIC) }) else {
+            return code(Status::InvalidParam);
+        };
+        // SAFETY: writable by contract.
+        let a = unsafe { &mut *attr };
+        if a.field_mask & !UCP_WORKER_ADDRESS_ATTR_FIELD_UID != 0 {
+            return code(Status::InvalidParam);
+        }
+        match ucp::address::WorkerAddress::decode(body) {
+            Ok(d) => {
+                if a.field_mask & UCP_WORKER_ADDRESS_ATTR_FIELD_UID != 0 {
+                    a.worker_uid = d.uuid;
+                }
+                code(Status::Ok)
+            }
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours; `attr` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_query(
+    worker: *mut CWorker,
+    attr: *mut ucp_worker_attr_t,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if attr.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: writable by contract.
+        let a = unsafe { &mut *attr };
+        if a.field_mask & !UCP_WORKER_ATTR_FIELDS != 0 {
+            return code(Status::InvalidParam);
+        }
+        let has = |b: u64| a.field_mask & b != 0;
+        if has(UCP_WORKER_ATTR_FIELD_THREAD_MODE) {
+            a.thread_mode = w.thread_mode;
+        }
+        if has(UCP_WORKER_ATTR_FIELD_ADDRESS) {
+            let blob = address_blob(w);
+            let p = malloc_copy(&blob);
+            if p.is_null() {
+                return code(Status::NoMemory);
+            }
+            a.address = p;
+            a.address_length = blob.len();
+        }
+        if has(UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER) {
+            a.max_am_header = ucp::worker::am::MAX_AM_HEADER;
+        }
+        if has(UCP_WORKER_ATTR_FIELD_NAME) {
+            write_name(&mut a.name, &w.name);
+        }
+        if has(UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING) {
+            a.max_debug_string = 128;
+        }
+        code(Status::Ok)
+    })
+}
+
+/// # Safety
+/// `worker` ours; `stream` an open `FILE *`.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_print_info(worker: *mut CWorker, stream: *mut c_void) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        if let Some(w) = unsafe { CWorker::from_ptr(worker.cast()) } {
+            let s = w.with(|wk| {
+                format!(
+                    "#\n# UCP worker '{}' (Rucx)\n#   transports: {}\n",
+                    w.name,
+                    wk.transports().join(", ")
+                )
+            });
+            fput(stream, &s);
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours; `fd` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_get_efd(worker: *mut CWorker, fd: *mut c_int) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if fd.is_null() {
+            return code(Status::InvalidParam);
+        }
+        match w.with(|wk| wk.event_fd()) {
+            Some(f) => {
+                // SAFETY: writable (checked non-NULL).
+                unsafe { *fd = f };
+                code(Status::Ok)
+            }
+            None => code(Status::Unsupported),
+        }
+    })
+}
+
+fn has_pending(w: &CWorker) -> bool {
+    !lock(&w.am_queue).is_empty()
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_arm(worker: *mut CWorker) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if has_pending(w) {
+            return code(Status::Busy);
+        }
+        match w.with(|wk| wk.arm()) {
+            Ok(()) => code(Status::Ok),
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_wait(worker: *mut CWorker) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        if has_pending(w) {
+            return code(Status::Ok);
+        }
+        // Without the lock while sleeping: arm, then wait on the descriptor.
+        match w.with(|wk| wk.arm().map(|()| wk.event_fd())) {
+            Ok(Some(fd)) => {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, -1) };
+                code(Status::Ok)
+            }
+            Ok(None) | Err(Status::Busy) => code(Status::Ok),
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours; `address` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_wait_mem(worker: *mut CWorker, _address: *mut c_void) {
+    guard((), || {
+        // UCX may return from here spuriously; progressing once keeps RMA emulated by
+        // messages moving while the caller polls memory.
+        // SAFETY: forwarded contract.
+        if let Some(w) = unsafe { CWorker::from_ptr(worker.cast()) } {
+            w.progress();
+        }
+        std::hint::spin_loop();
+    })
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_signal(worker: *mut CWorker) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        if unsafe { CWorker::from_ptr(worker.cast()) }.is_none() {
+            return code(Status::InvalidParam);
+        }
+        code(Status::Unsupported)
+    })
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_fence(worker: *mut CWorker) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        match w.with(|wk| wk.fence(None)) {
+            Ok(()) => code(Status::Ok),
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// Blocks until a `ucp` request finishes, progressing (and dispatching) meanwhile.
+pub(crate) fn wait_id(w: &CWorker, id: ucp::ReqId) -> Status {
+    loop {
+        let s = w.with(|wk| wk.request_status(id));
+        if s != Status::InProgress {
+            w.with(|wk| wk.request_free(id));
+            return s;
+        }
+        w.progress();
+    }
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush(worker: *mut CWorker) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        match w.with(|wk| wk.flush(None)) {
+            Ok(id) => code(wait_id(w, id)),
+            Err(s) => code(s),
+        }
+    })
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush_nb(
+    worker: *mut CWorker,
+    _flags: std::ffi::c_uint,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(crate::status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return crate::status_ptr(Status::InvalidParam);
+        };
+        let p = crate::ops::Post::legacy(request::Cb::Send(cb));
+        p.run(w, |wk| wk.flush(None).map(Some))
+    })
+}
+
+/// # Safety
+/// `worker` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush_nbx(
+    worker: *mut CWorker,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(crate::status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return crate::status_ptr(Status::InvalidParam);
+        };
+        // SAFETY: forwarded contract.
+        let p = match unsafe { crate::ops::Post::nbx(param, crate::ops::CbKind::Send) } {
+            Ok(p) => p,
+            Err(s) => return crate::status_ptr(s),
+        };
+        p.run(w, |wk| wk.flush(None).map(Some))
+    })
+}
+
+/// Stream polling is not provided (docs/c-abi.md).
+///
+/// # Safety
+/// Any arguments.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_worker_poll(
+    _worker: *mut CWorker,
+    _poll_eps: *mut ucp_stream_poll_ep_t,
+    _max_eps: usize,
+    _flags: std::ffi::c_uint,
+) -> isize {
+    code(Status::Unsupported) as isize
+}

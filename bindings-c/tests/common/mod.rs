@@ -1,0 +1,36 @@
+//! Finding the built `libucp.so.0` for tests that run real consumers.
+
+use std::path::PathBuf;
+
+/// A directory holding `libucp.so.0` → our cdylib, for `LD_LIBRARY_PATH`.
+pub fn libucp_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // Integration tests live in target/<profile>/deps; the cdylib is built next to them
+    // (and uplifted to target/<profile>).
+    let deps = exe.parent().expect("deps dir").to_path_buf();
+    let candidates = [
+        deps.join("librucx_bindings_c.so"),
+        deps.parent().unwrap().join("librucx_bindings_c.so"),
+    ];
+    let so = candidates
+        .iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("librucx_bindings_c.so not found in {candidates:?}"))
+        .clone();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rucx-libucp");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libucp.so.0");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&so, &link).unwrap();
+    dir
+}
+
+/// A TCP port free right now.
+#[allow(dead_code)]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
