@@ -238,6 +238,9 @@ impl DataState {
     /// returns the bytes written.
     pub(crate) fn pack(&mut self, off: usize, dst: &mut [u8]) -> usize {
         let n = dst.len().min(self.len().saturating_sub(off));
+        if n == 0 {
+            return 0;
+        }
         match self {
             DataState::Contig(b) => b.read_at(off, &mut dst[..n]),
             DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
@@ -263,6 +266,14 @@ impl DataState {
     pub(crate) fn unpack(&mut self, off: usize, src: &[u8]) -> Result<(), Status> {
         let room = self.len().saturating_sub(off);
         let n = src.len().min(room);
+        if n == 0 {
+            // Past the end (the rest of a truncated message): nothing to write.
+            return if src.is_empty() {
+                Ok(())
+            } else {
+                Err(Status::MessageTruncated)
+            };
+        }
         match self {
             DataState::Contig(b) => b.write_at(off, &src[..n]),
             DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {

@@ -846,8 +846,12 @@ fn endless(p: &mut Peer, role: &str, kind: &str) -> R<String> {
                             .map(Some)
                     }
                 };
+                // A put or get into a same-host peer's mapped memory completes at once,
+                // without the worker: progress as an application between operations does,
+                // which is where a dead peer is noticed.
                 id.map_err(|e| e.to_string())
                     .and_then(|id| p.wait_ok(id, kind))
+                    .and_then(|()| p.progress())
             }
             // The passive side of one-sided and AM traffic only progresses.
             _ => p.progress(),

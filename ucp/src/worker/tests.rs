@@ -121,7 +121,7 @@ fn sizes_around_switch_points(w: &Worker, ep: EpHandle) -> Vec<usize> {
     if let Some((a, b)) = t.zcopy {
         edges.extend([a, b]);
     }
-    if t.rndv < 4 << 20 {
+    if t.rndv <= 4 << 20 {
         edges.push(t.rndv);
     }
     for e in edges {
@@ -1029,7 +1029,10 @@ fn stream_bytes_arrive_in_order_under_random_chunking() {
 fn layouts_rendezvous_memoized_and_evicted() {
     use crate::datatype::{DtLayout, LayoutBuf};
     use crate::dt::Layout;
-    for tls in ["posix,cma;RNDV_LAYOUT_CACHE=1", "tcp;RNDV_LAYOUT_CACHE=1"] {
+    for tls in [
+        "posix,cma;RNDV_LAYOUT_CACHE=1;RNDV_THRESH=8k",
+        "tcp;RNDV_LAYOUT_CACHE=1",
+    ] {
         let (mut a, mut b, ab, _) = pair(tls);
         // Sender: n blocks of `blk` bytes every 2*blk; receivers: contiguous, or blocks of
         // 4*blk every 8*blk. Two sender layouts alternate to exercise the LRU of size 1.
@@ -1114,7 +1117,7 @@ fn layouts_rendezvous_memoized_and_evicted() {
 fn repeated_layout_transfers_send_no_layout_bytes() {
     use crate::datatype::{DtLayout, LayoutBuf};
     use crate::dt::Layout;
-    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=8k");
     let sl = DtLayout::new(&Layout::vector(4096, 1, 2, &Layout::bytes(64)).unwrap()).unwrap();
     let src = pattern(2 * 4096 * 64, 1);
     let mut flat = vec![0u8; 4096 * 64];
