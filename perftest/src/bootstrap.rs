@@ -89,6 +89,21 @@ impl Oob {
         Ok(())
     }
 
+    /// Non-blocking check whether a message has started to arrive (so `recv` will not wait
+    /// for the peer to send one). A closed channel is an error.
+    pub fn readable(&self) -> io::Result<bool> {
+        let mut b = [0u8; 1];
+        self.sock.set_nonblocking(true)?;
+        let r = self.sock.peek(&mut b);
+        self.sock.set_nonblocking(false)?;
+        match r {
+            Ok(0) => Err(peer_gone(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Non-blocking check whether the peer closed the channel (used while spinning).
     pub fn peer_closed(&self) -> bool {
         let mut b = [0u8; 1];

@@ -140,7 +140,7 @@ fn setup(
         .ok_or_else(|| Error::Usage("UCT tests need -x TRANSPORT".into()))?;
     let iface = uct::component::open_by_name(tl, args.device.as_deref(), cfg)
         .map_err(|e| Error::Setup(e.to_string()))?;
-    let layout = match args.layout.as_str() {
+    let layout = match args.layout.as_deref().unwrap_or("short") {
         "short" => Layout::Short,
         "bcopy" => Layout::Bcopy,
         other => {
