@@ -325,6 +325,8 @@ pub(crate) struct Core {
     /// Registrations to release.
     pub(crate) deregs: Vec<(usize, MemH)>,
     pub(crate) flushes: Vec<ReqId>,
+    /// Wire-up requests held back (endpoint, time to send), see `wireup::ep_create`.
+    pub(crate) deferred_reqs: Vec<(usize, u64)>,
     /// Sends that may be complete (an ACK or transport completion arrived).
     pub(crate) finished: Vec<ReqId>,
     pub(crate) completions: VecDeque<Completion>,
@@ -458,6 +460,7 @@ impl Worker {
             puts: VecDeque::new(),
             deregs: Vec::new(),
             flushes: Vec::new(),
+            deferred_reqs: Vec::new(),
             finished: Vec::new(),
             completions: VecDeque::new(),
             am_events: VecDeque::new(),
@@ -674,6 +677,9 @@ impl Worker {
             wireup::accept(ifaces, core, w, addr);
             n += 1;
         }
+        if !core.deferred_reqs.is_empty() {
+            wireup::deferred_requests(core);
+        }
         // Gets and sends first: they queue acknowledgements, sent below in this same call.
         while let Some(id) = core.gets.pop_front() {
             tag::start_get(ifaces, core, id);
@@ -727,6 +733,7 @@ impl Worker {
             n += wireup::progress_flushes(ifaces, core);
         }
         if blocked > 0
+            || !core.deferred_reqs.is_empty()
             || !core.ready.is_empty()
             || !core.flushes.is_empty()
             || !core.rma_queue.is_empty()

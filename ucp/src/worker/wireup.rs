@@ -13,6 +13,35 @@ use crate::proto::wire::{self, Wireup, WIREUP_REP, WIREUP_REQ};
 use crate::request::ReqId;
 use crate::tag::SenderId;
 
+/// How long the larger-uuid side of a tcp pair waits for the other's wire-up request
+/// before sending its own.
+const WIREUP_DEFER_NS: u64 = 20_000_000;
+
+/// Sends the deferred wire-up requests whose time has come, unless the peer's request
+/// paired the endpoint meanwhile.
+pub(super) fn deferred_requests(core: &mut Core) {
+    let now = ucs::time::now_ns();
+    let mut i = 0;
+    while i < core.deferred_reqs.len() {
+        let (ep, at) = core.deferred_reqs[i];
+        let paired = core
+            .eps
+            .get(ep)
+            .is_none_or(|e| e.remote_id.is_some() || e.failed.is_some());
+        if paired {
+            core.deferred_reqs.swap_remove(i);
+        } else if now >= at {
+            core.deferred_reqs.swap_remove(i);
+            core.queue_ctrl(ep, Ctrl::WireupReq);
+        } else {
+            i += 1;
+        }
+    }
+    if !core.deferred_reqs.is_empty() {
+        core.work = true;
+    }
+}
+
 /// Which lanes an endpoint to `peer` uses: `(am, rma)`.
 fn select_lanes(
     ifaces: &mut [Box<dyn Iface>],
@@ -136,7 +165,20 @@ impl Worker {
         let peer = WorkerAddress::decode(addr)?;
         let Worker { ifaces, core, .. } = self;
         let idx = new_ep(ifaces, core, &peer)?;
-        core.queue_ctrl(idx, Ctrl::WireupReq);
+        let network = core.info[core.eps[idx].am.iface].kind == DeviceKind::Network;
+        if network && peer.uuid > core.uuid {
+            // Both sides of a pair usually create endpoints at once (MPI, ucx_perftest).
+            // Over tcp each first send opens a connection, and two crossing ones stay two:
+            // every message then costs an extra ACK segment. So the side with the larger
+            // uuid lets the other speak first: its request pairs our endpoint, and our
+            // answer goes over the connection it opened. It speaks itself only if nothing
+            // came within `WIREUP_DEFER_NS`.
+            let at = ucs::time::now_ns() + WIREUP_DEFER_NS;
+            core.deferred_reqs.push((idx, at));
+            core.work = true;
+        } else {
+            core.queue_ctrl(idx, Ctrl::WireupReq);
+        }
         Ok(EpHandle(idx as u32))
     }
 
