@@ -314,7 +314,7 @@ impl Core {
                     && segs.iter().map(|g| g.len).sum::<u64>() == s.total as u64 =>
             {
                 s.rreq = Some(rreq);
-                s.put = Some((rkey, segs));
+                s.put = Some(Box::new((rkey, segs)));
                 if !s.queued {
                     s.queued = true;
                     self.eps[ep].queue.push_back(id);
@@ -352,7 +352,7 @@ impl Core {
         let ep = self.live_ep(ep)?;
         let id = ReqId(rreq);
         let hash = match self.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => match &rv.rts {
+            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => match rv.rts.as_deref() {
                 Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
                 _ => return Err(Some(ep)),
             },

@@ -435,7 +435,7 @@ pub(super) fn push_send(
                 return Err(Status::InvalidParam);
             };
             let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
-            let (rkey, memh) = match &s.memh {
+            let (rkey, memh) = match s.memh.as_deref() {
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
                     let md = ifaces[rma.iface].md();
@@ -444,7 +444,7 @@ pub(super) fn push_send(
                 }
             };
             if let Some(m) = memh {
-                s.memh = Some((rma.iface, m));
+                s.memh = Some(Box::new((rma.iface, m)));
             }
             let hash = l.dt.hash();
             let e = &mut eps[s.ep];
@@ -496,7 +496,7 @@ pub(super) fn push_send(
             // receiver may read.
             let lo = segs.iter().map(|v| v.addr).min().unwrap_or(0);
             let hi = segs.iter().map(|v| v.addr + v.len).max().unwrap_or(0);
-            let (rkey, memh) = match &s.memh {
+            let (rkey, memh) = match s.memh.as_deref() {
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
                     let md = ifaces[rma.iface].md();
@@ -505,7 +505,7 @@ pub(super) fn push_send(
                 }
             };
             if let Some(m) = memh {
-                s.memh = Some((rma.iface, m));
+                s.memh = Some(Box::new((rma.iface, m)));
             }
             let msg = wire::encode_rts(
                 &FirstHdr {
@@ -553,7 +553,8 @@ pub(super) fn push_send(
                 // The RTR (or RTR_PUT) puts the request back in the queue.
                 return Ok(true);
             };
-            if let Some((rkey, segs)) = s.put.take() {
+            if let Some(put) = s.put.take() {
+                let (rkey, segs) = *put;
                 // Write straight into the receiver's segments; FIN follows completion.
                 let rma = rma.ok_or(Status::Unsupported)?;
                 let iface = &mut ifaces[rma.iface];
@@ -748,7 +749,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
             },
         );
     }
-    if let Some((i, m)) = memh {
+    if let Some((i, m)) = memh.map(|b| *b) {
         let _ = ifaces[i].md().mem_dereg(&m);
     }
     core.complete(id, Status::Ok, None);
@@ -886,7 +887,7 @@ pub(super) fn start_rndv_recv(
     }
     match rts {
         RtsData::Get { .. } => {
-            r.rts = Some(rts);
+            r.rts = Some(Box::new(rts));
             core.gets.push_back(id);
             core.work = true;
         }
@@ -896,7 +897,7 @@ pub(super) fn start_rndv_recv(
             let known = match layout {
                 Some(bytes) => {
                     let bytes = bytes.clone();
-                    r.rts = Some(rts);
+                    r.rts = Some(Box::new(rts));
                     match core.learn_layout(ep, hash, &bytes) {
                         Ok(_) => true,
                         Err(s) => {
@@ -906,7 +907,7 @@ pub(super) fn start_rndv_recv(
                     }
                 }
                 None => {
-                    r.rts = Some(rts);
+                    r.rts = Some(Box::new(rts));
                     let hit = core.cached_layout(ep, hash).is_some();
                     if hit {
                         core.stats.layout_hits += 1;
@@ -944,7 +945,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    let (rkey, segs, layout) = match r.rts.take() {
+    let (rkey, segs, layout) = match r.rts.take().map(|b| *b) {
         Some(RtsData::Get { rkey, segs }) => (rkey, segs, None),
         Some(RtsData::GetLayout {
             rkey, origin, hash, ..
@@ -969,7 +970,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         Some(v) => v,
         None => {
             // Generic data: read into a bounce buffer owned by the request, unpack after.
-            let b = r.bounce.insert(vec![0u8; total]);
+            let b = r.bounce.insert(Box::new(vec![0u8; total]));
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
@@ -1050,7 +1051,7 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
     let rreq = id.0;
     match reg {
         Some((i, m, rkey)) => {
-            r.memh = Some((i, m));
+            r.memh = Some(Box::new((i, m)));
             core.queue_ctrl(
                 ep,
                 Ctrl::RtrPut {
@@ -1071,7 +1072,7 @@ pub(super) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
         return;
     };
     if let Some(m) = r.memh.take() {
-        core.deregs.push(m);
+        core.deregs.push(*m);
         core.work = true;
     }
     r.received = r.expect;

@@ -139,8 +139,9 @@ pub(super) fn new_ep(
     core.uct_eps.insert((am.iface, am.ep), idx);
     core.active[am.iface] = true;
     if let Some(r) = rma {
+        // The memory lane's operations complete as they are posted; its progress only
+        // checks peers, which the idle polling does often enough.
         core.uct_eps.insert((r.iface, r.ep), idx);
-        core.active[r.iface] = true;
     }
     if core.proto_info {
         if let Some(t) = proto_table(core, idx) {
