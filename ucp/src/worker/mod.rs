@@ -274,7 +274,7 @@ pub(crate) struct RecvOp {
     pub(crate) gets: u32,
     pub(crate) rts: Option<Box<crate::proto::wire::RtsData>>,
     /// Bounce buffer for a get into data without addresses (generic datatypes).
-    pub(crate) bounce: Option<Box<Vec<u8>>>,
+    pub(crate) bounce: Option<Vec<u8>>,
     pub(crate) ack_sync: bool,
     /// Put rendezvous: the registration the sender writes into.
     pub(crate) memh: Option<Box<(usize, MemH)>>,

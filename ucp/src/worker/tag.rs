@@ -970,7 +970,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         Some(v) => v,
         None => {
             // Generic data: read into a bounce buffer owned by the request, unpack after.
-            let b = r.bounce.insert(Box::new(vec![0u8; total]));
+            let b = r.bounce.insert(vec![0u8; total]);
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
