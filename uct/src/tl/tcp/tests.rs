@@ -1032,66 +1032,6 @@ fn a_peer_that_never_reads_its_answers_is_disconnected() {
     drop(region);
 }
 
-/// Throughput smoke test (prints, never asserts a timing):
-/// `cargo test --release -p uct tcp::tests::stream_bandwidth -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn stream_bandwidth() {
-    struct Count(usize);
-    impl Handler for Count {
-        fn am(&mut self, _id: u8, _d: &[u8]) {
-            self.0 += 1;
-        }
-    }
-    for size in [8usize, 1024, 8192, 65536] {
-        // A fresh pair per size keeps the runs independent; the receiver runs in a thread.
-        let mut a = open_lo();
-        let mut b = open_lo();
-        let ep = a.ep_connect(b.device_address(), b.iface_address()).unwrap();
-        let n = if size < 1024 {
-            4 << 20
-        } else {
-            (2usize << 30) / size
-        };
-        let rx = std::thread::spawn(move || {
-            let mut c = Count(0);
-            while c.0 < n {
-                b.progress(&mut c);
-            }
-        });
-        let payload = vec![7u8; size];
-        let short = size <= a.attr().am.max_short + 8;
-        let mut ev = Ev::default();
-        let start = Instant::now();
-        let mut sent = 0;
-        while sent < n {
-            let r = if short {
-                a.am_short(ep, 1, 0, &payload[8..])
-            } else {
-                a.am_bcopy(ep, 1, &mut |buf| {
-                    buf[..size].copy_from_slice(&payload);
-                    size
-                })
-                .map(drop)
-            };
-            match r {
-                Ok(()) => sent += 1,
-                Err(Status::NoResource) => {
-                    a.progress(&mut ev);
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-        rx.join().unwrap();
-        let secs = start.elapsed().as_secs_f64();
-        println!(
-            "tcp/lo {size:>6} B {}: {:>8.1} MB/s, {:>6.2} Mmsg/s",
-            if short { "short" } else { "bcopy" },
-            (n * size) as f64 / secs / 1e6,
-            n as f64 / secs / 1e6
-        );
-    }
-}
 
 /// Keepalive is on for every connection, with the configured timing, so a peer host that
 /// vanishes without a reset is still detected (the probes themselves are the kernel's).
