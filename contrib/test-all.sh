@@ -3,13 +3,14 @@
 # system packages the tests need: iproute2/procps (network namespaces, process checks),
 # gcc (the C ABI conformance test compiles against UCX's headers), and Debian's UCX 1.13
 # (`libucx-dev` for those headers, `ucx-utils` for the unmodified `ucx_perftest` that the
-# C ABI tests run over our libucp.so.0).
+# C ABI tests run over our libucp.so.0), OpenMPI 4.1.4 and pkg-config (MPI programs and a
+# C example built against our headers, run over our library).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 # Packages the test suite uses; add them here as tests come to need them.
-for pkg in iproute2 procps gcc libucx-dev ucx-utils; do
+for pkg in iproute2 procps gcc pkgconf libucx-dev ucx-utils openmpi-bin libopenmpi-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

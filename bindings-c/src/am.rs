@@ -80,7 +80,8 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
                 let p = v.as_mut_ptr().cast::<c_void>();
                 // SAFETY: the application's AM callback, called as ucp.h specifies; the
                 // header and data are valid for the call (and the data after it when kept).
-                let s = unsafe { cb(arg, hdr_ptr, hdr.len(), p, v.len(), &param) };
+                let s =
+                    ucs_status_t::from(unsafe { cb(arg, hdr_ptr, hdr.len(), p, v.len(), &param) });
                 if persistent && s == code(Status::InProgress) {
                     w.with_inner(|i| {
                         i.held.insert(p as usize, v);
@@ -98,7 +99,9 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
                     in_cb: true,
                 }));
                 // SAFETY: as above; the descriptor is ours, for ucp_am_recv_data_nbx.
-                let s = unsafe { cb(arg, hdr_ptr, hdr.len(), d.cast(), len, &param) };
+                let s = ucs_status_t::from(unsafe {
+                    cb(arg, hdr_ptr, hdr.len(), d.cast(), len, &param)
+                });
                 // SAFETY: d is live: only we free it while in_cb is set.
                 let desc = unsafe { &mut *d };
                 desc.in_cb = false;

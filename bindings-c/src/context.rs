@@ -373,12 +373,15 @@ pub unsafe extern "C" fn ucp_init_version(
                 .iter()
                 .map(|r| format!("{}/{}", r.tl, r.device))
                 .collect();
-            eprintln!(
-                "[rucx] libucp.so.0 (Rucx {}) serving pid {}: ucp_init, transports {}",
+            // One write(2), so that lines of processes sharing a stderr do not interleave.
+            let line = format!(
+                "[rucx] libucp.so.0 (Rucx {}) serving pid {}: ucp_init, transports {}\n",
                 env!("CARGO_PKG_VERSION"),
                 std::process::id(),
                 tls.join(",")
             );
+            use std::io::Write as _;
+            let _ = std::io::stderr().lock().write_all(line.as_bytes());
         }
         let c = CContext {
             magic: CONTEXT_MAGIC,

@@ -87,7 +87,7 @@ impl UnpackState for CState {
                 let s = unsafe { f(self.state, offset, src.as_ptr().cast(), src.len()) };
                 match s {
                     0 => Ok(()),
-                    s => Err(Status::from_code(s as i8).unwrap_or(Status::IoError)),
+                    s => Err(Status::from_code(s).unwrap_or(Status::IoError)),
                 }
             }
             None => Err(Status::Unsupported),
@@ -182,6 +182,8 @@ pub(crate) unsafe fn data(
                 count,
             })
         }
+        // SAFETY: forwarded (a layout handle from ucpx_dt_create_*, checked by magic).
+        crate::ext::UCPX_DATATYPE_LAYOUT => unsafe { crate::ext::layout_data(buffer, count, dt) },
         _ => Err(Status::Unsupported),
     }
 }

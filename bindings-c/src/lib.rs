@@ -15,6 +15,7 @@ mod am;
 mod context;
 mod dt;
 mod ep;
+mod ext;
 mod ops;
 mod request;
 mod worker;

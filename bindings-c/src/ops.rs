@@ -1088,22 +1088,26 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
         if result.is_null() || (op_size != 4 && op_size != 8) {
             return status_ptr(Status::InvalidParam);
         }
-        let (op, compare) = match opcode {
-            UCP_ATOMIC_FETCH_OP_FADD => (AtomicOp::Add, 0),
-            UCP_ATOMIC_FETCH_OP_SWAP => (AtomicOp::Swap, 0),
-            // The compare value is in *result on input.
-            // SAFETY: result holds one operand.
-            UCP_ATOMIC_FETCH_OP_CSWAP => (AtomicOp::Cswap, unsafe { operand(result, op_size) }),
-            UCP_ATOMIC_FETCH_OP_FAND => (AtomicOp::And, 0),
-            UCP_ATOMIC_FETCH_OP_FOR => (AtomicOp::Or, 0),
-            UCP_ATOMIC_FETCH_OP_FXOR => (AtomicOp::Xor, 0),
+        // (operand, compare): for CSWAP, `value` is the condition and `*result` on input is
+        // the value swapped in (ucp.h: "In the case of CSWAP this is the conditional for the
+        // swap"; "the value in result will be swapped into the remote_addr").
+        let (op, operand_v, compare) = match opcode {
+            UCP_ATOMIC_FETCH_OP_FADD => (AtomicOp::Add, value, 0),
+            UCP_ATOMIC_FETCH_OP_SWAP => (AtomicOp::Swap, value, 0),
+            UCP_ATOMIC_FETCH_OP_CSWAP => {
+                // SAFETY: result holds one operand of `op_size` bytes (checked above).
+                (AtomicOp::Cswap, unsafe { operand(result, op_size) }, value)
+            }
+            UCP_ATOMIC_FETCH_OP_FAND => (AtomicOp::And, value, 0),
+            UCP_ATOMIC_FETCH_OP_FOR => (AtomicOp::Or, value, 0),
+            UCP_ATOMIC_FETCH_OP_FXOR => (AtomicOp::Xor, value, 0),
             _ => return status_ptr(Status::InvalidParam),
         };
         atomic(
             ep,
             op,
             op_size,
-            value,
+            operand_v,
             compare,
             remote_addr,
             rkey,

@@ -8,6 +8,10 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 pub type ucs_status_t = c_int;
+/// `ucs_status_t` as a C function *returns* it to us: UCX declares the enum packed (one
+/// byte), so only the low byte of the return register is defined. Callbacks we call that
+/// return a status are typed with this, and widened with `ucs_status_t::from`.
+pub type ucs_status_ret_t = i8;
 pub type ucs_status_ptr_t = *mut c_void;
 pub type ucp_datatype_t = u64;
 pub type ucp_tag_t = u64;
@@ -196,7 +200,7 @@ pub type ucp_am_recv_callback_t = Option<
         *mut c_void,
         usize,
         *const ucp_am_recv_param_t,
-    ) -> ucs_status_t,
+    ) -> ucs_status_ret_t,
 >;
 
 #[repr(C)]
@@ -399,7 +403,7 @@ pub struct ucp_generic_dt_ops_t {
     pub packed_size: Option<unsafe extern "C" fn(*mut c_void) -> usize>,
     pub pack: Option<unsafe extern "C" fn(*mut c_void, usize, *mut c_void, usize) -> usize>,
     pub unpack:
-        Option<unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> ucs_status_t>,
+        Option<unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize) -> ucs_status_ret_t>,
     pub finish: Option<unsafe extern "C" fn(*mut c_void)>,
 }
 

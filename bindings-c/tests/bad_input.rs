@@ -245,7 +245,7 @@ unsafe extern "C" fn pack(st: *mut c_void, off: usize, dst: *mut c_void, max: us
         k
     }
 }
-unsafe extern "C" fn unpack(st: *mut c_void, off: usize, src: *const c_void, len: usize) -> i32 {
+unsafe extern "C" fn unpack(st: *mut c_void, off: usize, src: *const c_void, len: usize) -> i8 {
     // SAFETY: as for pack.
     unsafe {
         let (b, _) = *st.cast::<(usize, usize)>();

@@ -4,6 +4,7 @@
 #   tag_bw, 1 MiB:     bandwidth, overall, MB/s                (higher is better)
 #
 #   contrib/bench/ucp-tag.sh [-n LAT_ITERS] [-N BW_ITERS] [-r RUNS] [CONFIG...]
+#   LAT_SIZES="8 131072 2097152" contrib/bench/ucp-tag.sh ...   (latency sizes, default 8)
 #
 # CONFIG (default: shm sm tcp) picks the transports, through UCX_TLS as ucx_perftest takes
 # them, the same for both programs:
@@ -69,7 +70,15 @@ median() { awk '$1 != "nan"' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "
 printf '%-4s %-8s %8s %-6s %10s %10s %10s %9s  %s\n' cfg test size stat rucx ucx1.22 ucx1.13 rucx/1.22 unit
 for cfg in "${configs[@]}"; do
   env_of "$cfg" >/dev/null
-  for c in "tag_lat 8 $lat_iters 10000 3 us lower" "tag_bw 1048576 $bw_iters 200 7 MB/s higher"; do
+  cases=()
+  for ls in ${LAT_SIZES:-8}; do
+    # Fewer iterations for large messages: about 2 GB moved per run at most.
+    it=$(( ls > 0 && 2000000000 / ls < lat_iters ? 2000000000 / ls : lat_iters ))
+    [ "$it" -lt 200 ] && it=200
+    cases+=("tag_lat $ls $it $(( it / 20 + 10 )) 3 us lower")
+  done
+  cases+=("tag_bw 1048576 $bw_iters 200 7 MB/s higher")
+  for c in "${cases[@]}"; do
     read -r test size iters warmup col unit better <<<"$c"
     r=() u=() d=()
     for _ in $(seq "$runs"); do

@@ -1,0 +1,492 @@
+//! Rucx's own header set (`bindings-c/include`: `ucp/api/ucp.h` and what it includes, plus
+//! `rucx.h`) and pkg-config file (`rucx.pc.in`):
+//!
+//! * the C example (`contrib/c-example/pingpong.c`) and the extension test
+//!   (`tests/c/layout_dt.c`) build with `pkg-config --cflags --libs rucx` and run over our
+//!   library;
+//! * the ABI program (every size, offset and constant of [`rucx_bindings_c::layouts`] and
+//!   [`rucx_bindings_c::constants`]) compiled against our headers prints our Rust values;
+//! * where Debian's UCX headers are installed: every enumerator, `#define` constant and
+//!   typedef size of our headers equals UCX's, every prototype we declare is compatible with
+//!   UCX's declaration of the same function (the C compiler checks the redeclaration);
+//! * every `ucp_*`/`ucpx_*` symbol the library exports is declared, and every declared
+//!   function is exported.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const DEBIAN_UCP_H: &str = "/usr/include/ucp/api/ucp.h";
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn include_dir() -> PathBuf {
+    crate_dir().join("include")
+}
+
+fn scratch() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-headers");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// A pkg-config directory for the freshly built library: `lib/libucp.so{,.0}` links and
+/// `rucx.pc` made from `rucx.pc.in` (what `bindings-c/gen-pc.sh` does for a cargo profile).
+fn pkg_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(make_pkg_dir).clone()
+}
+
+/// `common::libucp_dir` once per test binary: it re-creates the link, which must not happen
+/// while another test's program is loading the library.
+fn libucp_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(common::libucp_dir).clone()
+}
+
+fn make_pkg_dir() -> PathBuf {
+    let libdir = libucp_dir();
+    let so = std::fs::read_link(libdir.join("libucp.so.0")).unwrap();
+    let dev = libdir.join("libucp.so");
+    let _ = std::fs::remove_file(&dev);
+    std::os::unix::fs::symlink(&so, &dev).unwrap();
+    let dir = scratch().join("pkgconfig");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pc = std::fs::read_to_string(crate_dir().join("rucx.pc.in"))
+        .unwrap()
+        .replace("@prefix@", &libdir.to_string_lossy())
+        .replace("@libdir@", &libdir.to_string_lossy())
+        .replace("@includedir@", &include_dir().to_string_lossy());
+    std::fs::write(dir.join("rucx.pc"), pc).unwrap();
+    dir
+}
+
+/// `pkg-config --cflags --libs rucx` (split into words).
+fn rucx_flags() -> Vec<String> {
+    let dir = pkg_dir();
+    let out = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "rucx"])
+        .env("PKG_CONFIG_PATH", &dir)
+        .output()
+        .expect("run pkg-config");
+    assert!(
+        out.status.success(),
+        "pkg-config --cflags --libs rucx: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let flags: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        flags.iter().any(|f| f == "-lucp")
+            && flags.contains(&format!("-I{}", include_dir().display())),
+        "rucx.pc flags: {flags:?}"
+    );
+    flags
+}
+
+/// Compiles `src` to `exe` with `cc` and extra arguments; panics with the compiler's output.
+fn cc(src: &Path, exe: &Path, args: &[String]) {
+    let out = Command::new("cc")
+        .args([
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror=implicit-function-declaration",
+            "-o",
+        ])
+        .arg(exe)
+        .arg(src)
+        .args(args)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {} {args:?}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `exe` with a time limit, `RUCX_ANNOUNCE=1` and without `LD_LIBRARY_PATH` (the
+/// pkg-config flags carry an rpath to our library).
+fn run_limited(exe: &Path, limit: Duration) -> (bool, String, String) {
+    let dir = scratch();
+    let name = exe.file_name().unwrap().to_string_lossy().to_string();
+    let (o, e) = (
+        dir.join(format!("{name}.out")),
+        dir.join(format!("{name}.err")),
+    );
+    let mut child = Command::new(exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .env("RUCX_ANNOUNCE", "1")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&o).unwrap())
+        .stderr(std::fs::File::create(&e).unwrap())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    let ok = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.success();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (
+        ok,
+        std::fs::read_to_string(o).unwrap_or_default(),
+        std::fs::read_to_string(e).unwrap_or_default(),
+    )
+}
+
+fn announcements(text: &str) -> usize {
+    text.lines()
+        .filter(|l| l.starts_with("[rucx] libucp.so.0 (Rucx "))
+        .count()
+}
+
+/// The C example, built as its Makefile builds it (pkg-config), runs over our library.
+#[test]
+fn c_example_builds_with_pkg_config_and_runs() {
+    if !have("cc") || !have("pkg-config") {
+        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
+        return;
+    }
+    let flags = rucx_flags();
+    let exe = scratch().join("pingpong");
+    let src = crate_dir().join("../contrib/c-example/pingpong.c");
+    cc(&src, &exe, &flags);
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(60));
+    assert!(
+        ok && out.contains("pingpong: OK"),
+        "pingpong failed:\n{out}\n{err}"
+    );
+    assert_eq!(announcements(&err), 2, "both processes on Rucx:\n{err}");
+}
+
+/// `ucpx_dt_create_vector/indexed/subarray` from C: tag send/receive between layouts and
+/// contiguous buffers (eager, rendezvous, count > 1), the `_nb` entry point, put/get with a
+/// layout, and bad input.
+#[test]
+fn layout_datatypes_from_c() {
+    if !have("cc") || !have("pkg-config") {
+        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
+        return;
+    }
+    let flags = rucx_flags();
+    let exe = scratch().join("layout_dt");
+    cc(&crate_dir().join("tests/c/layout_dt.c"), &exe, &flags);
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(60));
+    assert!(
+        ok && out.contains("layout_dt: OK"),
+        "layout_dt failed:\n{out}\n{err}"
+    );
+    assert_eq!(announcements(&err), 1, "{err}");
+}
+
+/// The ABI test's program, compiled against our headers, prints our Rust layout table.
+#[test]
+fn our_headers_match_the_layout_table() {
+    if !have("cc") {
+        println!("SKIP: no C compiler");
+        return;
+    }
+    let layouts = rucx_bindings_c::layouts();
+    let consts = rucx_bindings_c::constants();
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <ucp/api/ucp.h>\n#include <rucx.h>\nint main(void) {\n",
+    );
+    for l in &layouts {
+        if l.field.is_empty() {
+            writeln!(c, "  printf(\"%zu\\n\", sizeof({}));", l.ty).unwrap();
+        } else {
+            writeln!(c, "  printf(\"%zu\\n\", offsetof({}, {}));", l.ty, l.field).unwrap();
+        }
+    }
+    for (n, _) in &consts {
+        writeln!(c, "  printf(\"%lld\\n\", (long long)({n}));").unwrap();
+    }
+    c.push_str("  return 0;\n}\n");
+    let src = scratch().join("abi_ours.c");
+    let exe = scratch().join("abi_ours");
+    std::fs::write(&src, c).unwrap();
+    cc(&src, &exe, &[format!("-I{}", include_dir().display())]);
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let mut bad = Vec::new();
+    for l in &layouts {
+        let v: usize = lines.next().unwrap().parse().unwrap();
+        if v != l.value {
+            bad.push(format!(
+                "{} {}: header {v}, ours {}",
+                l.ty, l.field, l.value
+            ));
+        }
+    }
+    for (n, want) in &consts {
+        let v: i64 = lines.next().unwrap().parse().unwrap();
+        if v != *want {
+            bad.push(format!("{n}: header {v}, ours {want}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "our headers disagree with the shim:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Our header files declaring the ucp API (not `rucx.h`).
+fn ucp_headers() -> Vec<PathBuf> {
+    let inc = include_dir();
+    [
+        "ucp/api/ucp.h",
+        "ucp/api/ucp_def.h",
+        "ucp/api/ucp_compat.h",
+        "ucp/api/ucp_version.h",
+        "ucs/type/status.h",
+        "ucs/type/thread_mode.h",
+        "ucs/type/cpu_set.h",
+        "ucs/memory/memory_type.h",
+        "ucs/config/types.h",
+        "ucs/sys/compiler_def.h",
+    ]
+    .iter()
+    .map(|p| inc.join(p))
+    .collect()
+}
+
+fn strip_comments(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("/*") {
+        out.push_str(&rest[..i]);
+        match rest[i..].find("*/") {
+            Some(j) => rest = &rest[i + j + 2..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Enumerators, argument-less `#define` constants and typedef names of a header.
+fn symbols(text: &str) -> (Vec<String>, Vec<String>) {
+    let text = strip_comments(text);
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut consts = Vec::new();
+    let mut types = Vec::new();
+    let mut in_enum = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.contains("enum") && t.ends_with('{') {
+            in_enum = true;
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix('}') {
+            let name = ident(rest.trim());
+            // (`} cb;` closes a member union, not a type)
+            if name.ends_with("_t") && rest.trim_end().ends_with(';') {
+                types.push(name);
+            }
+            in_enum = false;
+            continue;
+        }
+        if in_enum && t.starts_with("UC") {
+            consts.push(ident(t));
+        }
+        if let Some(rest) = t.strip_prefix("#define ") {
+            let name = ident(rest);
+            let after = &rest[name.len()..];
+            let value = after.trim();
+            let attribute = value.starts_with("__attribute__");
+            if name.starts_with("UC") && !after.starts_with('(') && !value.is_empty() && !attribute
+            {
+                consts.push(name);
+            }
+        }
+        // One-line typedefs; an opaque `typedef struct x x_t;` has no size to compare.
+        let opaque = t.starts_with("typedef struct") && !t.contains('*');
+        if t.starts_with("typedef") && t.ends_with(';') && !t.contains('(') && !opaque {
+            let last = t.trim_end_matches(';').split_whitespace().last().unwrap();
+            types.push(ident(last.trim_start_matches('*')));
+        }
+    }
+    (consts, types)
+}
+
+/// Function prototypes of a header, one normalized line each (no `static inline`).
+fn prototypes(text: &str) -> Vec<(String, String)> {
+    let text = strip_comments(text);
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut v = Vec::new();
+    for stmt in code.split(';') {
+        let stmt = stmt.rsplit(['{', '}']).next().unwrap();
+        let stmt = stmt.split_whitespace().collect::<Vec<_>>().join(" ");
+        if stmt.contains("typedef")
+            || stmt.contains("static")
+            || stmt.starts_with("return")
+            || !stmt.ends_with(')')
+        {
+            continue;
+        }
+        let Some(open) = stmt.find('(') else { continue };
+        let head = &stmt[..open];
+        let name = head
+            .split([' ', '*'])
+            .rfind(|w| !w.is_empty())
+            .unwrap_or("")
+            .to_string();
+        if name.starts_with("ucp_") || name.starts_with("ucpx_") {
+            v.push((name, format!("{stmt};")));
+        }
+    }
+    v
+}
+
+/// Where Debian's UCX headers are installed, every constant and type of ours equals UCX's,
+/// and every prototype of ours is a compatible redeclaration of UCX's.
+#[test]
+fn our_headers_agree_with_ucx_headers() {
+    if !Path::new(DEBIAN_UCP_H).exists() || !have("cc") {
+        println!("SKIP: {DEBIAN_UCP_H} (Debian libucx-dev) or cc not installed");
+        return;
+    }
+    let mut consts = BTreeSet::new();
+    let mut types = BTreeSet::new();
+    let mut protos = Vec::new();
+    for h in ucp_headers() {
+        let text = std::fs::read_to_string(&h).unwrap();
+        let (c, t) = symbols(&text);
+        consts.extend(c);
+        types.extend(t);
+        protos.extend(prototypes(&text));
+    }
+    assert!(consts.len() > 150, "parsed only {} constants", consts.len());
+    assert!(types.len() > 40, "parsed only {} types", types.len());
+    assert!(protos.len() > 90, "parsed only {} prototypes", protos.len());
+    let mut c = String::from("#include <stdio.h>\n#include <ucp/api/ucp.h>\nint main(void) {\n");
+    for n in &consts {
+        writeln!(c, "  printf(\"{n} %lld\\n\", (long long)({n}));").unwrap();
+    }
+    for t in &types {
+        writeln!(c, "  printf(\"sizeof({t}) %zu\\n\", sizeof({t}));").unwrap();
+    }
+    c.push_str("  return 0;\n}\n");
+    let src = scratch().join("consts.c");
+    std::fs::write(&src, &c).unwrap();
+    let run = |inc: Option<PathBuf>, tag: &str| -> String {
+        let exe = scratch().join(format!("consts_{tag}"));
+        let args: Vec<String> = inc.iter().map(|i| format!("-I{}", i.display())).collect();
+        cc(&src, &exe, &args);
+        let out = Command::new(&exe).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let ours = run(Some(include_dir()), "ours");
+    let ucx = run(None, "ucx");
+    let diffs: Vec<String> = ours
+        .lines()
+        .zip(ucx.lines())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("ours `{a}`, UCX `{b}`"))
+        .collect();
+    assert!(diffs.is_empty(), "headers differ:\n{}", diffs.join("\n"));
+
+    // Prototypes: UCX's header, then ours again; the compiler rejects incompatible types.
+    let mut p = String::from("#include <ucp/api/ucp.h>\n");
+    for (_, decl) in &protos {
+        p.push_str(decl);
+        p.push('\n');
+    }
+    let src = scratch().join("protos.c");
+    std::fs::write(&src, &p).unwrap();
+    let out = Command::new("cc")
+        .args(["-fsyntax-only", "-Wno-deprecated-declarations"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "our prototypes conflict with UCX's:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "{} constants, {} types and {} prototypes agree with UCX 1.13's headers",
+        consts.len(),
+        types.len(),
+        protos.len()
+    );
+}
+
+/// Every exported `ucp_*`/`ucpx_*` function is declared in our headers and vice versa.
+#[test]
+fn exports_and_declarations_agree() {
+    if !have("nm") {
+        println!("SKIP: nm not installed");
+        return;
+    }
+    let so = std::fs::read_link(libucp_dir().join("libucp.so.0")).unwrap();
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .unwrap();
+    let exported: BTreeSet<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
+            (kind == "T" && (name.starts_with("ucp_") || name.starts_with("ucpx_")))
+                .then(|| name.to_string())
+        })
+        .collect();
+    let mut declared = BTreeSet::new();
+    for h in ucp_headers()
+        .into_iter()
+        .chain([include_dir().join("rucx.h")])
+    {
+        let text = std::fs::read_to_string(&h).unwrap();
+        declared.extend(prototypes(&text).into_iter().map(|(n, _)| n));
+    }
+    let undeclared: Vec<_> = exported.difference(&declared).collect();
+    let missing: Vec<_> = declared.difference(&exported).collect();
+    assert!(
+        undeclared.is_empty() && missing.is_empty(),
+        "exported but not declared: {undeclared:?}\ndeclared but not exported: {missing:?}"
+    );
+}

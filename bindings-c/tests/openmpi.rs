@@ -1,0 +1,177 @@
+//! Debian's OpenMPI 4.1.4 (`pml ucx`, `osc ucx`), unmodified, over our `libucp.so.0`: MPI
+//! programs of ours (`bindings-c/mpi/*.c`), compiled with `mpicc`, each verifying its data and
+//! printing `<name>: OK` from rank 0. Every rank must announce (through `RUCX_ANNOUNCE=1`)
+//! that Rucx's library served it. Skips with a message when `mpicc`/`mpirun` are missing.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The runs share two cores and busy-poll: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    match (which("mpicc"), which("mpirun")) {
+        (Some(cc), Some(run)) => Some((cc, run)),
+        _ => {
+            eprintln!(
+                "SKIPPED: mpicc/mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)"
+            );
+            None
+        }
+    }
+}
+
+/// Compiles `bindings-c/mpi/<name>.c` into the test's scratch directory.
+fn compile(mpicc: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("mpi")
+        .join(format!("{name}.c"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new(mpicc)
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run mpicc");
+    assert!(
+        out.status.success(),
+        "mpicc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// `mpirun -np <np>` of `exe` over our library, killed after `limit`; returns (ok, stdout,
+/// stderr).
+fn mpirun(
+    mpirun: &Path,
+    np: usize,
+    osc: bool,
+    exe: &Path,
+    limit: Duration,
+) -> (bool, String, String) {
+    let lib = common::libucp_dir();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi");
+    let name = exe.file_name().unwrap().to_string_lossy().to_string();
+    let (outp, errp) = (
+        dir.join(format!("{name}.out")),
+        dir.join(format!("{name}.err")),
+    );
+    let mut c = Command::new(mpirun);
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        &np.to_string(),
+    ])
+    // Local launch without ssh/rsh; only the self BTL (pml ucx carries all
+    // point-to-point traffic).
+    .args(["--mca", "plm", "isolated", "--mca", "btl", "self"])
+    .args(["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any"])
+    .args(["--mca", "pml_ucx_devices", "any"]);
+    if osc {
+        c.args(["--mca", "osc", "ucx"]);
+    }
+    c.args(["-x", "LD_LIBRARY_PATH", "-x", "RUCX_ANNOUNCE"])
+        .arg(exe)
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("RUCX_ANNOUNCE", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&outp).unwrap())
+        .stderr(std::fs::File::create(&errp).unwrap());
+    let mut child = c.spawn().expect("spawn mpirun");
+    let start = Instant::now();
+    let ok = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.success();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let timed_out = start.elapsed() > limit;
+    let mut err = std::fs::read_to_string(&errp).unwrap_or_default();
+    if timed_out {
+        err.push_str(&format!("\n(killed after {limit:?})"));
+    }
+    (ok, std::fs::read_to_string(&outp).unwrap_or_default(), err)
+}
+
+/// Runs program `name` on `np` ranks and checks its success line and our announcements.
+fn run(name: &str, np: usize, osc: bool) {
+    let Some((cc, run)) = tools() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = compile(&cc, name);
+    let (ok, out, err) = mpirun(&run, np, osc, &exe, Duration::from_secs(60));
+    let all = format!("{out}\n{err}");
+    assert!(
+        ok && out.contains(&format!("{name}: OK")),
+        "{name} (-np {np}) failed:\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    // Every rank's process loaded Rucx's libucp (osc ucx makes a second context: count pids).
+    let pids: BTreeSet<&str> = all
+        .lines()
+        .filter_map(|l| l.split("[rucx] libucp.so.0 (Rucx ").nth(1))
+        .filter_map(|l| l.split("serving pid ").nth(1))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(
+        pids.len(),
+        np,
+        "{name}: expected {np} Rucx announcements (one per rank), got {pids:?}:\n{all}"
+    );
+    eprintln!("{name}: {}", out.trim());
+}
+
+/// Blocking, non-blocking and synchronous sends, 0 B .. 64 MiB, data checked both ways.
+#[test]
+fn mpi_p2p_sizes_and_modes() {
+    run("p2p", 2, false);
+}
+
+/// MPI_ANY_SOURCE/MPI_ANY_TAG, MPI_Probe/Iprobe/Mprobe+Mrecv/Improbe+Imrecv, MPI_Cancel.
+#[test]
+fn mpi_wildcards_probe_cancel() {
+    run("match", 2, false);
+}
+
+/// MPI_Type_vector/indexed/create_subarray (generic datatypes in pml ucx), eager and
+/// rendezvous, into the type and into contiguous.
+#[test]
+fn mpi_derived_datatypes() {
+    run("dtypes", 2, false);
+}
+
+/// 4 ranks: MPI_Alltoall, MPI_Alltoallv and an Isend/Irecv all-to-all.
+#[test]
+fn mpi_alltoall_4_ranks() {
+    run("alltoall", 4, false);
+}
+
+/// osc ucx: MPI_Put/MPI_Get/MPI_Accumulate/MPI_Fetch_and_op/MPI_Compare_and_swap.
+#[test]
+fn mpi_rma_osc_ucx() {
+    run("rma", 2, true);
+}
