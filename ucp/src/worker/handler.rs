@@ -352,10 +352,12 @@ impl Core {
         let ep = self.live_ep(ep)?;
         let id = ReqId(rreq);
         let hash = match self.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => match rv.rts.as_deref() {
-                Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
-                _ => return Err(Some(ep)),
-            },
+            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
+                match rv.rts.as_deref() {
+                    Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
+                    _ => return Err(Some(ep)),
+                }
+            }
             _ => return Err(Some(ep)),
         };
         self.learn_layout(ep, hash, r.rest())

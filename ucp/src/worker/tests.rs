@@ -1150,4 +1150,3 @@ fn repeated_layout_transfers_send_no_layout_bytes() {
     assert_eq!(b.stats().layout_hits, 19);
     assert_eq!(a.stats().rndv_get, 20);
 }
-

@@ -1032,7 +1032,6 @@ fn a_peer_that_never_reads_its_answers_is_disconnected() {
     drop(region);
 }
 
-
 /// Keepalive is on for every connection, with the configured timing, so a peer host that
 /// vanishes without a reset is still detected (the probes themselves are the kernel's).
 #[test]
