@@ -95,6 +95,15 @@ impl Region {
         }
     }
 
+    /// Writes `v` (native endian) at `off`, which must leave room for 8 bytes. Only while no
+    /// operation on the region is in flight.
+    pub fn set_u64(&self, off: usize, v: u64) {
+        assert!(off + 8 <= self.len, "set_u64 outside the region");
+        // SAFETY: the 8 bytes at `off` lie inside the live allocation (checked); an
+        // unaligned raw write, no reference made.
+        unsafe { self.ptr.as_ptr().add(off).cast::<u64>().write_unaligned(v) }
+    }
+
     /// Sets every byte to `b`. Only while no operation on the region is in flight.
     pub fn clear(&self, b: u8) {
         // SAFETY: `len` bytes from `ptr` are the live allocation; a raw write.

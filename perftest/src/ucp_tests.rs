@@ -30,7 +30,14 @@ use crate::report::{Kind, Reporter};
 use crate::{Error, Role};
 
 /// The UCP tests, by name.
-pub const TESTS: &[&str] = &["tag_lat", "tag_bw", "tag_sync_lat", "tag_sync_bw"];
+pub const TESTS: &[&str] = &[
+    "tag_lat",
+    "tag_bw",
+    "tag_sync_lat",
+    "tag_sync_bw",
+    "ucp_put_lat",
+    "ucp_am_lat",
+];
 
 /// The data messages' tag (ucx_perftest's).
 const TAG: u64 = 0x1337_a880;
@@ -48,6 +55,8 @@ const BW_WINDOW: usize = 32;
 /// What a UCP test does, from the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Plan {
+    /// `ucp_put_lat` / `ucp_am_lat` instead of a tag test.
+    op: OpKind,
     latency: bool,
     sync: bool,
     /// Total message size and its iov entries.
@@ -61,13 +70,23 @@ struct Plan {
     validate: bool,
 }
 
+/// Which API a test measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    Tag,
+    Put,
+    Am,
+}
+
 /// Checks a UCP test's options (both sides run it; the client before starting a server).
 fn plan(args: &Args) -> Result<Plan, String> {
-    let (latency, sync) = match args.test() {
-        "tag_lat" => (true, false),
-        "tag_bw" => (false, false),
-        "tag_sync_lat" => (true, true),
-        "tag_sync_bw" => (false, true),
+    let (op, latency, sync) = match args.test() {
+        "tag_lat" => (OpKind::Tag, true, false),
+        "tag_bw" => (OpKind::Tag, false, false),
+        "tag_sync_lat" => (OpKind::Tag, true, true),
+        "tag_sync_bw" => (OpKind::Tag, false, true),
+        "ucp_put_lat" => (OpKind::Put, true, false),
+        "ucp_am_lat" => (OpKind::Am, true, false),
         t => return Err(format!("unknown UCP test '{t}' ({})", TESTS.join(", "))),
     };
     let parts = args.msg_sizes()?;
@@ -81,7 +100,11 @@ fn plan(args: &Args) -> Result<Plan, String> {
         (0, true) => 1,
         (n, _) => n as usize,
     };
+    if op == OpKind::Put && size < 8 {
+        return Err("ucp_put_lat needs messages of at least 8 bytes (the counter)".into());
+    }
     Ok(Plan {
+        op,
         latency,
         sync,
         size,
@@ -342,6 +365,17 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
     let tx = Msgs::new(&plan, plan.send_dt, tx_slots)?;
     let rx = Msgs::new(&plan, plan.recv_dt, rx_slots)?;
     let mut s = setup(&plan, oob)?;
+    match plan.op {
+        OpKind::Put => {
+            put_lat(args, role, &mut s, oob)?;
+            return s.barrier(oob);
+        }
+        OpKind::Am => {
+            am_lat(args, role, &mut s, &tx, &rx, oob)?;
+            return s.barrier(oob);
+        }
+        OpKind::Tag => {}
+    }
     match (plan.latency, role) {
         (true, Role::Client) => lat_client(args, &mut s, &tx, &rx, oob)?,
         (true, Role::Server) => lat_server(args, &mut s, &tx, &rx, oob)?,
@@ -349,6 +383,221 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
         (false, Role::Server) => bw_server(args, &plan, &mut s, &rx, oob)?,
     }
     s.barrier(oob)
+}
+
+/// Reports one iteration of a latency loop on the client.
+struct LatClock {
+    rep: Reporter,
+    last: u64,
+    next_report: u64,
+    report_every: u64,
+}
+
+impl LatClock {
+    fn new(args: &Args, size: usize) -> LatClock {
+        let rep = Reporter::new(Kind::Latency, size, args.rank, args.final_only, args.csv);
+        rep.header();
+        let report_every = (1e9 * ucs::time::cycles_per_ns()) as u64;
+        let last = ucs::time::cycles();
+        LatClock {
+            rep,
+            last,
+            next_report: last + report_every,
+            report_every,
+        }
+    }
+
+    #[inline(always)]
+    fn tick(&mut self, i: u64, warmup: u64) {
+        let now = ucs::time::cycles();
+        if i >= warmup {
+            self.rep.sample_cycles(now.wrapping_sub(self.last));
+            if now >= self.next_report {
+                self.rep.interval();
+                self.next_report = now + self.report_every;
+            }
+        } else if i + 1 == warmup {
+            self.next_report = now + self.report_every;
+        }
+        self.last = now;
+    }
+}
+
+/// `ucp_put_lat`, as ucx_perftest runs it: each side maps a region (worker-allocated, so a
+/// same-host peer maps it and puts are stores); the client puts the message with counter
+/// `i+1` in its last 8 bytes into the server's region and waits for the same counter to
+/// appear in its own; the server waits for it in its region and puts it back.
+fn put_lat(args: &Args, role: Role, s: &mut Side, oob: &mut Oob) -> Result<(), Error> {
+    let size = s.size;
+    let h = s
+        .worker
+        .mem_map(None, size)
+        .map_err(|e| Error::Setup(format!("mem_map: {e}")))?;
+    let blob = s
+        .worker
+        .rkey_pack(h)
+        .map_err(|e| Error::Setup(format!("rkey_pack: {e}")))?;
+    oob.send(&blob).map_err(Error::Oob)?;
+    let peer = oob.recv().map_err(Error::Oob)?;
+    let rk = s
+        .worker
+        .rkey_unpack(s.ep, &peer)
+        .map_err(|e| Error::Setup(format!("rkey_unpack: {e}")))?;
+    let remote = rk.bounds().0;
+    let src = Region::new(size).map_err(Error::Setup)?;
+    let data = src.data(None);
+    let counter_at = size - 8;
+    let put = |s: &mut Side, i: u64, oob: &Oob| -> Result<(), Error> {
+        src.set_u64(counter_at, i + 1);
+        let r = s
+            .worker
+            .put(s.ep, &data, remote, &rk, SendParams::default())
+            .map_err(|e| Error::Peer(format!("put failed: {e}")))?;
+        if let Some(id) = r {
+            s.wait(id, oob)?;
+        }
+        Ok(())
+    };
+    let await_counter = |s: &mut Side, i: u64, oob: &Oob| -> Result<(), Error> {
+        let mut b = [0u8; 8];
+        loop {
+            s.worker
+                .mem_read(h, counter_at, &mut b)
+                .map_err(|e| Error::Peer(format!("mem_read: {e}")))?;
+            if u64::from_ne_bytes(b) == i + 1 {
+                return Ok(());
+            }
+            s.progress(oob)?;
+        }
+    };
+    let warmup = args.warmup;
+    let total = warmup + args.iters();
+    if role == Role::Client {
+        let mut clock = LatClock::new(args, size);
+        for i in 0..total {
+            put(s, i, oob)?;
+            await_counter(s, i, oob)?;
+            clock.tick(i, warmup);
+        }
+        clock.rep.finish();
+    } else {
+        for i in 0..total {
+            await_counter(s, i, oob)?;
+            put(s, i, oob)?;
+        }
+    }
+    // Both sides are done with the other's region before either unmaps.
+    s.barrier(oob)?;
+    s.worker
+        .mem_unmap(h)
+        .map_err(|e| Error::Peer(format!("mem_unmap: {e}")))
+}
+
+/// `ucp_am_lat`: the client sends an active message to handler 0; the server answers with
+/// one of the same size, from inside the handler when the data came eagerly, or once
+/// `am_recv_data` has received it when it came by rendezvous; the client counts answers.
+fn am_lat(
+    args: &Args,
+    role: Role,
+    s: &mut Side,
+    tx: &Msgs,
+    rx: &Msgs,
+    oob: &Oob,
+) -> Result<(), Error> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    let (txd, _) = tx.slot(0);
+    let (rxd, _) = rx.slot(0);
+    let count = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    // Rendezvous receives started by the handler, counted when they complete.
+    let pending: Arc<Mutex<Vec<ReqId>>> = Arc::default();
+    let server = role == Role::Server;
+    {
+        let (count, failed, pending) = (
+            Arc::clone(&count),
+            Arc::clone(&failed),
+            Arc::clone(&pending),
+        );
+        let (ep, reply, into) = (s.ep, txd.clone(), rxd.clone());
+        s.worker.am_set_handler(
+            0,
+            Some(Box::new(move |w: &mut Worker, ev: ucp::AmEvent| {
+                match ev.data {
+                    ucp::AmData::Eager(v) => {
+                        w.am_recycle(v);
+                        // The answer goes out from inside the handler, as UCX's does.
+                        if server && w.am_send(ep, 0, &[], &reply, Default::default()).is_err() {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ucp::AmData::Rndv(r) => match w.am_recv_data(r, &into, RecvParams::default()) {
+                        Ok(id) => pending.lock().expect("not poisoned").push(id),
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                }
+            })),
+        );
+    }
+    let warmup = args.warmup;
+    let total = warmup + args.iters();
+    let wait_for = |s: &mut Side, n: u64, oob: &Oob| -> Result<(), Error> {
+        while count.load(Ordering::Relaxed) < n {
+            if failed.load(Ordering::Relaxed) > 0 {
+                return Err(Error::Peer(
+                    "an active-message receive or answer failed".into(),
+                ));
+            }
+            s.progress(oob)?;
+            let done: Vec<ReqId> = {
+                let mut p = pending.lock().expect("not poisoned");
+                if p.is_empty() {
+                    continue;
+                }
+                let (d, rest): (Vec<ReqId>, Vec<ReqId>) = p
+                    .iter()
+                    .partition(|&&id| s.worker.request_status(id) != Status::InProgress);
+                *p = rest;
+                d
+            };
+            for id in done {
+                s.finish(id, s.worker.request_status(id))?;
+                if server {
+                    if let Some(r) = s
+                        .worker
+                        .am_send(s.ep, 0, &[], rxd, Default::default())
+                        .map_err(|e| Error::Peer(format!("am send failed: {e}")))?
+                    {
+                        s.wait(r, oob)?;
+                    }
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    };
+    if role == Role::Client {
+        let mut clock = LatClock::new(args, s.size);
+        for i in 0..total {
+            let r = s
+                .worker
+                .am_send(s.ep, 0, &[], txd, Default::default())
+                .map_err(|e| Error::Peer(format!("am send failed: {e}")))?;
+            if let Some(id) = r {
+                s.wait(id, oob)?;
+            }
+            wait_for(s, i + 1, oob)?;
+            clock.tick(i, warmup);
+        }
+        clock.rep.finish();
+    } else {
+        wait_for(s, total, oob)?;
+    }
+    s.worker.am_set_handler(0, None);
+    Ok(())
 }
 
 /// The seed of the server's answer to message `i`.
