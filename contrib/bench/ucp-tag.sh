@@ -5,6 +5,8 @@
 #
 #   contrib/bench/ucp-tag.sh [-n LAT_ITERS] [-N BW_ITERS] [-r RUNS] [CONFIG...]
 #   LAT_SIZES="8 131072 2097152" contrib/bench/ucp-tag.sh ...   (latency sizes, default 8)
+#   LAT_TESTS="ucp_put_lat ucp_am_lat" NO_BW=1 contrib/bench/ucp-tag.sh ...  (other 8-byte
+#   latency tests beside tag_lat; NO_BW leaves out tag_bw)
 #
 # CONFIG (default: shm sm tcp) picks the transports, through UCX_TLS as ucx_perftest takes
 # them, the same for both programs:
@@ -77,7 +79,10 @@ for cfg in "${configs[@]}"; do
     [ "$it" -lt 200 ] && it=200
     cases+=("tag_lat $ls $it $(( it / 20 + 10 )) 3 us lower")
   done
-  cases+=("tag_bw 1048576 $bw_iters 200 7 MB/s higher")
+  for t in ${LAT_TESTS:-}; do
+    cases+=("$t 8 $lat_iters 10000 3 us lower")
+  done
+  [ -n "${NO_BW:-}" ] || cases+=("tag_bw 1048576 $bw_iters 200 7 MB/s higher")
   for c in "${cases[@]}"; do
     read -r test size iters warmup col unit better <<<"$c"
     r=() u=() d=()
