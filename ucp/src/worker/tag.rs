@@ -475,7 +475,7 @@ pub(super) fn push_send(
                     e.layouts_sent.clear();
                 }
                 e.layouts_sent.insert(hash);
-                core_stats_layout(stats, l.dt.encoded().len());
+                stats.layout_bytes_sent += l.dt.encoded().len() as u64;
             }
             s.started = true;
             s.offset = total;
@@ -608,7 +608,8 @@ fn get_layout(
     let mut cur = crate::dt::Cursor::new(dt.canon(), 0).map_err(|_| Status::InvalidParam)?;
     let mut segs = Vec::with_capacity(CHUNK);
     let mut remote: Vec<(u64, u64)> = Vec::with_capacity(CHUNK);
-    let (mut li, mut loff) = (0usize, 0usize);
+    let mut cut = IovCutter::default();
+    let mut pieces: Vec<Iov> = Vec::new();
     let mut gather = true;
     loop {
         let n = cur.fill(&mut segs, CHUNK, u64::MAX);
@@ -621,25 +622,8 @@ fn get_layout(
             remote.push((a, g.len));
         }
         // The local pieces for these `n` bytes.
-        let mut pieces: Vec<Iov> = Vec::new();
-        let mut need = n as usize;
-        while need > 0 && li < local.len() {
-            let l = local[li];
-            let take = (l.length - loff).min(need);
-            pieces.push(Iov {
-                buffer: l.buffer.wrapping_add(loff),
-                length: take,
-            });
-            need -= take;
-            loff += take;
-            if loff == l.length {
-                li += 1;
-                loff = 0;
-            }
-        }
-        if need > 0 {
-            return Err(Status::MessageTruncated);
-        }
+        pieces.clear();
+        cut.take(local, n as usize, &mut pieces)?;
         if gather {
             match buf::get_zcopy_iov(iface, ep, &pieces, &remote, rk, comp) {
                 Ok(Done::Now) => continue,
@@ -668,35 +652,50 @@ fn for_each_remote_seg(
     segs: &[RemoteSeg],
     mut f: impl FnMut(&[Iov], u64) -> UcsResult<()>,
 ) -> UcsResult<()> {
-    let mut li = 0usize;
-    let mut loff = 0usize;
+    let mut cut = IovCutter::default();
+    let mut pieces: SmallVec<[Iov; 8]> = SmallVec::new();
     for seg in segs {
-        let mut pieces: SmallVec<[Iov; 8]> = SmallVec::new();
-        let mut need = seg.len as usize;
-        while need > 0 && li < local.len() {
-            let l = local[li];
-            let take = (l.length - loff).min(need);
-            pieces.push(Iov {
-                buffer: l.buffer.wrapping_add(loff),
-                length: take,
-            });
-            need -= take;
-            loff += take;
-            if loff == l.length {
-                li += 1;
-                loff = 0;
-            }
-        }
-        if need > 0 {
-            return Err(Status::MessageTruncated);
-        }
+        pieces.clear();
+        cut.take(local, seg.len as usize, &mut pieces)?;
         f(&pieces, seg.addr)?;
     }
     Ok(())
 }
 
-fn core_stats_layout(stats: &mut super::WorkerStats, n: usize) {
-    stats.layout_bytes_sent += n as u64;
+/// Walks a local iov list, cutting off the pieces that cover the next bytes asked for
+/// (to pair them with remote segments cut differently).
+#[derive(Default)]
+struct IovCutter {
+    /// The current entry, and the offset into it.
+    li: usize,
+    loff: usize,
+}
+
+impl IovCutter {
+    /// Appends to `out` the pieces of `local` covering the next `n` bytes;
+    /// `MessageTruncated` if the list ends first.
+    fn take(&mut self, local: &[Iov], n: usize, out: &mut impl Extend<Iov>) -> UcsResult<()> {
+        let mut need = n;
+        while need > 0 && self.li < local.len() {
+            let l = local[self.li];
+            let take = (l.length - self.loff).min(need);
+            out.extend(std::iter::once(Iov {
+                buffer: l.buffer.wrapping_add(self.loff),
+                length: take,
+            }));
+            need -= take;
+            self.loff += take;
+            if self.loff == l.length {
+                self.li += 1;
+                self.loff = 0;
+            }
+        }
+        if need > 0 {
+            Err(Status::MessageTruncated)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// The AM id and bytes of an RTS: a tag RTS, or an AM RTS with its prefix.
