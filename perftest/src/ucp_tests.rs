@@ -36,6 +36,7 @@ pub const TESTS: &[&str] = &[
     "tag_sync_lat",
     "tag_sync_bw",
     "ucp_put_lat",
+    "ucp_put_bw",
     "ucp_am_lat",
 ];
 
@@ -86,6 +87,7 @@ fn plan(args: &Args) -> Result<Plan, String> {
         "tag_sync_lat" => (OpKind::Tag, true, true),
         "tag_sync_bw" => (OpKind::Tag, false, true),
         "ucp_put_lat" => (OpKind::Put, true, false),
+        "ucp_put_bw" => (OpKind::Put, false, false),
         "ucp_am_lat" => (OpKind::Am, true, false),
         t => return Err(format!("unknown UCP test '{t}' ({})", TESTS.join(", "))),
     };
@@ -366,8 +368,12 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
     let rx = Msgs::new(&plan, plan.recv_dt, rx_slots)?;
     let mut s = setup(&plan, oob)?;
     match plan.op {
-        OpKind::Put => {
+        OpKind::Put if plan.latency => {
             put_lat(args, role, &mut s, oob)?;
+            return s.barrier(oob);
+        }
+        OpKind::Put => {
+            put_bw(args, &plan, role, &mut s, oob)?;
             return s.barrier(oob);
         }
         OpKind::Am => {
@@ -487,6 +493,82 @@ fn put_lat(args: &Args, role: Role, s: &mut Side, oob: &mut Oob) -> Result<(), E
         }
     }
     // Both sides are done with the other's region before either unmaps.
+    s.barrier(oob)?;
+    s.worker
+        .mem_unmap(h)
+        .map_err(|e| Error::Peer(format!("mem_unmap: {e}")))
+}
+
+/// `ucp_put_bw`: the client keeps up to `-O` puts of the message in flight into the
+/// server's mapped region, then flushes the endpoint; bandwidth is counted up to the flush.
+/// The server only progresses (a same-host peer's region is written with stores, a remote
+/// one through messages the server executes).
+fn put_bw(args: &Args, plan: &Plan, role: Role, s: &mut Side, oob: &mut Oob) -> Result<(), Error> {
+    let size = s.size;
+    let h = s
+        .worker
+        .mem_map(None, size)
+        .map_err(|e| Error::Setup(format!("mem_map: {e}")))?;
+    let blob = s
+        .worker
+        .rkey_pack(h)
+        .map_err(|e| Error::Setup(format!("rkey_pack: {e}")))?;
+    oob.send(&blob).map_err(Error::Oob)?;
+    let peer = oob.recv().map_err(Error::Oob)?;
+    let rk = s
+        .worker
+        .rkey_unpack(s.ep, &peer)
+        .map_err(|e| Error::Setup(format!("rkey_unpack: {e}")))?;
+    if role == Role::Client {
+        let remote = rk.bounds().0;
+        let src = Region::new(size).map_err(Error::Setup)?;
+        let data = src.data(None);
+        let mut rep = Reporter::new(Kind::Bandwidth, size, args.rank, args.final_only, args.csv);
+        rep.header();
+        let mut inflight: Vec<Option<ReqId>> = vec![None; plan.window];
+        let rate = ucs::time::cycles_per_ns();
+        let report_every = (1e9 * rate) as u64;
+        let warmup = args.warmup;
+        let total = warmup + args.iters();
+        let mut mark = ucs::time::cycles();
+        let mut since = 0u64;
+        for i in 0..total {
+            let slot = (i % plan.window as u64) as usize;
+            if let Some(id) = inflight[slot].take() {
+                s.wait(id, oob)?;
+            }
+            inflight[slot] = s
+                .worker
+                .put(s.ep, &data, remote, &rk, SendParams::default())
+                .map_err(|e| Error::Peer(format!("put failed: {e}")))?;
+            if i < warmup {
+                mark = ucs::time::cycles();
+                continue;
+            }
+            since += 1;
+            if since.is_multiple_of(1024) {
+                let now = ucs::time::cycles();
+                if now - mark >= report_every {
+                    rep.batch(since, ((now - mark) as f64 / rate) as u64);
+                    rep.interval();
+                    mark = now;
+                    since = 0;
+                }
+            }
+        }
+        for id in inflight.iter_mut().filter_map(Option::take) {
+            s.wait(id, oob)?;
+        }
+        let f = s
+            .worker
+            .flush(Some(s.ep))
+            .map_err(|e| Error::Peer(format!("flush failed: {e}")))?;
+        s.wait(f, oob)?;
+        let now = ucs::time::cycles();
+        rep.batch(since, ((now - mark) as f64 / rate) as u64);
+        rep.finish();
+    }
+    // The server serves the puts (message path) until the client is done.
     s.barrier(oob)?;
     s.worker
         .mem_unmap(h)

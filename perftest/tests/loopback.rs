@@ -76,12 +76,12 @@ fn tag_tests_report_sane_numbers() {
     }
 }
 
-/// `ucp_put_lat` and `ucp_am_lat` over shared memory (mapped region, eager AM) and tcp
+/// `ucp_put_lat`, `ucp_put_bw` and `ucp_am_lat` over shared memory (mapped region, eager AM) and tcp
 /// (RMA as checked messages), small and larger messages.
 #[test]
 fn put_and_am_latency_tests_run() {
     for tls in ["posix,cma", "tcp"] {
-        for t in ["ucp_put_lat", "ucp_am_lat"] {
+        for t in ["ucp_put_lat", "ucp_put_bw", "ucp_am_lat"] {
             for size in ["8", "100000"] {
                 final_of(
                     &[("UCX_TLS", tls), ("UCX_NET_DEVICES", "lo")],
