@@ -52,6 +52,10 @@ pub struct Args {
     /// default, as ucx_perftest (32 for tag_bw and tag_sync_bw).
     #[arg(short = 'O', default_value_t = 0)]
     pub outstanding: u32,
+    /// Distance in bytes between consecutive iov entries (`-D iov`), as ucx_perftest's `-i`:
+    /// the entries of `-s` then lie with gaps of this size between them.
+    #[arg(short = 'i', default_value_t = 0)]
+    pub iov_gap: usize,
     /// UCP tag tests: receive with a wildcard tag (mask 0).
     #[arg(short = 'C')]
     pub wildcard: bool,
@@ -143,6 +147,7 @@ impl Args {
         opt("-w", self.warmup.to_string());
         opt("-R", self.rank.to_string());
         opt("-O", self.outstanding.to_string());
+        opt("-i", self.iov_gap.to_string());
         for (on, flag) in [
             (self.final_only, "-f"),
             (self.csv, "-v"),

@@ -67,6 +67,12 @@ impl Region {
     /// list of `parts`' lengths laid back to back from the start, as `ucx_perftest` splits
     /// its buffer for `-D iov`. Panics if `parts` add up to more than the region.
     pub fn data(&self, parts: Option<&[usize]>) -> Data {
+        self.data_with_gap(parts, 0)
+    }
+
+    /// As [`Region::data`], with `gap` bytes between consecutive iov entries (the region
+    /// must hold the entries and the gaps).
+    pub fn data_with_gap(&self, parts: Option<&[usize]>, gap: usize) -> Data {
         let whole = self.buf();
         match parts {
             None => Data::Contig(whole),
@@ -77,7 +83,7 @@ impl Region {
                         .iter()
                         .map(|&n| {
                             let b = whole.sub(off, n).expect("iov entries inside the region");
-                            off += n;
+                            off += n + gap;
                             b
                         })
                         .collect(),

@@ -69,6 +69,8 @@ struct Plan {
     wildcard: bool,
     unexpected: bool,
     validate: bool,
+    /// Bytes between iov entries (`-i`).
+    gap: usize,
 }
 
 /// Which API a test measures.
@@ -102,6 +104,9 @@ fn plan(args: &Args) -> Result<Plan, String> {
         (0, true) => 1,
         (n, _) => n as usize,
     };
+    if args.iov_gap > 0 && args.validate {
+        return Err("--validate checks contiguous patterns: leave out -i".into());
+    }
     if op == OpKind::Put && size < 8 {
         return Err("ucp_put_lat needs messages of at least 8 bytes (the counter)".into());
     }
@@ -117,6 +122,7 @@ fn plan(args: &Args) -> Result<Plan, String> {
         wildcard: args.wildcard,
         unexpected: args.unexpected,
         validate: args.validate,
+        gap: args.iov_gap,
     })
 }
 
@@ -147,9 +153,10 @@ impl Msgs {
         let parts = (dt == Dt::Iov).then_some(&plan.parts[..]);
         let mut regions = Vec::with_capacity(n);
         let mut data = Vec::with_capacity(n);
+        let gaps = parts.map_or(0, |p| plan.gap * p.len().saturating_sub(1));
         for _ in 0..n {
-            let r = Region::new(plan.size).map_err(Error::Setup)?;
-            data.push(r.data(parts));
+            let r = Region::new(plan.size + gaps).map_err(Error::Setup)?;
+            data.push(r.data_with_gap(parts, plan.gap));
             regions.push(r);
         }
         Ok(Msgs { regions, data })
