@@ -192,7 +192,9 @@ impl LayoutBuf {
 /// A started operation's data.
 pub(crate) enum DataState {
     Contig(Buf),
-    Iov(IovWalk),
+    /// Boxed: it is several times the size of the others, and every request carries a
+    /// `DataState` (contiguous data, the common case, should not pay for moving it).
+    Iov(Box<IovWalk>),
     Layout(LayoutBuf),
     Pack(Box<dyn PackState>, usize),
     Unpack(Box<dyn UnpackState>, usize),
@@ -216,12 +218,12 @@ pub(crate) struct IovWalk {
 impl DataState {
     fn iov(bufs: SmallVec<[Buf; 4]>) -> DataState {
         let total = bufs.iter().map(Buf::len).sum();
-        DataState::Iov(IovWalk {
+        DataState::Iov(Box::new(IovWalk {
             bufs,
             total,
             idx: 0,
             start: 0,
-        })
+        }))
     }
 
     /// Bytes of the message (send) or the capacity (receive).

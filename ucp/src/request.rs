@@ -1,11 +1,10 @@
 //! Requests: the handles of operations that did not complete when they were posted.
 //!
-//! Requests live in a [`slab::Slab`] and are named by a [`ReqId`] that carries the slot's
-//! generation, so a stale id (the request was freed and the slot reused) is recognised and
+//! Requests live in a table of slots with a free list and are named by a [`ReqId`] that
+//! carries the slot's generation, so a stale id (the request was freed and the slot reused) is recognised and
 //! refused. Once the slab has grown to the working set, posting and completing requests
 //! allocates nothing (STYLE.md §9).
 
-use slab::Slab;
 use ucs::Status;
 
 use crate::tag::TagInfo;
@@ -50,62 +49,102 @@ pub(crate) struct Request<S> {
     pub(crate) released: bool,
 }
 
-/// The table of live requests with operation state `S`.
+/// The table of live requests with operation state `S`: a vector of slots and a free
+/// list. Unlike a general slab, freeing drops the request where it lies instead of moving
+/// it out (a request is a few hundred bytes, and every completed operation is freed).
 #[derive(Debug)]
 pub(crate) struct Requests<S> {
-    slab: Slab<Request<S>>,
+    slots: Vec<Slot<S>>,
+    free: Vec<u32>,
     gen: u32,
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Slot<S> {
+    req: Option<Request<S>>,
 }
 
 impl<S> Requests<S> {
     pub(crate) fn new() -> Self {
         Requests {
-            slab: Slab::with_capacity(64),
+            slots: Vec::with_capacity(64),
+            free: Vec::with_capacity(64),
             gen: 1,
+            len: 0,
         }
     }
 
     pub(crate) fn insert(&mut self, state: S, user_data: u64, notify: bool) -> ReqId {
         self.gen = self.gen.wrapping_add(1).max(1);
         let gen = self.gen;
-        let idx = self.slab.insert(Request {
+        let idx = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.grow();
+                self.slots.len() - 1
+            }
+        };
+        self.slots[idx].req = Some(Request {
             gen,
             state,
             user_data,
             notify,
             released: false,
         });
+        self.len += 1;
         ReqId::new(idx, gen)
     }
 
+    #[cold]
+    fn grow(&mut self) {
+        self.slots.push(Slot { req: None });
+    }
+
     pub(crate) fn get(&self, id: ReqId) -> Option<&Request<S>> {
-        self.slab.get(id.idx()).filter(|r| r.gen == id.gen())
+        self.slots
+            .get(id.idx())
+            .and_then(|s| s.req.as_ref())
+            .filter(|r| r.gen == id.gen())
     }
 
     pub(crate) fn get_mut(&mut self, id: ReqId) -> Option<&mut Request<S>> {
-        self.slab.get_mut(id.idx()).filter(|r| r.gen == id.gen())
+        self.slots
+            .get_mut(id.idx())
+            .and_then(|s| s.req.as_mut())
+            .filter(|r| r.gen == id.gen())
     }
 
-    pub(crate) fn remove(&mut self, id: ReqId) -> Option<Request<S>> {
-        self.get(id)?;
-        Some(self.slab.remove(id.idx()))
+    /// Frees request `id`, dropping it in place; whether it was there.
+    pub(crate) fn remove(&mut self, id: ReqId) -> bool {
+        match self.slots.get_mut(id.idx()) {
+            Some(s) if s.req.as_ref().is_some_and(|r| r.gen == id.gen()) => {
+                s.req = None;
+                self.free.push(id.idx() as u32);
+                self.len -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.slab.len()
+        self.len
     }
 
     /// Every live request, for diagnostics.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (ReqId, &Request<S>)> {
-        self.slab.iter().map(|(i, r)| (ReqId::new(i, r.gen), r))
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.req.as_ref().map(|r| (ReqId::new(i, r.gen), r)))
     }
 
     /// Ids of every request whose state satisfies `f` (rare paths: endpoint failure).
     pub(crate) fn ids_where(&self, mut f: impl FnMut(&S) -> bool) -> Vec<ReqId> {
-        self.slab
-            .iter()
+        self.iter()
             .filter(|(_, r)| f(&r.state))
-            .map(|(i, r)| ReqId::new(i, r.gen))
+            .map(|(id, _)| id)
             .collect()
     }
 }
@@ -119,11 +158,11 @@ mod tests {
         let mut t: Requests<u32> = Requests::new();
         let a = t.insert(1, 0, false);
         assert_eq!(t.get(a).unwrap().state, 1);
-        t.remove(a).unwrap();
+        assert!(t.remove(a));
         let b = t.insert(2, 0, false);
         assert_eq!(a.idx(), b.idx(), "slot reused");
         assert!(t.get(a).is_none());
-        assert!(t.remove(a).is_none());
+        assert!(!t.remove(a));
         assert_eq!(t.get(b).unwrap().state, 2);
         assert!(t.get(ReqId(u64::MAX)).is_none());
     }
