@@ -314,6 +314,10 @@ pub(super) fn rts_prefix(am: &AmHdr, rts: Vec<u8>) -> Vec<u8> {
 
 impl Core {
     fn take_buf(&mut self, data: &[u8]) -> Vec<u8> {
+        if data.is_empty() {
+            // No allocation, and no pooled buffer spent on nothing.
+            return Vec::new();
+        }
         let mut v = self.am_pool.pop().unwrap_or_default();
         v.extend_from_slice(data);
         v
@@ -336,7 +340,7 @@ impl Core {
             data: AmData::Eager(payload),
             reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
         });
-        self.work = true;
+        // `progress` runs the handlers after the transports; no other action is needed.
         Ok(())
     }
 
@@ -362,7 +366,6 @@ impl Core {
             }),
             reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
         });
-        self.work = true;
         Ok(())
     }
 

@@ -645,7 +645,11 @@ impl Worker {
     /// Prepares for sleeping on `event_fd` (`ucp_worker_arm`): `Err(Busy)` means there is
     /// work already; progress instead of sleeping.
     pub fn arm(&mut self) -> UcsResult<()> {
-        if self.core.work || !self.core.completions.is_empty() || !self.core.ep_errors.is_empty() {
+        if self.core.work
+            || !self.core.completions.is_empty()
+            || !self.core.ep_errors.is_empty()
+            || !self.core.am_events.is_empty()
+        {
             return Err(Status::Busy);
         }
         // Drain the epoll readiness left from the last wakeup before arming again.
