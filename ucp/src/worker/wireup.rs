@@ -308,6 +308,10 @@ pub(super) fn send_ctrl(
         return Err(s);
     }
     let lane = e.am;
+    // A peer can send us data before its wire-up message reaches us (it learned our id
+    // from our request). An answer to it waits, queued, until its reply names its own
+    // endpoint: `NoResource` keeps the control message for the next progress call.
+    let peer_id = e.remote_id.ok_or(Status::NoResource);
     let iface = &mut ifaces[lane.iface];
     let bcopy = |iface: &mut Box<dyn Iface>, id: u8, b: &[u8]| {
         iface
@@ -339,7 +343,7 @@ pub(super) fn send_ctrl(
             bcopy(iface, wire::AM_WIREUP, &m.encode())
         }
         Ctrl::Ack { sreq, status } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             bcopy(
                 iface,
                 wire::AM_ACK,
@@ -347,7 +351,7 @@ pub(super) fn send_ctrl(
             )
         }
         Ctrl::Rtr { sreq, rreq } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             bcopy(iface, wire::AM_RTR, &wire::encode_rtr(rid, sreq, rreq))
         }
         Ctrl::RtrPut {
@@ -356,7 +360,7 @@ pub(super) fn send_ctrl(
             ref rkey,
             ref segs,
         } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             let m = wire::encode_rtr_put(rid, sreq, rreq, rkey, segs);
             if m.len() > core.info[lane.iface].attr.am.max_bcopy {
                 return Err(Status::ExceedsLimit);
@@ -369,12 +373,12 @@ pub(super) fn send_ctrl(
             status,
             ref data,
         } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             let m = super::rma::encode_reply(rid, req, offset, status, data);
             bcopy(iface, super::rma::AM_RMA_REPLY, &m)
         }
         Ctrl::LayoutMiss { sreq, rreq } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             bcopy(
                 iface,
                 wire::AM_LAYOUT_MISS,
@@ -382,7 +386,7 @@ pub(super) fn send_ctrl(
             )
         }
         Ctrl::Layout { rreq, ref bytes } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             let mut m = Vec::with_capacity(12 + bytes.len());
             m.extend_from_slice(&rid.to_le_bytes());
             m.extend_from_slice(&rreq.to_le_bytes());
@@ -390,7 +394,7 @@ pub(super) fn send_ctrl(
             bcopy(iface, wire::AM_LAYOUT, &m)
         }
         Ctrl::Fin { rreq, status } => {
-            let rid = e.remote_id.ok_or(Status::NotConnected)?;
+            let rid = peer_id?;
             bcopy(
                 iface,
                 wire::AM_FIN,
