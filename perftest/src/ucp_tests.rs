@@ -230,18 +230,15 @@ impl Side {
     #[inline(always)]
     fn wait(&mut self, id: ReqId, oob: &Oob) -> Result<Option<TagInfo>, Error> {
         loop {
-            let st = self.worker.request_status(id);
-            if st != Status::InProgress {
-                return self.finish(id, st);
+            if let Some((st, info)) = self.worker.request_test(id) {
+                return self.finish(st, info);
             }
             self.progress(oob)?;
         }
     }
 
     #[inline(always)]
-    fn finish(&mut self, id: ReqId, st: Status) -> Result<Option<TagInfo>, Error> {
-        let info = self.worker.request_info(id);
-        self.worker.request_free(id);
+    fn finish(&mut self, st: Status, info: Option<TagInfo>) -> Result<Option<TagInfo>, Error> {
         self.idle_since = None;
         if st != Status::Ok {
             return Err(Error::Peer(format!("a tag operation failed: {st}")));
@@ -653,7 +650,11 @@ fn am_lat(
                 d
             };
             for id in done {
-                s.finish(id, s.worker.request_status(id))?;
+                let (st, info) = s
+                    .worker
+                    .request_test(id)
+                    .unwrap_or((Status::InProgress, None));
+                s.finish(st, info)?;
                 if server {
                     if let Some(r) = s
                         .worker

@@ -15,12 +15,15 @@ use crate::tag::TagInfo;
 pub struct ReqId(pub u64);
 
 impl ReqId {
+    #[inline]
     fn new(idx: usize, gen: u32) -> ReqId {
         ReqId(u64::from(gen) << 32 | idx as u64)
     }
+    #[inline]
     fn idx(self) -> usize {
         (self.0 & 0xffff_ffff) as usize
     }
+    #[inline]
     fn gen(self) -> u32 {
         (self.0 >> 32) as u32
     }
@@ -75,6 +78,7 @@ impl<S> Requests<S> {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn insert(&mut self, state: S, user_data: u64, notify: bool) -> ReqId {
         self.gen = self.gen.wrapping_add(1).max(1);
         let gen = self.gen;
@@ -101,6 +105,7 @@ impl<S> Requests<S> {
         self.slots.push(Slot { req: None });
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: ReqId) -> Option<&Request<S>> {
         self.slots
             .get(id.idx())
@@ -108,6 +113,7 @@ impl<S> Requests<S> {
             .filter(|r| r.gen == id.gen())
     }
 
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: ReqId) -> Option<&mut Request<S>> {
         self.slots
             .get_mut(id.idx())
@@ -116,6 +122,7 @@ impl<S> Requests<S> {
     }
 
     /// Frees request `id`, dropping it in place; whether it was there.
+    #[inline]
     pub(crate) fn remove(&mut self, id: ReqId) -> bool {
         match self.slots.get_mut(id.idx()) {
             Some(s) if s.req.as_ref().is_some_and(|r| r.gen == id.gen()) => {

@@ -127,6 +127,13 @@ impl Thresholds {
         }
     }
 
+    /// Whether `size` bytes of contiguous host data go as eager short (what `select`
+    /// answers for a plain tag send, without the rest of the decision).
+    #[inline]
+    pub fn short_fits(&self, size: usize) -> bool {
+        size < self.rndv && self.max_short.is_some_and(|m| size <= m)
+    }
+
     /// The protocol for `size` bytes.
     pub fn select(&self, op: Op, mem: MemoryType, dt: DtClass, size: usize) -> Proto {
         // Only host memory exists today: other memory types take the generic path of their
@@ -317,6 +324,23 @@ mod tests {
             t.select(Op::TagSendSync, MemoryType::Host, DtClass::Contig, 8),
             Proto::EagerBcopy
         );
+        short_fits_agrees_with_select(&t);
+        // A rendezvous threshold below max_short wins over eager short.
+        let low = Thresholds { rndv: 4, ..t };
+        assert!(!low.short_fits(8) && low.short_fits(3));
+        short_fits_agrees_with_select(&low);
+    }
+
+    /// The send fast path's shortcut answers as `select` does.
+    fn short_fits_agrees_with_select(t: &Thresholds) {
+        let edges = [t.max_short.unwrap_or(0), t.rndv.min(1 << 20), t.max_bcopy];
+        for e in edges {
+            for n in e.saturating_sub(2)..e + 2 {
+                let short = t.select(Op::TagSend, MemoryType::Host, DtClass::Contig, n)
+                    == Proto::EagerShort;
+                assert_eq!(t.short_fits(n), short, "size {n}");
+            }
+        }
     }
 
     #[test]

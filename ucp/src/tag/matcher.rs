@@ -255,6 +255,13 @@ impl<T, R> TagMatcher<T, R> {
     /// posted receive matching `tag`. When it returns `None`, the caller stores the message
     /// with `arrive`, which then finds no expected match either (nothing changed between).
     pub fn match_expected(&mut self, tag: Tag) -> Option<R> {
+        // The common case: no wildcard receives, and the tag's bucket found once.
+        if self.exp_wild.is_empty() {
+            let slot = self.exp_hash.slot_of(tag)?;
+            let key = self.exp_hash.list_at(slot).head;
+            self.exp_hash.unlink_at(slot, &mut self.exp, key, exp_links);
+            return Some(self.exp.remove(key).user);
+        }
         let key = self.find_expected(tag)?;
         Some(self.take_expected(key).user)
     }

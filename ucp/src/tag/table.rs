@@ -97,6 +97,7 @@ impl TagTable {
     }
 
     /// The slot holding `tag`, if present.
+    #[inline]
     fn find(&self, tag: Tag) -> Option<usize> {
         if self.len == 0 {
             return None;
@@ -129,6 +130,35 @@ impl TagTable {
         links: fn(&mut E) -> &mut Links,
     ) {
         self.get_or_insert(tag).push_back(slab, key, links);
+    }
+
+    /// The slot of `tag`'s bucket, for [`list_at`](Self::list_at) and
+    /// [`unlink_at`](Self::unlink_at) (valid until the table is next changed).
+    #[inline]
+    pub(crate) fn slot_of(&self, tag: Tag) -> Option<usize> {
+        self.find(tag)
+    }
+
+    /// The list in slot `i` (from `slot_of`).
+    #[inline]
+    pub(crate) fn list_at(&self, i: usize) -> &List {
+        &self.slots[i].list
+    }
+
+    /// [`unlink`](Self::unlink) for a bucket already found at slot `i` (from `slot_of`,
+    /// with no change to the table since): saves the second lookup.
+    #[inline]
+    pub(crate) fn unlink_at<E>(
+        &mut self,
+        i: usize,
+        slab: &mut Slab<E>,
+        key: usize,
+        links: fn(&mut E) -> &mut Links,
+    ) {
+        self.slots[i].list.unlink(slab, key, links);
+        if self.slots[i].list.is_empty() {
+            self.delete_at(i);
+        }
     }
 
     /// Takes slab entry `key` (which must be on it) off the list of `tag`, and deletes the

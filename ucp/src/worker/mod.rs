@@ -619,14 +619,26 @@ impl Worker {
         }
     }
 
+    /// `request_status`, `request_info` and `request_free` in one call, for a caller that
+    /// polls a request it will free once done: `None` while the request runs; once it has
+    /// finished, its status and (for receives) info, and the request is freed. A stale or
+    /// unknown id gives `InvalidParam`.
+    #[inline]
+    pub fn request_test(&mut self, id: ReqId) -> Option<(Status, Option<TagInfo>)> {
+        let done = match self.core.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Done { status, info }) => (*status, *info),
+            Some(_) => return None,
+            None => return Some((Status::InvalidParam, None)),
+        };
+        self.core.reqs.remove(id);
+        Some(done)
+    }
+
     /// Runs until the request finishes, then frees it and returns its status and info.
     pub fn wait(&mut self, id: ReqId) -> (Status, Option<TagInfo>) {
         loop {
-            let s = self.request_status(id);
-            if s != Status::InProgress {
-                let info = self.request_info(id);
-                self.request_free(id);
-                return (s, info);
+            if let Some(done) = self.request_test(id) {
+                return done;
             }
             if self.progress() == 0 {
                 std::hint::spin_loop();
