@@ -596,14 +596,17 @@ fn am_lat(
     let (rxd, _) = rx.slot(0);
     let count = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    // Rendezvous receives started by the handler, counted when they complete.
+    // Rendezvous receives started by the handler, counted when they complete (and how
+    // many there are, so the wait loop takes the lock only when there is something).
     let pending: Arc<Mutex<Vec<ReqId>>> = Arc::default();
+    let npending = Arc::new(AtomicU64::new(0));
     let server = role == Role::Server;
     {
-        let (count, failed, pending) = (
+        let (count, failed, pending, npending) = (
             Arc::clone(&count),
             Arc::clone(&failed),
             Arc::clone(&pending),
+            Arc::clone(&npending),
         );
         let (ep, reply, into) = (s.ep, txd.clone(), rxd.clone());
         s.worker.am_set_handler(
@@ -616,10 +619,15 @@ fn am_lat(
                         if server && w.am_send(ep, 0, &[], &reply, Default::default()).is_err() {
                             failed.fetch_add(1, Ordering::Relaxed);
                         }
-                        count.fetch_add(1, Ordering::Relaxed);
+                        // Only this thread writes the counter: a plain store, not a locked
+                        // add (which would wait for the answer's store to reach the peer).
+                        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                     }
                     ucp::AmData::Rndv(r) => match w.am_recv_data(r, &into, RecvParams::default()) {
-                        Ok(id) => pending.lock().expect("not poisoned").push(id),
+                        Ok(id) => {
+                            pending.lock().expect("not poisoned").push(id);
+                            npending.fetch_add(1, Ordering::Release);
+                        }
                         Err(_) => {
                             failed.fetch_add(1, Ordering::Relaxed);
                         }
@@ -638,15 +646,16 @@ fn am_lat(
                 ));
             }
             s.progress(oob)?;
+            if npending.load(Ordering::Acquire) == 0 {
+                continue;
+            }
             let done: Vec<ReqId> = {
                 let mut p = pending.lock().expect("not poisoned");
-                if p.is_empty() {
-                    continue;
-                }
                 let (d, rest): (Vec<ReqId>, Vec<ReqId>) = p
                     .iter()
                     .partition(|&&id| s.worker.request_status(id) != Status::InProgress);
                 *p = rest;
+                npending.fetch_sub(d.len() as u64, Ordering::Release);
                 d
             };
             for id in done {
@@ -664,7 +673,7 @@ fn am_lat(
                         s.wait(r, oob)?;
                     }
                 }
-                count.fetch_add(1, Ordering::Relaxed);
+                count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
         }
         Ok(())

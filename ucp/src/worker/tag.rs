@@ -856,7 +856,7 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
             data: DataState::Contig(b),
             ..
         }) if payload.len() <= b.len() => {
-            b.write_at(0, payload);
+            b.with_mut_slice(|d| ucs::wire::copy(&mut d[..payload.len()], payload));
             Status::Ok
         }
         Op::Recv(rv) => match rv.data.unpack(0, payload) {

@@ -333,14 +333,7 @@ impl Iface for PosixIface {
         self.push(ep, id, |d| {
             d[..8].copy_from_slice(&header.to_le_bytes());
             // The common tiny payloads are copied inline rather than through a memcpy call.
-            let dst = &mut d[8..8 + payload.len()];
-            if payload.len() <= 16 {
-                for (a, b) in dst.iter_mut().zip(payload) {
-                    *a = *b;
-                }
-            } else {
-                dst.copy_from_slice(payload);
-            }
+            ucs::wire::copy(&mut d[8..8 + payload.len()], payload);
             8 + payload.len()
         })
         .map(drop)

@@ -1,0 +1,84 @@
+//! Two workers in one process, one thread, ping-ponging 8-byte active messages over shared
+//! memory, each answer sent from inside the handler (as `ucx_perftest -t ucp_am_lat`
+//! does). Every step is software, so the time per round trip is the instruction cost of
+//! the UCP active-message path. A tool for profiling, not a benchmark against UCX.
+//!
+//! `cargo run --release -p ucp --example am_pingpong [ITERS]`
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ucp::{AmData, AmEvent, Context, Data, Worker};
+
+fn main() {
+    std::env::set_var(
+        "UCX_TLS",
+        std::env::var("UCX_TLS").unwrap_or("posix".into()),
+    );
+    let iters: u64 = std::env::args()
+        .nth(1)
+        .map_or(1_000_000, |s| s.parse().unwrap());
+    let ctx = Context::from_env().unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let mut b = Worker::new(&ctx).unwrap();
+    let ea = a.ep_create(b.address()).unwrap();
+    let eb = b.ep_create(a.address()).unwrap();
+    let sa = Box::leak(Box::new([0u8; 8]));
+    let sb = Box::leak(Box::new([0u8; 8]));
+    // SAFETY: the buffers are leaked, so they outlive every operation.
+    let (dsa, dsb) = unsafe {
+        (
+            Data::Contig(ucp::Buf::from_mut_slice(sa)),
+            Data::Contig(ucp::Buf::from_mut_slice(sb)),
+        )
+    };
+    let got = Arc::new(AtomicU64::new(0));
+    let g = Arc::clone(&got);
+    a.am_set_handler(
+        0,
+        Some(Box::new(move |w: &mut Worker, ev: AmEvent| {
+            if let AmData::Eager(v) = ev.data {
+                w.am_recycle(v);
+            }
+            g.fetch_add(1, Ordering::Relaxed);
+        })),
+    );
+    b.am_set_handler(
+        0,
+        Some(Box::new(move |w: &mut Worker, ev: AmEvent| {
+            if let AmData::Eager(v) = ev.data {
+                w.am_recycle(v);
+            }
+            // The answer goes out from inside the handler.
+            assert!(w
+                .am_send(eb, 0, &[], &dsb, Default::default())
+                .unwrap()
+                .is_none());
+        })),
+    );
+    let mut round = |n: u64| {
+        for _ in 0..n {
+            let want = got.load(Ordering::Relaxed) + 1;
+            let mut r = a.am_send(ea, 0, &[], &dsa, Default::default()).unwrap();
+            while got.load(Ordering::Relaxed) < want || r.is_some() {
+                if let Some(id) = r {
+                    if a.request_test(id).is_some() {
+                        r = None;
+                    }
+                }
+                b.progress();
+                a.progress();
+            }
+        }
+    };
+    round(10_000);
+    if std::env::var_os("PP_NO_TIME").is_some() {
+        return;
+    }
+    let t = Instant::now();
+    round(iters);
+    let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+    println!("{ns:.1} ns per round trip ({iters} iterations)");
+}
