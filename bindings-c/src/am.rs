@@ -36,11 +36,7 @@ struct AmDesc {
 pub(crate) fn dispatch(w: &CWorker) -> usize {
     let mut n = 0;
     loop {
-        let ev = w
-            .am_queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
+        let ev = w.am_queue.pop();
         let Some(ev) = ev else { break };
         n += 1;
         let h = w.with_inner(|i| i.am.get(ev.id as usize).copied().flatten());
@@ -204,7 +200,7 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
             i.am[ix] = h.cb.map(|_| h);
             let handler: Option<ucp::AmHandler> = h.cb.map(|_| {
                 Box::new(move |_: &mut ucp::Worker, ev: ucp::AmEvent| {
-                    q.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
+                    q.push(ev);
                 }) as ucp::AmHandler
             });
             i.w.am_set_handler(id, handler);

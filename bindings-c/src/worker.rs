@@ -74,7 +74,39 @@ pub struct CWorker {
     pub(crate) thread_mode: c_int,
     pub(crate) name: String,
     /// Active messages queued by the `ucp` handler, dispatched after progress.
-    pub(crate) am_queue: Arc<Mutex<VecDeque<AmEvent>>>,
+    pub(crate) am_queue: Arc<AmQueue>,
+}
+
+/// Active messages waiting for the application's handlers, with their number readable
+/// without the lock (an idle `ucp_worker_progress` then takes no second lock).
+#[derive(Debug, Default)]
+pub(crate) struct AmQueue {
+    q: Mutex<VecDeque<AmEvent>>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl AmQueue {
+    pub(crate) fn push(&self, ev: AmEvent) {
+        let mut q = lock(&self.q);
+        q.push_back(ev);
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn pop(&self) -> Option<AmEvent> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut q = lock(&self.q);
+        let ev = q.pop_front();
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Release);
+        ev
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
 }
 
 // SAFETY: the raw pointers are to the context (which outlives its workers and is Sync)
@@ -124,6 +156,10 @@ impl CWorker {
         let (n, events) = {
             let mut g = lock(&self.inner);
             let n = g.w.progress();
+            if !g.w.has_reports() && self.am_queue.is_empty() {
+                // Nothing to tell the application: one lock, no event buffer.
+                return n;
+            }
             let ev = collect(&mut g);
             (n, ev)
         };
@@ -266,7 +302,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             uuid,
             thread_mode,
             name,
-            am_queue: Arc::new(Mutex::new(VecDeque::new())),
+            am_queue: Arc::new(AmQueue::default()),
         });
         // Map the context's regions on the new worker, then publish it.
         let mems = lock(&c.mems);
@@ -536,7 +572,7 @@ pub unsafe extern "C" fn ucp_worker_get_efd(worker: *mut CWorker, fd: *mut c_int
 }
 
 fn has_pending(w: &CWorker) -> bool {
-    !lock(&w.am_queue).is_empty()
+    !w.am_queue.is_empty()
 }
 
 /// # Safety

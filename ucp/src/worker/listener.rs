@@ -67,6 +67,11 @@ impl Sockets {
     pub(crate) fn active(&self) -> bool {
         !self.listeners.is_empty() || !self.pending.is_empty()
     }
+
+    /// Connection requests received (complete handshakes) and not yet taken.
+    pub(crate) fn has_conn_requests(&self) -> bool {
+        !self.requests.is_empty()
+    }
 }
 
 /// Reads a complete `magic len addr` message from the front of `buf`, if there.

@@ -574,6 +574,15 @@ impl Worker {
         n
     }
 
+    /// Whether a completion, an endpoint failure or a connection request waits to be
+    /// taken (`poll_completion`, `poll_ep_error`, `poll_conn_request`).
+    #[inline]
+    pub fn has_reports(&self) -> bool {
+        !self.core.completions.is_empty()
+            || !self.core.ep_errors.is_empty()
+            || self.sock.has_conn_requests()
+    }
+
     /// Takes the next completion of a request posted with `notify`.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.core.completions.pop_front()
