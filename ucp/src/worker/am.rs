@@ -440,6 +440,7 @@ impl Core {
                 fin_pending: false,
                 am,
                 stream: false,
+                t0: 0,
             }),
             user_data,
             notify,

@@ -137,6 +137,9 @@ pub(crate) struct Ep {
     /// most recent first (an LRU of `Core::layout_cache_size`).
     pub(crate) layouts_sent: std::collections::HashSet<u128>,
     pub(crate) layout_cache: VecDeque<(u128, Arc<crate::datatype::DtLayout>)>,
+    /// Measured eager-versus-rendezvous choice (same-host endpoints with an automatic
+    /// rendezvous threshold, see `proto::tune`).
+    pub(crate) tuner: Option<Box<crate::proto::tune::Tuner>>,
 }
 
 /// A protocol message to send from `run_actions`.
@@ -257,6 +260,9 @@ pub(crate) struct SendOp {
     pub(crate) am: Option<Box<am::AmHdr>>,
     /// Bytes of the endpoint's stream (no tag, no message boundary).
     pub(crate) stream: bool,
+    /// For the endpoint's eager/rendezvous tuner: when the send started (TSC cycles), or 0
+    /// when it is not timed.
+    pub(crate) t0: u64,
 }
 
 #[derive(Debug)]

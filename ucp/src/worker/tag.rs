@@ -83,6 +83,34 @@ impl Worker {
         if matches!(proto, Proto::RndvGet | Proto::RndvPut) && !rts_fits(core, idx, data) {
             proto = Proto::RndvAm;
         }
+        // Same-host endpoints measure which of eager and rendezvous is faster for each
+        // size class (`proto::tune`); a timed eager send asks for an acknowledgement.
+        let mut timed = false;
+        let mut flags = if p.sync { FLAG_SYNC } else { 0 };
+        if proto == Proto::EagerMulti
+            && !p.sync
+            && total >= crate::proto::tune::MIN_TUNED
+            && matches!(data, Data::Contig(_) | Data::Iov(_))
+            && e.tuner.is_some()
+        {
+            let rndv_ok = rts_fits(core, idx, data);
+            if let Some(t) = core.eps[idx].tuner.as_mut() {
+                match t.choose(total) {
+                    crate::proto::tune::Choice::Eager { probe } => {
+                        timed = probe;
+                        if probe {
+                            flags |= FLAG_SYNC;
+                        }
+                    }
+                    crate::proto::tune::Choice::Rndv if rndv_ok => {
+                        proto = Proto::RndvGet;
+                        timed = true;
+                    }
+                    crate::proto::tune::Choice::Rndv => {}
+                }
+            }
+        }
+        let e = &core.eps[idx];
         // Fast path: a single message that needs no request.
         if e.queue.is_empty() && e.remote_id.is_some() && !p.sync {
             let lane = e.am;
@@ -146,7 +174,7 @@ impl Worker {
                 data: st,
                 total,
                 proto,
-                flags: if p.sync { FLAG_SYNC } else { 0 },
+                flags,
                 started: false,
                 offset: 0,
                 rreq: None,
@@ -158,6 +186,7 @@ impl Worker {
                 fin_pending: false,
                 am: None,
                 stream: false,
+                t0: if timed { ucs::time::cycles() } else { 0 },
             }),
             p.user_data,
             p.notify,
@@ -759,6 +788,13 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
     let fin = s.fin_pending.then(|| (s.ep, s.rreq.unwrap_or(0)));
     s.fin_pending = false;
     let memh = s.memh.take();
+    if s.t0 != 0 {
+        let ns = ucs::time::cycles().wrapping_sub(s.t0) as f64 / ucs::time::cycles_per_ns();
+        let (ep, proto, total) = (s.ep, s.proto, s.total);
+        if let Some(t) = core.eps.get_mut(ep).and_then(|e| e.tuner.as_mut()) {
+            t.record(proto, total, ns);
+        }
+    }
     if let Some((ep, rreq)) = fin {
         // Every write of a put rendezvous has landed: tell the receiver.
         core.queue_ctrl(

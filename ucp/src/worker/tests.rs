@@ -487,6 +487,32 @@ fn protocol_table_is_printed() {
 }
 
 #[test]
+fn same_host_endpoints_measure_eager_against_rendezvous() {
+    let n = 128 << 10;
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let before = a.stats();
+    for _ in 0..12 {
+        let p = round(&mut a, &mut b, ab, n, false);
+        assert!(matches!(p, Proto::EagerMulti | Proto::RndvGet), "{p}");
+    }
+    let s = a.stats();
+    // Each was tried (twice) before the class decided; the data was right every time
+    // (`round` checks it).
+    assert!(s.eager_multi - before.eager_multi >= 2, "{s:?}");
+    assert!(s.rndv_get - before.rndv_get >= 2, "{s:?}");
+    let t = a.ep_proto_info(ab).unwrap();
+    assert!(t.contains("measured per size class"), "{t}");
+    assert!(t.contains("128K..256K: "), "{t}");
+
+    // A threshold set by the user is obeyed: no tuning, no probes.
+    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=1m");
+    for _ in 0..6 {
+        assert_eq!(round(&mut a, &mut b, ab, n, false), Proto::EagerMulti);
+    }
+    assert!(!a.ep_proto_info(ab).unwrap().contains("measured"));
+}
+
+#[test]
 fn malformed_messages_fail_the_endpoint_not_the_worker() {
     let (mut a, mut b, ab, ba) = pair("posix,cma");
     // Wire up both directions first.

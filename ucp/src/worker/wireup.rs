@@ -135,6 +135,12 @@ pub(super) fn new_ep(
         stream_recvs: VecDeque::new(),
         layouts_sent: Default::default(),
         layout_cache: VecDeque::new(),
+        // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
+        tuner: (rma.is_some()
+            && core.rndv_cfg == ucs::config::AutoSize::Auto
+            && core.rndv_scheme != ucs::config::RndvScheme::PutZcopy
+            && thresh.rndv > crate::proto::tune::MIN_TUNED)
+            .then(Box::default),
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
     core.active[am.iface] = true;
@@ -257,6 +263,17 @@ fn proto_table(core: &Core, idx: usize) -> Option<String> {
             for (a, b, p) in e.thresh.ranges(op, uct::MemoryType::Host, dt) {
                 let _ = writeln!(s, "    {:>8} .. {:<8} {p}", fmt_size(a), fmt_size(b));
             }
+        }
+    }
+    if let Some(t) = &e.tuner {
+        let _ = writeln!(
+            s,
+            "  tag_send(host, contig|iov) eager multi-fragment from {}: eager or rendezvous get, \
+             measured per size class",
+            fmt_size(crate::proto::tune::MIN_TUNED)
+        );
+        for line in t.describe() {
+            let _ = writeln!(s, "    {line}");
         }
     }
     Some(s)
