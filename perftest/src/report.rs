@@ -262,10 +262,8 @@ impl Reporter {
             ProgressDrawTarget::stderr_with_hz(4),
         );
         b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40.cyan/blue} {pos}/{len} iterations ({percent}%), {elapsed} elapsed, eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} iterations, eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b.set_position(total);
         self.bar = Some(b);
