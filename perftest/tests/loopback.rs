@@ -249,15 +249,24 @@ fn dead_server_ends_the_client() {
         let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         l.local_addr().unwrap().port().to_string()
     };
-    for t in ["tag_lat", "tag_bw"] {
+    for (t, extra) in [
+        ("tag_lat", &[][..]),
+        ("tag_bw", &[][..]),
+        ("ucp_get", &[][..]),
+        ("ucp_fadd", &[][..]),
+        ("stream_lat", &[][..]),
+        ("ucp_am_bw", &[][..]),
+        ("put_lat", &["-x", "cma"][..]),
+    ] {
         let mut server = perftest().args(["-p", &port]).spawn().unwrap();
         let client = perftest()
             .args(["127.0.0.1", "-p", &port, "-t", t, "-n", "1000000000", "-f"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(1000));
         server.kill().unwrap();
         server.wait().unwrap();
         let start = Instant::now();

@@ -310,6 +310,23 @@ impl Side {
         Ok(())
     }
 
+    /// Checks that the peer is still there (its endpoint, the out-of-band connection),
+    /// for loops whose operations may complete without progress (stores into a mapped
+    /// region), which would never reach `check_peer`.
+    #[cold]
+    #[inline(never)]
+    fn check_alive(&mut self, oob: &Oob) -> Result<(), Error> {
+        if let Some((_, st)) = self.worker.poll_ep_error() {
+            return Err(Error::Peer(format!(
+                "the endpoint to the peer failed: {st}"
+            )));
+        }
+        if oob.peer_closed() {
+            return Err(Error::Peer("the peer went away".into()));
+        }
+        Ok(())
+    }
+
     #[cold]
     #[inline(never)]
     fn check_peer(&mut self, oob: &Oob) -> Result<(), Error> {

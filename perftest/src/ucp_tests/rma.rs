@@ -13,6 +13,11 @@ use crate::report::Kind;
 use crate::report::{LatClock, StreamClock};
 use crate::{Error, Role};
 
+/// Iterations between checks that the peer is alive (`ALIVE_EVERY + 1` is a power of
+/// two): a put or get on a same-host peer's mapped region is a copy that never progresses
+/// the worker, so nothing else would notice a dead peer.
+const ALIVE_EVERY: u64 = (1 << 16) - 1;
+
 /// Maps `len` bytes, swaps remote keys with the peer, and returns the local handle and the
 /// peer's key.
 fn map_and_swap(s: &mut Side, len: usize, oob: &mut Oob) -> Result<(MemHandle, Rkey), Error> {
@@ -123,6 +128,9 @@ pub(super) fn put_bw(
                 .worker
                 .put(s.ep, &data, remote, &rk, SendParams::default())
                 .map_err(|e| Error::Peer(format!("put failed: {e}")))?;
+            if i & ALIVE_EVERY == 0 {
+                s.check_alive(oob)?;
+            }
             clock.tick(i, warmup);
         }
         for id in inflight.iter_mut().filter_map(Option::take) {
@@ -250,6 +258,9 @@ pub(super) fn ops(
                     s.wait(id, oob)?;
                 }
                 inflight[slot] = post(s, i)?;
+                if i & ALIVE_EVERY == 0 {
+                    s.check_alive(oob)?;
+                }
                 clock.tick(i, warmup);
             }
             for id in inflight.iter_mut().filter_map(Option::take) {
@@ -270,6 +281,9 @@ pub(super) fn ops(
                     if let Some(id) = inflight[slot].take() {
                         s.wait(id, oob)?;
                     }
+                }
+                if i & ALIVE_EVERY == 0 {
+                    s.check_alive(oob)?;
                 }
                 clock.tick(i, warmup);
             }
