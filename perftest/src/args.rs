@@ -516,6 +516,54 @@ fn split_layouts(s: &str) -> Result<Vec<String>, String> {
     Ok(items)
 }
 
+/// The byte each offset of a layout's buffer holds when its fingerprint is taken (the
+/// same function as `contrib/bench/ompi-layouts.c`).
+pub fn fingerprint_byte(i: u64) -> u8 {
+    ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8
+}
+
+/// FNV-1a, 64 bits.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl NamedDt {
+    /// What an MPI program building the same datatype can check, as `key=value` words:
+    /// size, lb and extent, true bounds, the number of contiguous blocks in address order
+    /// (adjacent pieces merged), and a fingerprint of the packed bytes (FNV-1a 64 of the
+    /// layout packed from a buffer whose byte `i` is [`fingerprint_byte`]`(i)`: equal
+    /// fingerprints mean the same bytes in the same order).
+    pub fn facts(&self) -> String {
+        let l = &self.layout;
+        let (tlb, tub) = l.true_bounds().unwrap_or((0, 0));
+        let blocks = l
+            .canonical()
+            .and_then(|c| c.segments(1 << 24))
+            .map(|mut v| {
+                v.sort_by_key(|s| s.offset);
+                ucp::dt::merge_segments(&v).len().to_string()
+            })
+            .unwrap_or_else(|e| format!("({e})"));
+        let src: Vec<u8> = (0..self.buf_len as u64).map(fingerprint_byte).collect();
+        let mut packed = vec![0u8; self.size];
+        let fnv = match l
+            .canonical()
+            .map(|c| ucp::dt::pack(c, &src, 0, &mut packed))
+        {
+            Ok(Ok(_)) => format!("{:016x}", fnv1a64(&packed)),
+            _ => "none".into(),
+        };
+        format!(
+            "size={} lb={} extent={} true_lb={tlb} true_ub={tub} blocks={blocks} fnv={fnv}",
+            self.size,
+            l.lb(),
+            l.extent()
+        )
+    }
+}
+
 impl Dt {
     /// One `-D` item: `contig`, `iov` or `NAME[:PARAMS]`.
     fn parse(item: &str) -> Result<Dt, String> {
@@ -673,6 +721,16 @@ mod tests {
         assert!(l("milc:3").unwrap_err().contains("even"));
         assert!(l("nope:3").unwrap_err().contains("not supported"));
         assert!(l("specfem3d_cm:c9").is_err());
+        // A vector of 8 rows of 16 doubles, 180 doubles apart, placed at byte 2600.
+        let (s, _) = l("nas_mg_y:8").unwrap();
+        let Dt::Named(n) = &s else { panic!() };
+        let f = n.facts();
+        assert!(
+            f.starts_with(
+                "size=1024 lb=2600 extent=10208 true_lb=2600 true_ub=12808 blocks=8 fnv="
+            ),
+            "{f}"
+        );
     }
 
     #[test]

@@ -533,6 +533,7 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
         for (side, dt) in [("send", &plan.send_dt), ("receive", &plan.recv_dt)] {
             if let Dt::Named(n) = dt {
                 println!("# {side} layout {}: {}", n.spec, n.description);
+                println!("# {side} layout {}: {}", n.spec, n.facts());
             }
         }
     }
