@@ -87,7 +87,8 @@ pub struct Args {
     /// UCP tag tests: force the unexpected path (receive only a message a probe found).
     #[arg(short = 'U')]
     pub unexpected: bool,
-    /// UCP tag, stream and AM tests: send a pattern and check every received message.
+    /// UCP tag tests: send a pattern and check every received message (with a named
+    /// layout: its packed bytes).
     #[arg(long = "validate")]
     pub validate: bool,
     /// Start the server as a child process on this host and run against it.
@@ -126,6 +127,22 @@ pub const UCT_TESTS: &[&str] = &["am_lat", "am_bw", "put_lat", "put_bw", "get"];
 const MAX_SWEEP: usize = 64;
 
 impl Args {
+    /// Parses the process's command line; `--help` ends with the named layouts.
+    pub fn parse_cli() -> Result<Args, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let mut help = String::from(
+            "Named layouts for -D (ucp::dt::apps; aliases milc, specfem, stencil, wrf_x, wrf_y):\n",
+        );
+        for (name, what) in ucp::dt::apps::list() {
+            help.push_str(&format!("  {name:<15} {what}\n"));
+        }
+        help.push_str(
+            "\nSee docs/perftest.md for the tests, the output formats, --json and --plot.",
+        );
+        let m = Args::command().after_help(help).try_get_matches()?;
+        Args::from_arg_matches(&m)
+    }
+
     pub fn test(&self) -> &str {
         self.test.as_deref().unwrap_or("am_lat")
     }
@@ -369,15 +386,31 @@ impl Args {
             v.push(flag.to_string());
             v.push(val);
         };
-        opt("-t", self.test().to_string());
+        let test = self.test();
+        opt("-t", test.to_string());
         if let Some(x) = &self.tl {
             opt("-x", x.clone());
+            // ucx_perftest needs the device; ours defaults to the transport's first.
+            let dev = match &self.device {
+                Some(d) => d.clone(),
+                None => {
+                    let cfg = ucs::Config::from_env().map_err(|e| e.to_string())?;
+                    uct::discover(&cfg)
+                        .available
+                        .into_iter()
+                        .find(|r| r.tl == x.as_str())
+                        .map(|r| r.device)
+                        .ok_or_else(|| format!("-x {x}: no such transport here"))?
+                }
+            };
+            opt("-d", dev);
         }
-        if let Some(d) = &self.device {
-            opt("-d", d.clone());
+        if UCT_TESTS.contains(&test) && self.layout.is_none() && !test.starts_with("am_") {
+            // Ours are zero-copy; ucx_perftest's default (short) is another operation.
+            opt("-D", "zcopy".to_string());
         }
         if let Some(l) = &self.layout {
-            if UCT_TESTS.contains(&self.test()) {
+            if UCT_TESTS.contains(&test) {
                 opt("-D", l.clone());
             } else {
                 let (s, r) = self.ucp_layouts()?;

@@ -79,6 +79,15 @@ fn serve(a: &Args, path: &str, oob: &mut Oob) -> Result<(), Error> {
         if let Some(cpu) = a.cpu().ok().flatten() {
             c.args(["-c", &cpu.to_string()]);
         }
+        // UCX 1.22's server checks a UCT test's transport and device against its own
+        // command line too.
+        if let Ok(v) = a.to_ucx_argv() {
+            for flag in ["-x", "-d"] {
+                if let Some(k) = v.iter().position(|w| w == flag) {
+                    c.args([flag, &v[k + 1]]);
+                }
+            }
+        }
         c.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -26,7 +26,7 @@ mod uct_tests;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::Parser as _;
 
 use args::{Args, UCT_TESTS};
 use bootstrap::Oob;
@@ -302,7 +302,7 @@ fn outputs(args: &Args, runs: &[results::RunResult]) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args = match Args::parse_cli() {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
