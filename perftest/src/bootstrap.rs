@@ -104,13 +104,28 @@ impl Oob {
         }
     }
 
-    /// Non-blocking check whether the peer closed the channel (used while spinning).
+    /// Non-blocking check whether the peer closed the channel (used while spinning). A
+    /// peer may die with a message of its own still unread here, so this asks the kernel
+    /// whether the peer hung up (`POLLRDHUP`) instead of peeking at the data.
     pub fn peer_closed(&self) -> bool {
-        let mut b = [0u8; 1];
-        let _ = self.sock.set_nonblocking(true);
-        let r = self.sock.peek(&mut b);
-        let _ = self.sock.set_nonblocking(false);
-        matches!(r, Ok(0)) || matches!(r, Err(ref e) if e.kind() != io::ErrorKind::WouldBlock)
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        // nix leaves POLLRDHUP out of its flags; the kernel's value is libc's.
+        let rdhup = PollFlags::from_bits_retain(nix::libc::POLLRDHUP);
+        let mut fds = [PollFd::new(self.sock.as_fd(), rdhup | PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(0) => false,
+            // nix reports no flags at all when one it does not know (POLLRDHUP, the only
+            // such one asked for) is set.
+            Ok(_) => match fds[0].revents() {
+                None => true,
+                Some(r) => {
+                    r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+                }
+            },
+            Err(nix::errno::Errno::EINTR) => false,
+            Err(_) => true,
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! Message memory of the UCP tests, and `rucx-perftest`'s one room for `unsafe` (STYLE.md
-//! §6).
+//! Message memory of the UCP and UCT tests, and `rucx-perftest`'s one room for `unsafe`
+//! (STYLE.md §6).
 //!
 //! A non-blocking `ucp` operation uses the caller's memory until it completes, so a
 //! [`ucp::Buf`] is made by an `unsafe` constructor whose contract is "valid until every
@@ -16,14 +16,25 @@
 //! `--validate`, and then every message in flight has a region of its own) but never
 //! soundness here.
 //!
-//! This module never makes a Rust reference to a region's bytes: it reads and writes them
-//! through the raw pointer only, so no `&`/`&mut` can alias what `ucp` or a peer's
-//! transport does with them.
+//! The same contract covers the UCT tests' zero-copy operations ([`Region::put_zcopy`],
+//! [`Region::get_zcopy`]) and registrations ([`Region::register`]): a region is valid for
+//! the rest of the process, and the tests change a region's bytes ([`Region::set_u64`])
+//! only after the last operation reading them has completed.
+//!
+//! This module makes a Rust reference to a region's bytes only for a named layout's
+//! validation ([`Region::fill_layout`], [`Region::check_layout`]), which the tests call
+//! with no operation on the region in flight (as [`Region::fill`]); everything else goes
+//! through the raw pointer, so no `&`/`&mut` can alias what `ucp`, `uct` or a peer's
+//! transport does with the bytes.
 
 use std::alloc::{alloc_zeroed, Layout};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
+use ucp::datatype::{DtLayout, LayoutBuf};
 use ucp::{Buf, Data};
+use ucs::UcsResult;
+use uct::{Comp, Done, EpId, Iface, Iov, MemH, RemoteKey};
 
 /// Alignment of message buffers (a page, as `ucx_perftest` allocates them).
 const ALIGN: usize = 4096;
@@ -54,7 +65,7 @@ impl Region {
     }
 
     /// The whole region as one `ucp` buffer.
-    fn buf(&self) -> Buf {
+    pub fn buf(&self) -> Buf {
         // SAFETY: the `len` bytes at `ptr` are one live allocation that is never freed
         // (`new`), so they stay allocated until any operation completes. That nobody else
         // touches them while an operation runs is the tests' part, described in the module
@@ -90,6 +101,124 @@ impl Region {
                 )
             }
         }
+    }
+
+    /// The region as the buffer of a named layout (`-D milc:16`): the layout addresses
+    /// the region from its first byte. Fails if the layout's bytes leave the region.
+    pub fn layout_data(&self, dt: &Arc<DtLayout>) -> Result<Data, String> {
+        let (lo, hi) = dt.canon().bounds();
+        if dt.size() > 0 && (lo < 0 || hi < lo || hi as u64 > self.len as u64) {
+            return Err(format!(
+                "the layout's bytes [{lo}, {hi}) leave its {}-byte buffer",
+                self.len
+            ));
+        }
+        // SAFETY: every byte the layout touches lies in [ptr + lo, ptr + hi), inside the
+        // region (checked above), which is one live allocation never freed; the tests
+        // keep the module's contract for it, as for [`Region::buf`].
+        let lb = unsafe { LayoutBuf::new(self.ptr.as_ptr(), Arc::clone(dt)) };
+        Ok(Data::Layout(lb))
+    }
+
+    /// Runs `f` on the region's bytes. Only while no operation on the region is in
+    /// flight (the module's contract), so nothing else touches them meanwhile.
+    fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        if self.len == 0 {
+            return f(&mut []);
+        }
+        // SAFETY: `len` bytes from `ptr` are one live, initialized (zeroed) allocation;
+        // the callers hold no operation on the region in flight, and this module makes no
+        // other reference to it, so this is the only access while `f` runs.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
+        f(bytes)
+    }
+
+    /// Writes the test pattern for `seed` as the packed bytes of `layout` (so the
+    /// message it sends is the pattern). Only while no operation on the region is in
+    /// flight.
+    pub fn fill_layout(&self, layout: &ucp::dt::Layout, seed: u64) -> Result<(), String> {
+        let c = layout.canonical().map_err(|e| e.to_string())?;
+        let packed: Vec<u8> = (0..c.size() as usize).map(|i| pattern(i, seed)).collect();
+        self.with_bytes_mut(|b| ucp::dt::unpack(c, &packed, b, 0))
+            .map(drop)
+            .map_err(|s| format!("cannot lay out the test pattern: {s}"))
+    }
+
+    /// Whether the packed bytes of `layout` are the pattern for `seed`; the packed offset
+    /// of the first that is not, otherwise. Only while no operation on the region is in
+    /// flight.
+    pub fn check_layout(&self, layout: &ucp::dt::Layout, seed: u64) -> Result<(), usize> {
+        let c = layout.canonical().map_err(|_| 0usize)?;
+        let mut packed = vec![0u8; c.size() as usize];
+        self.with_bytes_mut(|b| ucp::dt::pack(c, b, 0, &mut packed))
+            .map_err(|_| 0usize)?;
+        match packed
+            .iter()
+            .enumerate()
+            .position(|(i, b)| *b != pattern(i, seed))
+        {
+            Some(at) => Err(at),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads the 8 bytes at `off` (native endian) with volatile loads: a peer's transport
+    /// may write them at any time (`put_lat`'s counter).
+    pub fn read_u64_volatile(&self, off: usize) -> u64 {
+        assert!(off + 8 <= self.len, "read_u64_volatile outside the region");
+        let mut b = [0u8; 8];
+        for (i, x) in b.iter_mut().enumerate() {
+            // SAFETY: off + i < len, inside the live allocation; a raw volatile read, no
+            // reference made.
+            *x = unsafe { self.ptr.as_ptr().add(off + i).read_volatile() };
+        }
+        u64::from_ne_bytes(b)
+    }
+
+    /// Registers the region with `iface`'s memory domain, for a peer's puts and gets.
+    pub fn register(&self, iface: &dyn Iface) -> UcsResult<MemH> {
+        // SAFETY: the region is never freed, so it stays mapped until any deregistration
+        // and for the rest of the process; peers may read and write it through the key,
+        // which the tests expect (their own accesses are raw, never references).
+        unsafe { iface.md().mem_reg(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn iov(&self) -> [Iov; 1] {
+        [Iov {
+            buffer: self.ptr.as_ptr(),
+            length: self.len,
+        }]
+    }
+
+    /// Writes the whole region to `remote_addr..` of the peer's registration `rkey`.
+    pub fn put_zcopy(
+        &self,
+        iface: &mut dyn Iface,
+        ep: EpId,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: the region is never freed, so it stays valid until completion; the
+        // tests change its bytes only after seeing the operation complete (the module's
+        // contract).
+        unsafe { iface.put_zcopy(ep, &self.iov(), remote_addr, rkey, comp) }
+    }
+
+    /// Reads `remote_addr..` of the peer's registration `rkey` into the whole region.
+    pub fn get_zcopy(
+        &self,
+        iface: &mut dyn Iface,
+        ep: EpId,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: the region is never freed, so it stays valid until completion; nothing
+        // in this process reads or writes it while gets are in flight (several gets in
+        // flight into it overlap only each other, written by the transport alone, as the
+        // module documents for receives).
+        unsafe { iface.get_zcopy(ep, &self.iov(), remote_addr, rkey, comp) }
     }
 
     /// Writes the test pattern for `seed` over the whole region. Only while no operation

@@ -1,16 +1,66 @@
 //! Output in `ucx_perftest`'s format: the same table header, one `[thread 0]` row per
 //! reporting interval, and a `Final:` line with the same columns in the same order, so a
-//! script written for `ucx_perftest` parses ours.
+//! script written for `ucx_perftest` parses ours. `-f` and `-v` follow `ucx_perftest` too:
+//! `-f` prints the header (its first column named `Test`) and one unlabelled line of final
+//! numbers; `-v` prints a CSV header, `[thread 0]`-prefixed interval rows and an unlabelled
+//! final row; `-N` groups thousands in the iteration and message-rate columns.
+//!
+//! A run longer than a second shows a progress bar on stderr when stderr is a terminal
+//! (indicatif), drawn when a reporting interval closes, so the timed loop pays nothing for
+//! it. Every run's final numbers are also kept ([`take_finals`]) for `--json`, `--plot`
+//! and `--compare-ucx`.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
 
 use hdrhistogram::Histogram;
 
-/// Which numbers a test reports: latency tests halve the round trip.
+use crate::args::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// What one iteration is, which decides how times are reported (`ucx_perftest`'s test
+/// types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// Ping-pong: one iteration is a round trip, latency is half of it.
     Latency,
-    /// Streaming: one iteration is one message.
+    /// Streaming: one iteration is one message; the time per message is its "overhead".
     Bandwidth,
+    /// One operation that completes at the initiator (get, fetching atomics): its time is
+    /// its latency, not halved.
+    OpLatency,
+}
+
+/// How rows are printed (`-R`, `-f`, `-v`, `-N`) and whether a progress bar may be shown.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Format {
+    pub rank: f64,
+    pub final_only: bool,
+    pub csv: bool,
+    pub numeric: bool,
+    /// Print nothing (`--json -` owns stdout); the numbers are still kept.
+    pub quiet: bool,
+    /// Leave out the table header (later runs of a sweep under `-f`).
+    pub no_header: bool,
+    /// Measured iterations expected (the progress bar's length).
+    pub iters: u64,
+    /// A progress bar may be drawn (the client, with stderr a terminal).
+    pub progress: bool,
+}
+
+impl Default for Format {
+    fn default() -> Self {
+        Format {
+            rank: 50.0,
+            final_only: false,
+            csv: false,
+            numeric: false,
+            quiet: false,
+            no_header: false,
+            iters: 0,
+            progress: false,
+        }
+    }
 }
 
 /// One row of numbers.
@@ -27,14 +77,36 @@ pub struct Row {
     pub rate_overall: f64,
 }
 
+impl Row {
+    /// The eight numbers in column order.
+    pub fn columns(&self) -> [f64; 8] {
+        [
+            self.iters as f64,
+            self.lat_pct,
+            self.lat_avg,
+            self.lat_overall,
+            self.bw_avg,
+            self.bw_overall,
+            self.rate_avg,
+            self.rate_overall,
+        ]
+    }
+}
+
+/// Final rows of the runs this process reported, in order.
+static FINALS: Mutex<Vec<Row>> = Mutex::new(Vec::new());
+
+/// Takes the final rows recorded since the last call.
+pub fn take_finals() -> Vec<Row> {
+    std::mem::take(&mut *FINALS.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// Accumulates per-iteration times and prints rows.
 #[derive(Debug)]
 pub struct Reporter {
     kind: Kind,
     msg_size: usize,
-    rank: f64,
-    final_only: bool,
-    csv: bool,
+    fmt: Format,
     hist: Histogram<u64>,
     interval_iters: u64,
     interval_ns: u64,
@@ -45,16 +117,15 @@ pub struct Reporter {
     total_iters: u64,
     total_ns: u64,
     rows: Vec<Row>,
+    bar: Option<ProgressBar>,
 }
 
 impl Reporter {
-    pub fn new(kind: Kind, msg_size: usize, rank: f64, final_only: bool, csv: bool) -> Reporter {
+    pub fn new(kind: Kind, msg_size: usize, fmt: Format) -> Reporter {
         Reporter {
             kind,
             msg_size,
-            rank,
-            final_only,
-            csv,
+            fmt,
             hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
             interval_iters: 0,
             interval_ns: 0,
@@ -63,13 +134,14 @@ impl Reporter {
             total_iters: 0,
             total_ns: 0,
             rows: Vec::new(),
+            bar: None,
         }
     }
 
     fn div(&self) -> f64 {
         match self.kind {
             Kind::Latency => 2.0,
-            Kind::Bandwidth => 1.0,
+            Kind::Bandwidth | Kind::OpLatency => 1.0,
         }
     }
 
@@ -147,74 +219,106 @@ impl Reporter {
 
     /// Closes the current interval and prints its row unless final-only.
     pub fn interval(&mut self) {
+        self.close_interval(true);
+    }
+
+    /// Closes the current interval; prints its row when `print` and not final-only.
+    fn close_interval(&mut self, print: bool) {
         self.flush_cycles();
         if self.interval_iters == 0 {
             return;
         }
         self.total_iters += self.interval_iters;
         self.total_ns += self.interval_ns;
-        let pct = self.hist.value_at_quantile(self.rank / 100.0) as f64;
+        let pct = self.hist.value_at_quantile(self.fmt.rank / 100.0) as f64;
         let r = self.row(self.interval_iters, self.interval_ns, pct);
         self.rows.push(r);
-        if !self.final_only {
-            self.print("[thread 0]", &r);
+        if print && !self.fmt.final_only {
+            self.print(Stage::Interval, &r);
         }
         self.interval_iters = 0;
         self.interval_ns = 0;
         self.hist.reset();
+        self.progress();
     }
 
-    pub fn header(&self) {
-        if self.csv || self.final_only {
+    /// Draws or advances the progress bar: only once the run has lasted a second (the
+    /// first interval closes after one), only with stderr a terminal.
+    fn progress(&mut self) {
+        if !self.fmt.progress || self.fmt.iters == 0 || self.total_ns < 1_000_000_000 {
             return;
         }
-        let rank = format!("{:.1}%ile", self.rank);
+        let total = self.total_iters.min(self.fmt.iters);
+        if let Some(b) = &self.bar {
+            b.set_position(total);
+            return;
+        }
+        if !std::io::stderr().is_terminal() {
+            self.fmt.progress = false;
+            return;
+        }
+        let b = ProgressBar::with_draw_target(
+            Some(self.fmt.iters),
+            ProgressDrawTarget::stderr_with_hz(4),
+        );
+        b.set_style(
+            ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} iterations, eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b.set_position(total);
+        self.bar = Some(b);
+    }
+
+    /// Prints the table header (or the CSV one).
+    pub fn header(&self) {
+        if self.fmt.quiet || self.fmt.no_header {
+            return;
+        }
+        if self.fmt.csv {
+            println!(
+                "iterations,{:.1}_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr",
+                self.fmt.rank
+            );
+            return;
+        }
+        let rank = format!("{:.1}%ile", self.fmt.rank);
         // ucx_perftest calls the per-message time of a streaming test its overhead.
         let what = match self.kind {
-            Kind::Latency => "latency (usec)",
+            Kind::Latency | Kind::OpLatency => "latency (usec)",
             Kind::Bandwidth => "overhead (usec)",
         };
+        // ucx_perftest names the first column "Test" when it prints final numbers only.
+        let first = if self.fmt.final_only {
+            "     Test     "
+        } else {
+            "    Stage     "
+        };
         println!("+--------------+--------------+------------------------------+---------------------+-----------------------+");
-        println!("|              |              |       {what:<23}|   bandwidth (MB/s)  |  message rate (msg/s) |");
+        println!("|              |              |{what:^30}|   bandwidth (MB/s)  |  message rate (msg/s) |");
         println!("+--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+");
-        println!("|    Stage     | # iterations | {rank:>8} | average | overall |  average |  overall |  average  |  overall  |");
+        println!("|{first}| # iterations | {rank:>8} | average | overall |  average |  overall |  average  |  overall  |");
         println!("+--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+");
     }
 
-    fn print(&self, stage: &str, r: &Row) {
-        if self.csv {
-            println!(
-                "{},{},{:.3},{:.3},{:.3},{:.2},{:.2},{:.0},{:.0}",
-                stage.trim_end_matches(':'),
-                r.iters,
-                r.lat_pct,
-                r.lat_avg,
-                r.lat_overall,
-                r.bw_avg,
-                r.bw_overall,
-                r.rate_avg,
-                r.rate_overall
-            );
-        } else {
-            // ucx_perftest's widths, and its separating spaces: a number too wide for its
-            // column still leaves the columns apart.
-            println!(
-                "{stage:<14}{:>14} {:>10.3} {:>9.3} {:>9.3} {:>10.2} {:>10.2} {:>11.0} {:>11.0}",
-                r.iters,
-                r.lat_pct,
-                r.lat_avg,
-                r.lat_overall,
-                r.bw_avg,
-                r.bw_overall,
-                r.rate_avg,
-                r.rate_overall
-            );
+    fn print(&self, stage: Stage, r: &Row) {
+        if self.fmt.quiet {
+            return;
+        }
+        let line = format_row(stage, r, self.fmt);
+        match &self.bar {
+            Some(b) => b.suspend(|| println!("{line}")),
+            None => println!("{line}"),
         }
     }
 
-    /// Prints the `Final:` line over the whole run and returns it.
+    /// Prints the final line over the whole run and returns it.
     pub fn finish(&mut self) -> Row {
-        self.interval();
+        // The last, partial interval has no row of its own (as in ucx_perftest): the final
+        // line covers it.
+        self.close_interval(false);
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
         // The final percentile is the median of the interval percentiles weighted by
         // iterations (the per-interval histograms are gone by now).
         let mut pcts: Vec<(f64, u64)> = self.rows.iter().map(|r| (r.lat_pct, r.iters)).collect();
@@ -231,18 +335,190 @@ impl Reporter {
         }
         let mut r = self.row(self.total_iters, self.total_ns, pct * 1e3 * self.div());
         r.lat_pct = pct;
-        self.print("Final:", &r);
+        self.print(Stage::Final, &r);
+        FINALS.lock().unwrap_or_else(|e| e.into_inner()).push(r);
         r
     }
+}
+
+/// Reports one iteration of a latency loop on the client.
+pub struct LatClock {
+    pub rep: Reporter,
+    last: u64,
+    next_report: u64,
+    report_every: u64,
+}
+
+impl LatClock {
+    /// A clock for ping-pong round trips (`Kind::Latency`) or single operations
+    /// (`Kind::OpLatency`).
+    pub fn new(args: &Args, kind: Kind, size: usize) -> LatClock {
+        let rep = Reporter::new(kind, size, args.format());
+        rep.header();
+        let report_every = (1e9 * ucs::time::cycles_per_ns()) as u64;
+        let last = ucs::time::cycles();
+        LatClock {
+            rep,
+            last,
+            next_report: last + report_every,
+            report_every,
+        }
+    }
+
+    #[inline(always)]
+    pub fn tick(&mut self, i: u64, warmup: u64) {
+        let now = ucs::time::cycles();
+        if i >= warmup {
+            self.rep.sample_cycles(now.wrapping_sub(self.last));
+            if now >= self.next_report {
+                self.rep.interval();
+                self.next_report = now + self.report_every;
+            }
+        } else if i + 1 == warmup {
+            self.next_report = now + self.report_every;
+        }
+        self.last = now;
+    }
+}
+
+/// Reports a streaming loop on the client: iterations are counted, and the time of each
+/// batch of them taken once per reporting interval.
+pub struct StreamClock {
+    rep: Reporter,
+    rate: f64,
+    report_every: u64,
+    mark: u64,
+    since: u64,
+}
+
+impl StreamClock {
+    pub fn new(args: &Args, size: usize) -> StreamClock {
+        let rep = Reporter::new(Kind::Bandwidth, size, args.format());
+        rep.header();
+        let rate = ucs::time::cycles_per_ns();
+        StreamClock {
+            rep,
+            rate,
+            report_every: (1e9 * rate) as u64,
+            mark: ucs::time::cycles(),
+            since: 0,
+        }
+    }
+
+    /// Counts iteration `i` (warm-up iterations restart the clock).
+    #[inline(always)]
+    pub fn tick(&mut self, i: u64, warmup: u64) {
+        if i < warmup {
+            self.mark = ucs::time::cycles();
+            return;
+        }
+        self.since += 1;
+        if self.since.is_multiple_of(1024) {
+            let now = ucs::time::cycles();
+            if now - self.mark >= self.report_every {
+                self.rep
+                    .batch(self.since, ((now - self.mark) as f64 / self.rate) as u64);
+                self.rep.interval();
+                self.mark = now;
+                self.since = 0;
+            }
+        }
+    }
+
+    /// Ends the run (after the receiver confirmed the last message).
+    pub fn finish(mut self) {
+        let now = ucs::time::cycles();
+        self.rep
+            .batch(self.since, ((now - self.mark) as f64 / self.rate) as u64);
+        self.rep.finish();
+    }
+}
+
+/// Which row a line is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// A reporting interval (`[thread 0]`).
+    Interval,
+    /// The whole run (`Final:`, unlabelled under `-f` and in CSV).
+    Final,
+    /// Any other label in the first column (`--compare-ucx` rows).
+    Label(&'static str),
+}
+
+/// One row as `ucx_perftest` prints it under `fmt`.
+pub fn format_row(stage: Stage, r: &Row, fmt: Format) -> String {
+    let label = match stage {
+        Stage::Interval => "[thread 0]",
+        Stage::Final if fmt.final_only || fmt.csv => "",
+        Stage::Final => "Final:",
+        Stage::Label(l) => l,
+    };
+    if fmt.csv {
+        // ucx_perftest glues the interval label to the first number.
+        return format!(
+            "{label}{},{:.3},{:.3},{:.3},{:.2},{:.2},{:.0},{:.0}",
+            r.iters,
+            r.lat_pct,
+            r.lat_avg,
+            r.lat_overall,
+            r.bw_avg,
+            r.bw_overall,
+            r.rate_avg,
+            r.rate_overall
+        );
+    }
+    let count = |v: f64| {
+        if fmt.numeric {
+            group_thousands(v)
+        } else {
+            format!("{v:.0}")
+        }
+    };
+    // ucx_perftest's widths, and its separating spaces: a number too wide for its column
+    // still leaves the columns apart.
+    format!(
+        "{label:<14}{:>14} {:>10.3} {:>9.3} {:>9.3} {:>10.2} {:>10.2} {:>11} {:>11}",
+        count(r.iters as f64),
+        r.lat_pct,
+        r.lat_avg,
+        r.lat_overall,
+        r.bw_avg,
+        r.bw_overall,
+        count(r.rate_avg),
+        count(r.rate_overall)
+    )
+}
+
+/// `1234567.4` as `1,234,567` (`-N`, as `ucx_perftest` prints in an English locale).
+pub fn group_thousands(v: f64) -> String {
+    let s = format!("{:.0}", v.abs());
+    let mut out = String::with_capacity(s.len() + s.len() / 3 + 1);
+    if v < 0.0 && s != "0" {
+        out.push('-');
+    }
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn fmt() -> Format {
+        Format {
+            final_only: true,
+            ..Format::default()
+        }
+    }
+
     #[test]
     fn latency_rows_halve_round_trips() {
-        let mut r = Reporter::new(Kind::Latency, 8, 50.0, true, false);
+        let mut r = Reporter::new(Kind::Latency, 8, fmt());
         for _ in 0..1000 {
             r.sample(2_000); // 2 µs round trip
         }
@@ -256,10 +532,71 @@ mod tests {
     }
 
     #[test]
+    fn operation_latency_is_not_halved() {
+        let mut r = Reporter::new(Kind::OpLatency, 8, fmt());
+        for _ in 0..1000 {
+            r.sample(2_000);
+        }
+        let f = r.finish();
+        assert!((f.lat_avg - 2.0).abs() < 1e-9, "{f:?}");
+        assert!((f.rate_overall - 500_000.0).abs() < 1.0, "{f:?}");
+    }
+
+    #[test]
     fn bandwidth_counts_bytes() {
-        let mut r = Reporter::new(Kind::Bandwidth, 1 << 20, 50.0, true, false);
+        let mut r = Reporter::new(Kind::Bandwidth, 1 << 20, fmt());
         r.batch(1000, 1_000_000_000);
         let f = r.finish();
         assert!((f.bw_overall - 1000.0).abs() < 1e-6, "{f:?}");
+    }
+
+    #[test]
+    fn rows_in_ucx_perftest_layouts() {
+        let r = Row {
+            iters: 1_234_567,
+            lat_pct: 0.1234,
+            lat_avg: 1.5,
+            lat_overall: 2.25,
+            bw_avg: 10.0,
+            bw_overall: 20.5,
+            rate_avg: 2_500_000.4,
+            rate_overall: 999.0,
+        };
+        let plain = Format::default();
+        assert_eq!(
+            format_row(Stage::Final, &r, plain),
+            "Final:               1234567      0.123     1.500     2.250      10.00      20.50     2500000         999"
+        );
+        let f = format_row(Stage::Final, &r, fmt());
+        assert!(
+            f.starts_with(&" ".repeat(21)) && f.contains("1234567"),
+            "{f}"
+        );
+        let csv = Format { csv: true, ..plain };
+        assert_eq!(
+            format_row(Stage::Interval, &r, csv),
+            "[thread 0]1234567,0.123,1.500,2.250,10.00,20.50,2500000,999"
+        );
+        assert_eq!(
+            format_row(Stage::Final, &r, csv),
+            "1234567,0.123,1.500,2.250,10.00,20.50,2500000,999"
+        );
+        let n = Format {
+            numeric: true,
+            ..plain
+        };
+        let line = format_row(Stage::Final, &r, n);
+        assert!(
+            line.contains(" 1,234,567 ") && line.contains(" 2,500,000 "),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn thousands() {
+        assert_eq!(group_thousands(0.0), "0");
+        assert_eq!(group_thousands(999.0), "999");
+        assert_eq!(group_thousands(1000.0), "1,000");
+        assert_eq!(group_thousands(1234567.6), "1,234,568");
     }
 }
