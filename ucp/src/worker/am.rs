@@ -440,6 +440,7 @@ impl Core {
                 fin_pending: false,
                 am,
                 stream: false,
+                timed: false,
                 t0: 0,
             }),
             user_data,

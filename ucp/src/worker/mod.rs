@@ -260,8 +260,9 @@ pub(crate) struct SendOp {
     pub(crate) am: Option<Box<am::AmHdr>>,
     /// Bytes of the endpoint's stream (no tag, no message boundary).
     pub(crate) stream: bool,
-    /// For the endpoint's eager/rendezvous tuner: when the send started (TSC cycles), or 0
-    /// when it is not timed.
+    /// Timed for the endpoint's eager/rendezvous tuner (`proto::tune`; posted while no
+    /// other send of the endpoint was in flight), and when it started (TSC cycles).
+    pub(crate) timed: bool,
     pub(crate) t0: u64,
 }
 

@@ -86,6 +86,10 @@ impl Worker {
         // Same-host endpoints measure which of eager and rendezvous is faster for each
         // size class (`proto::tune`); a timed eager send asks for an acknowledgement.
         let mut timed = false;
+        // Only a send with nothing else of the endpoint in flight measures one message
+        // (holding it back until the others finish could deadlock a program whose
+        // receiver waits for this message before matching the earlier ones).
+        let alone = e.outstanding == 0 && e.queue.is_empty();
         let mut flags = if p.sync { FLAG_SYNC } else { 0 };
         if proto == Proto::EagerMulti
             && !p.sync
@@ -95,18 +99,19 @@ impl Worker {
         {
             let rndv_ok = rts_fits(core, idx, data);
             if let Some(t) = core.eps[idx].tuner.as_mut() {
+                use crate::proto::tune::Choice;
                 match t.choose(total) {
-                    crate::proto::tune::Choice::Eager { probe } => {
-                        timed = probe;
-                        if probe {
+                    Choice::Eager { timed: tm } => {
+                        timed = tm && alone;
+                        if timed {
                             flags |= FLAG_SYNC;
                         }
                     }
-                    crate::proto::tune::Choice::Rndv if rndv_ok => {
+                    Choice::Rndv { timed: tm } if rndv_ok => {
                         proto = Proto::RndvGet;
-                        timed = true;
+                        timed = tm && alone;
                     }
-                    crate::proto::tune::Choice::Rndv => {}
+                    Choice::Rndv { .. } => {}
                 }
             }
         }
@@ -186,7 +191,8 @@ impl Worker {
                 fin_pending: false,
                 am: None,
                 stream: false,
-                t0: if timed { ucs::time::cycles() } else { 0 },
+                timed,
+                t0: 0,
             }),
             p.user_data,
             p.notify,
@@ -352,6 +358,9 @@ pub(super) fn push_send(
     let Some(Op::Send(s)) = reqs.get_mut(id).map(|r| &mut r.state) else {
         return Ok(true);
     };
+    if s.timed && s.t0 == 0 {
+        s.t0 = ucs::time::cycles();
+    }
     let e = &eps[s.ep];
     let rid = e.remote_id.ok_or(Status::NotConnected)?;
     let lane = e.am;
@@ -788,7 +797,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
     let fin = s.fin_pending.then(|| (s.ep, s.rreq.unwrap_or(0)));
     s.fin_pending = false;
     let memh = s.memh.take();
-    if s.t0 != 0 {
+    if s.timed && s.t0 != 0 {
         let ns = ucs::time::cycles().wrapping_sub(s.t0) as f64 / ucs::time::cycles_per_ns();
         let (ep, proto, total) = (s.ep, s.proto, s.total);
         if let Some(t) = core.eps.get_mut(ep).and_then(|e| e.tuner.as_mut()) {

@@ -513,6 +513,40 @@ fn same_host_endpoints_measure_eager_against_rendezvous() {
 }
 
 #[test]
+fn a_timed_send_never_waits_for_earlier_sends() {
+    // The receiver takes the second message before the first: the tuner must not hold the
+    // second back until the first completes (that would wait forever).
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let n = 256 << 10;
+    for round in 0..8u8 {
+        let (s1, s2) = (pattern(n, round), pattern(n, round ^ 0x55));
+        let (mut d1, mut d2) = (vec![0u8; n], vec![0u8; n]);
+        let x = a.tag_send(ab, &contig(&s1), 1, SendParams::default()).unwrap();
+        let y = a.tag_send(ab, &contig(&s2), 2, SendParams::default()).unwrap();
+        let r2 = b
+            .tag_recv(&contig_mut(&mut d2), 2, u64::MAX, RecvParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |_, b| b.request_status(r2) != Status::InProgress);
+        let r1 = b
+            .tag_recv(&contig_mut(&mut d1), 1, u64::MAX, RecvParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            b.request_status(r1) != Status::InProgress
+                && [x, y]
+                    .iter()
+                    .flatten()
+                    .all(|&s| a.request_status(s) != Status::InProgress)
+        });
+        assert_eq!(b.wait(r1).0, Status::Ok);
+        assert_eq!(b.wait(r2).0, Status::Ok);
+        for s in [x, y].into_iter().flatten() {
+            assert_eq!(a.wait(s).0, Status::Ok);
+        }
+        assert!(d1 == s1 && d2 == s2, "round {round}");
+    }
+}
+
+#[test]
 fn malformed_messages_fail_the_endpoint_not_the_worker() {
     let (mut a, mut b, ab, ba) = pair("posix,cma");
     // Wire up both directions first.
