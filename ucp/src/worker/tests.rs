@@ -521,12 +521,18 @@ fn a_timed_send_never_waits_for_earlier_sends() {
     for round in 0..8u8 {
         let (s1, s2) = (pattern(n, round), pattern(n, round ^ 0x55));
         let (mut d1, mut d2) = (vec![0u8; n], vec![0u8; n]);
-        let x = a.tag_send(ab, &contig(&s1), 1, SendParams::default()).unwrap();
-        let y = a.tag_send(ab, &contig(&s2), 2, SendParams::default()).unwrap();
+        let x = a
+            .tag_send(ab, &contig(&s1), 1, SendParams::default())
+            .unwrap();
+        let y = a
+            .tag_send(ab, &contig(&s2), 2, SendParams::default())
+            .unwrap();
         let r2 = b
             .tag_recv(&contig_mut(&mut d2), 2, u64::MAX, RecvParams::default())
             .unwrap();
-        drive(&mut a, &mut b, |_, b| b.request_status(r2) != Status::InProgress);
+        drive(&mut a, &mut b, |_, b| {
+            b.request_status(r2) != Status::InProgress
+        });
         let r1 = b
             .tag_recv(&contig_mut(&mut d1), 1, u64::MAX, RecvParams::default())
             .unwrap();
