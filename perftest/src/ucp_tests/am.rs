@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ucp::{RecvParams, ReqId, Worker};
+use ucp::{Data, RecvParams, ReqId, Worker};
 use ucs::Status;
 
 use super::{Msgs, Plan, Side};
@@ -28,86 +28,11 @@ pub(super) fn am_lat(
 ) -> Result<(), Error> {
     let (txd, _) = tx.slot(0);
     let (rxd, _) = rx.slot(0);
-    let count = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    // Rendezvous receives started by the handler, counted when they complete (and how
-    // many there are, so the wait loop takes the lock only when there is something).
-    let pending: Arc<Mutex<Vec<ReqId>>> = Arc::default();
-    let npending = Arc::new(AtomicU64::new(0));
     let server = role == Role::Server;
-    {
-        let (count, failed, pending, npending) = (
-            Arc::clone(&count),
-            Arc::clone(&failed),
-            Arc::clone(&pending),
-            Arc::clone(&npending),
-        );
-        let (ep, reply, into) = (s.ep, txd.clone(), rxd.clone());
-        s.worker.am_set_handler(
-            0,
-            Some(Box::new(move |w: &mut Worker, ev: ucp::AmEvent| {
-                match ev.data {
-                    ucp::AmData::Eager(v) => {
-                        w.am_recycle(v);
-                        // The answer goes out from inside the handler, as UCX's does.
-                        if server && w.am_send(ep, 0, &[], &reply, Default::default()).is_err() {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                        // Only this thread writes the counter: a plain store, not a locked
-                        // add (which would wait for the answer's store to reach the peer).
-                        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                    }
-                    ucp::AmData::Rndv(r) => match w.am_recv_data(r, &into, RecvParams::default()) {
-                        Ok(id) => {
-                            pending.lock().expect("not poisoned").push(id);
-                            npending.fetch_add(1, Ordering::Release);
-                        }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    },
-                }
-            })),
-        );
-    }
+    let sink = AmSink::install(s, rxd.clone(), server.then(|| txd.clone()));
+    let answer = server.then_some(rxd);
     let warmup = args.warmup;
     let total = warmup + args.iters();
-    let wait_for = |s: &mut Side, n: u64, oob: &Oob| -> Result<(), Error> {
-        while count.load(Ordering::Relaxed) < n {
-            if failed.load(Ordering::Relaxed) > 0 {
-                return Err(Error::Peer(
-                    "an active-message receive or answer failed".into(),
-                ));
-            }
-            s.progress(oob)?;
-            if npending.load(Ordering::Acquire) == 0 {
-                continue;
-            }
-            let done: Vec<ReqId> = {
-                let mut p = pending.lock().expect("not poisoned");
-                let (d, rest): (Vec<ReqId>, Vec<ReqId>) = p
-                    .iter()
-                    .partition(|&&id| s.worker.request_status(id) != Status::InProgress);
-                *p = rest;
-                npending.fetch_sub(d.len() as u64, Ordering::Release);
-                d
-            };
-            for id in done {
-                s.finish_req(id)?;
-                if server {
-                    if let Some(r) = s
-                        .worker
-                        .am_send(s.ep, 0, &[], rxd, Default::default())
-                        .map_err(|e| Error::Peer(format!("am send failed: {e}")))?
-                    {
-                        s.wait(r, oob)?;
-                    }
-                }
-                count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            }
-        }
-        Ok(())
-    };
     if role == Role::Client {
         let mut clock = LatClock::new(args, Kind::Latency, s.size);
         for i in 0..total {
@@ -118,12 +43,12 @@ pub(super) fn am_lat(
             if let Some(id) = r {
                 s.wait(id, oob)?;
             }
-            wait_for(s, i + 1, oob)?;
+            sink.wait_for(s, i + 1, oob, answer)?;
             clock.tick(i, warmup);
         }
         clock.rep.finish();
     } else {
-        wait_for(s, total, oob)?;
+        sink.wait_for(s, total, oob, answer)?;
     }
     s.worker.am_set_handler(0, None);
     Ok(())
@@ -165,26 +90,64 @@ pub(super) fn am_bw(
         clock.finish();
         return Ok(());
     }
-    let count = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let pending: Arc<Mutex<Vec<ReqId>>> = Arc::default();
-    {
-        let (count, failed, pending) = (
-            Arc::clone(&count),
-            Arc::clone(&failed),
-            Arc::clone(&pending),
+    let sink = AmSink::install(s, rx.slot(0).0.clone(), None);
+    sink.wait_for(s, total, oob, None)?;
+    s.worker.am_set_handler(0, None);
+    s.send_ack(oob)
+}
+
+/// What handler 0 of the AM tests shares with the test loop: the messages counted, the
+/// failures, and the rendezvous receives the handler started (with their number, so the
+/// loop takes the lock only when there are some).
+struct AmSink {
+    count: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    pending: Arc<Mutex<Vec<ReqId>>>,
+    npending: Arc<AtomicU64>,
+}
+
+/// Adds one to a counter only the progressing thread writes: a plain store, not a locked
+/// add (which would wait for the answer just sent to leave the store buffer).
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+impl AmSink {
+    /// Installs handler 0: eager data is counted, after answering with `reply` from inside
+    /// the handler (as UCX's perftest does) when given; rendezvous data is received into
+    /// `into` and counted by `wait_for` once it has arrived.
+    fn install(s: &mut Side, into: Data, reply: Option<Data>) -> AmSink {
+        let sink = AmSink {
+            count: Arc::default(),
+            failed: Arc::default(),
+            pending: Arc::default(),
+            npending: Arc::default(),
+        };
+        let (count, failed, pending, npending) = (
+            Arc::clone(&sink.count),
+            Arc::clone(&sink.failed),
+            Arc::clone(&sink.pending),
+            Arc::clone(&sink.npending),
         );
-        let into = rx.slot(0).0.clone();
+        let ep = s.ep;
         s.worker.am_set_handler(
             0,
             Some(Box::new(move |w: &mut Worker, ev: ucp::AmEvent| {
                 match ev.data {
                     ucp::AmData::Eager(v) => {
                         w.am_recycle(v);
-                        count.fetch_add(1, Ordering::Relaxed);
+                        if let Some(reply) = &reply {
+                            if w.am_send(ep, 0, &[], reply, Default::default()).is_err() {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        bump(&count);
                     }
                     ucp::AmData::Rndv(r) => match w.am_recv_data(r, &into, RecvParams::default()) {
-                        Ok(id) => pending.lock().expect("not poisoned").push(id),
+                        Ok(id) => {
+                            pending.lock().expect("not poisoned").push(id);
+                            npending.fetch_add(1, Ordering::Release);
+                        }
                         Err(_) => {
                             failed.fetch_add(1, Ordering::Relaxed);
                         }
@@ -192,28 +155,51 @@ pub(super) fn am_bw(
                 }
             })),
         );
+        sink
     }
-    while count.load(Ordering::Relaxed) < total {
-        if failed.load(Ordering::Relaxed) > 0 {
-            return Err(Error::Peer("an active-message receive failed".into()));
-        }
-        s.progress(oob)?;
-        let done: Vec<ReqId> = {
-            let mut p = pending.lock().expect("not poisoned");
-            if p.is_empty() {
+
+    /// Progresses until `n` messages are counted. A rendezvous message counts once its
+    /// data is in; `answer`, when given, is then sent back.
+    fn wait_for(
+        &self,
+        s: &mut Side,
+        n: u64,
+        oob: &Oob,
+        answer: Option<&Data>,
+    ) -> Result<(), Error> {
+        while self.count.load(Ordering::Relaxed) < n {
+            if self.failed.load(Ordering::Relaxed) > 0 {
+                return Err(Error::Peer(
+                    "an active-message receive or answer failed".into(),
+                ));
+            }
+            s.progress(oob)?;
+            if self.npending.load(Ordering::Acquire) == 0 {
                 continue;
             }
-            let (d, rest): (Vec<ReqId>, Vec<ReqId>) = p
-                .iter()
-                .partition(|&&id| s.worker.request_status(id) != Status::InProgress);
-            *p = rest;
-            d
-        };
-        for id in done {
-            s.finish_req(id)?;
-            count.fetch_add(1, Ordering::Relaxed);
+            let done: Vec<ReqId> = {
+                let mut p = self.pending.lock().expect("not poisoned");
+                let (d, rest): (Vec<ReqId>, Vec<ReqId>) = p
+                    .iter()
+                    .partition(|&&id| s.worker.request_status(id) != Status::InProgress);
+                *p = rest;
+                self.npending.fetch_sub(d.len() as u64, Ordering::Release);
+                d
+            };
+            for id in done {
+                s.finish_req(id)?;
+                if let Some(a) = answer {
+                    if let Some(r) = s
+                        .worker
+                        .am_send(s.ep, 0, &[], a, Default::default())
+                        .map_err(|e| Error::Peer(format!("am send failed: {e}")))?
+                    {
+                        s.wait(r, oob)?;
+                    }
+                }
+                bump(&self.count);
+            }
         }
+        Ok(())
     }
-    s.worker.am_set_handler(0, None);
-    s.send_ack(oob)
 }
