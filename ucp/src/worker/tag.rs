@@ -96,8 +96,8 @@ impl Worker {
             && total >= crate::proto::tune::MIN_TUNED
             && matches!(data, Data::Contig(_) | Data::Iov(_))
             && e.tuner.is_some()
+            && rts_fits(core, idx, data)
         {
-            let rndv_ok = rts_fits(core, idx, data);
             if let Some(t) = core.eps[idx].tuner.as_mut() {
                 use crate::proto::tune::Choice;
                 match t.choose(total) {
@@ -107,11 +107,10 @@ impl Worker {
                             flags |= FLAG_SYNC;
                         }
                     }
-                    Choice::Rndv { timed: tm } if rndv_ok => {
+                    Choice::Rndv { timed: tm } => {
                         proto = Proto::RndvGet;
                         timed = tm && alone;
                     }
-                    Choice::Rndv { .. } => {}
                 }
             }
         }
