@@ -108,6 +108,13 @@ pub const TABLE: &[ConfigVar] = &[
               receiver reads), put_zcopy (the sender writes), or auto (get_zcopy).",
     },
     ConfigVar {
+        name: "RNDV_SPLIT_THRESH",
+        default: "32k",
+        doc: "Message size from which a same-host get rendezvous is shared out: the \
+              receiver reads the head of the message while the sender writes the tail, so \
+              both cores copy. 'inf' turns it off.",
+    },
+    ConfigVar {
         name: "RNDV_LAYOUT_CACHE",
         default: "64",
         doc: "Structured layouts each endpoint remembers from its peer (an LRU keyed by the \
@@ -279,6 +286,7 @@ pub struct Config {
     pub cma_max_iov: AutoSize,
     pub rndv_scheme: RndvScheme,
     pub rndv_layout_cache: usize,
+    pub rndv_split_thresh: usize,
     pub proto_info: bool,
     pub error_check_interval_ns: u64,
 }
@@ -489,6 +497,7 @@ impl Config {
             _ => return Err(bad(rs_n, &rs, "expected auto, get_zcopy or put_zcopy")),
         };
         let rndv_layout_cache = size("RNDV_LAYOUT_CACHE")?;
+        let rndv_split_thresh = size("RNDV_SPLIT_THRESH")?;
         let (pi, pi_n) = get("PROTO_INFO");
         let proto_info = parse_bool(&pi).ok_or_else(|| bad(pi_n, &pi, "expected y or n"))?;
 
@@ -514,6 +523,7 @@ impl Config {
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
             rndv_scheme,
             rndv_layout_cache,
+            rndv_split_thresh,
             proto_info,
             error_check_interval_ns,
         })
@@ -554,6 +564,10 @@ impl Config {
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
             "RNDV_SCHEME" => self.rndv_scheme.to_string(),
             "RNDV_LAYOUT_CACHE" => self.rndv_layout_cache.to_string(),
+            "RNDV_SPLIT_THRESH" => match self.rndv_split_thresh {
+                usize::MAX => "inf".to_string(),
+                n => n.to_string(),
+            },
             "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),
             "ERROR_CHECK_INTERVAL" => format_time_ns(self.error_check_interval_ns),
             _ => return None,

@@ -18,6 +18,12 @@
 //! FIN          ep:u32 rreq:u64 status:i8          (put rendezvous: the data is in place)
 //! LAYOUT_MISS  ep:u32 sreq:u64 rreq:u64           (the receiver no longer knows the layout)
 //! LAYOUT       ep:u32 rreq:u64 layout             (the layout, resent)
+//! RTR_SPLIT    ep:u32 sreq:u64 rreq:u64 offset:u64 rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}
+//!
+//! An RTS of mode GET_HELP (5) is a GET whose sender offers to write part of the data
+//! itself: the receiver may answer RTR_SPLIT with its segments for the bytes from `offset`
+//! on, read the bytes before `offset` as in GET, and send ACK when its reads are done; the
+//! sender writes the tail and sends FIN (see `worker::tag`, "split rendezvous").
 //!
 //! An RTS of mode GET_LAYOUT (4) carries, instead of a segment list, `rkey_len:u16 rkey
 //! origin:u64 hash:u128 has:u8 [len:u32 layout]`: the sender's structured layout by its
@@ -43,6 +49,7 @@ pub const AM_RTR_PUT: u8 = 10;
 pub const AM_FIN: u8 = 11;
 pub const AM_LAYOUT_MISS: u8 = 19;
 pub const AM_LAYOUT: u8 = 20;
+pub const AM_RTR_SPLIT: u8 = 21;
 
 /// Header bytes in front of the data of each message kind.
 pub const EAGER_HDR: usize = 8;
@@ -56,6 +63,9 @@ pub const FLAG_SYNC: u8 = 1;
 
 /// Most segments a GET rendezvous announces.
 pub const MAX_RTS_SEGS: usize = 1 << 20;
+
+/// RTS mode of a GET whose sender offers to write a tail of the data (RTR_SPLIT).
+pub const MODE_GET_HELP: u8 = 5;
 
 /// How the receiver of an RTS gets the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +144,8 @@ pub enum RtsData {
     Get {
         rkey: Vec<u8>,
         segs: Vec<RemoteSeg>,
+        /// The sender will write a tail of the data if asked (mode GET_HELP).
+        help: bool,
     },
     Am,
     Put,
@@ -150,7 +162,14 @@ pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
     h.write(&mut b);
     let mut w = Writer { buf: b };
     match data {
-        RtsData::Get { rkey, segs } => w = write_segs(w.u8(RndvMode::Get as u8), rkey, segs),
+        RtsData::Get { rkey, segs, help } => {
+            let mode = if *help {
+                MODE_GET_HELP
+            } else {
+                RndvMode::Get as u8
+            };
+            w = write_segs(w.u8(mode), rkey, segs)
+        }
         RtsData::Am => w = w.u8(RndvMode::Am as u8),
         RtsData::Put => w = w.u8(RndvMode::Put as u8),
         RtsData::GetLayout {
@@ -179,9 +198,13 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
     let mut r = Reader::new(buf);
     let h = FirstHdr::read(&mut r)?;
     let data = match r.u8()? {
-        1 => {
+        m @ (1 | MODE_GET_HELP) => {
             let (rkey, segs) = read_segs(&mut r, Some(h.total))?;
-            RtsData::Get { rkey, segs }
+            RtsData::Get {
+                rkey,
+                segs,
+                help: m == MODE_GET_HELP,
+            }
         }
         2 => RtsData::Am,
         3 => RtsData::Put,
@@ -259,6 +282,36 @@ pub fn decode_rtr_put(buf: &[u8]) -> Option<RtrPut> {
     // The total is checked by the caller, which knows the message.
     let (rkey, segs) = read_segs(&mut r, None)?;
     Some((ep, sreq, rreq, rkey, segs))
+}
+
+/// An RTR_SPLIT: the receiver reads the bytes before `offset` and asks the sender to write
+/// the rest into `segs`.
+pub fn encode_rtr_split(
+    ep: u32,
+    sreq: u64,
+    rreq: u64,
+    offset: u64,
+    rkey: &[u8],
+    segs: &[RemoteSeg],
+) -> Vec<u8> {
+    write_segs(
+        Writer::new().u32(ep).u64(sreq).u64(rreq).u64(offset),
+        rkey,
+        segs,
+    )
+    .buf
+}
+
+/// An RTR_SPLIT: `(ep, sreq, rreq, offset, rkey, segments)`.
+pub type RtrSplit = (u32, u64, u64, u64, Vec<u8>, Vec<RemoteSeg>);
+
+/// Decodes an RTR_SPLIT. The caller checks that its segments add up to the message length
+/// less `offset`.
+pub fn decode_rtr_split(buf: &[u8]) -> Option<RtrSplit> {
+    let mut r = Reader::new(buf);
+    let (ep, sreq, rreq, offset) = (r.u32()?, r.u64()?, r.u64()?, r.u64()?);
+    let (rkey, segs) = read_segs(&mut r, None)?;
+    Some((ep, sreq, rreq, offset, rkey, segs))
 }
 
 /// RTR and ACK share a shape: `ep a b` (ACK's `b` is its status).
@@ -354,8 +407,18 @@ mod tests {
                 RemoteSeg { addr: 100, len: 10 },
                 RemoteSeg { addr: 200, len: 20 },
             ],
+            help: false,
         };
         let b = encode_rts(&h, &d);
+        assert_eq!(decode_rts(&b), Some((h, d)));
+        // The same with the sender's offer to write a tail.
+        let d = RtsData::Get {
+            rkey: vec![1, 2, 3],
+            segs: vec![RemoteSeg { addr: 100, len: 30 }],
+            help: true,
+        };
+        let b = encode_rts(&h, &d);
+        assert_eq!(b[EAGER_FIRST_HDR], MODE_GET_HELP);
         assert_eq!(decode_rts(&b), Some((h, d)));
         for n in 0..b.len() {
             assert_eq!(decode_rts(&b[..n]), None, "prefix {n}");
@@ -366,6 +429,7 @@ mod tests {
             &RtsData::Get {
                 rkey: vec![],
                 segs: vec![RemoteSeg { addr: 0, len: 30 }],
+                help: false,
             },
         );
         assert_eq!(decode_rts(&bad), None);
@@ -378,6 +442,7 @@ mod tests {
                     addr: u64::MAX,
                     len: 2,
                 }],
+                help: true,
             },
         );
         assert_eq!(decode_rts(&wrap), None);
@@ -393,6 +458,14 @@ mod tests {
         );
         for n in 0..b.len() {
             assert_eq!(decode_rtr_put(&b[..n]), None);
+        }
+        let b = encode_rtr_split(1, 2, 3, 4096, &[9], &segs);
+        assert_eq!(
+            decode_rtr_split(&b),
+            Some((1, 2, 3, 4096, vec![9], segs.to_vec()))
+        );
+        for n in 0..b.len() {
+            assert_eq!(decode_rtr_split(&b[..n]), None);
         }
         let am = encode_rts(&h, &RtsData::Am);
         assert_eq!(decode_rts(&am), Some((h, RtsData::Am)));

@@ -437,6 +437,7 @@ impl Core {
                 memh: None,
                 queued: false,
                 put: None,
+                split_offered: false,
                 fin_pending: false,
                 am,
                 stream: false,

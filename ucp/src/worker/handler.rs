@@ -37,6 +37,7 @@ impl Handler for Core {
             wire::AM_RNDV_DATA => self.on_rndv_data(data),
             wire::AM_ACK => self.on_ack(data),
             wire::AM_RTR_PUT => self.on_rtr_put(data),
+            wire::AM_RTR_SPLIT => self.on_rtr_split(data),
             wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
             wire::AM_LAYOUT => self.on_layout(data),
             wire::AM_FIN => self.on_fin(data),
@@ -314,7 +315,45 @@ impl Core {
                     && segs.iter().map(|g| g.len).sum::<u64>() == s.total as u64 =>
             {
                 s.rreq = Some(rreq);
-                s.put = Some(Box::new((rkey, segs)));
+                s.put = Some(Box::new(super::PutTarget {
+                    rkey,
+                    segs,
+                    offset: 0,
+                }));
+                if !s.queued {
+                    s.queued = true;
+                    self.eps[ep].queue.push_back(id);
+                }
+                self.mark_ready(ep);
+                Ok(())
+            }
+            _ => Err(Some(ep)),
+        }
+    }
+
+    /// The receiver of our split rendezvous reads the head and asks us to write the tail
+    /// (from `offset`) into its segments; its ACK follows when its reads are done.
+    fn on_rtr_split(&mut self, data: &[u8]) -> Res {
+        let (ep, sreq, rreq, offset, rkey, segs) = wire::decode_rtr_split(data).ok_or(None)?;
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(sreq);
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && s.proto == Proto::RndvGet
+                    && s.split_offered
+                    && s.wait_ack
+                    && s.rreq.is_none()
+                    && offset > 0
+                    && offset < s.total as u64
+                    && segs.iter().map(|g| g.len).sum::<u64>() == s.total as u64 - offset =>
+            {
+                s.rreq = Some(rreq);
+                s.put = Some(Box::new(super::PutTarget {
+                    rkey,
+                    segs,
+                    offset: offset as usize,
+                }));
                 if !s.queued {
                     s.queued = true;
                     self.eps[ep].queue.push_back(id);

@@ -43,6 +43,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use slab::Slab;
+use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
 use uct::component::DeviceKind;
 use uct::{EpId, Iface, IfaceAttr, MemH};
@@ -83,6 +84,9 @@ pub struct WorkerStats {
     pub rndv_get: u64,
     pub rndv_put: u64,
     pub rndv_am: u64,
+    /// Get-rendezvous receives whose copy was shared with the sender (RTR_SPLIT: this side
+    /// read the head, the sender wrote the tail), counted by the receiver.
+    pub rndv_split: u64,
     /// Active messages sent eagerly / by rendezvous.
     pub am_eager: u64,
     pub am_rndv: u64,
@@ -156,6 +160,15 @@ pub(crate) enum Ctrl {
     RtrPut {
         sreq: u64,
         rreq: u64,
+        rkey: Vec<u8>,
+        segs: Vec<crate::proto::wire::RemoteSeg>,
+    },
+    /// Split rendezvous: the receiver reads the bytes before `offset`, the sender writes
+    /// the rest into `segs`.
+    RtrSplit {
+        sreq: u64,
+        rreq: u64,
+        offset: u64,
         rkey: Vec<u8>,
         segs: Vec<crate::proto::wire::RemoteSeg>,
     },
@@ -252,8 +265,10 @@ pub(crate) struct SendOp {
     pub(crate) memh: Option<Box<(usize, MemH)>>,
     /// In the endpoint's queue.
     pub(crate) queued: bool,
-    /// Put rendezvous: the receiver's key and segments, from its RTR_PUT.
-    pub(crate) put: Option<Box<(Vec<u8>, Vec<crate::proto::wire::RemoteSeg>)>>,
+    /// Put rendezvous (RTR_PUT) or the tail of a split one (RTR_SPLIT): where to write.
+    pub(crate) put: Option<Box<PutTarget>>,
+    /// Get rendezvous: the RTS offered to write a tail of the data (mode GET_HELP).
+    pub(crate) split_offered: bool,
     /// Put rendezvous: the writes are posted; FIN goes once they complete.
     pub(crate) fin_pending: bool,
     /// An active message's id and header (None: a tag message).
@@ -264,6 +279,16 @@ pub(crate) struct SendOp {
     /// other send of the endpoint was in flight), and when it started (TSC cycles).
     pub(crate) timed: bool,
     pub(crate) t0: u64,
+}
+
+/// Where the sender of a put rendezvous, or of a split rendezvous's tail, writes.
+#[derive(Debug)]
+pub(crate) struct PutTarget {
+    /// The receiver's packed key and segments.
+    pub(crate) rkey: Vec<u8>,
+    pub(crate) segs: Vec<crate::proto::wire::RemoteSeg>,
+    /// The message offset of the first byte written (0 for a put rendezvous).
+    pub(crate) offset: usize,
 }
 
 #[derive(Debug)]
@@ -287,6 +312,10 @@ pub(crate) struct RecvOp {
     pub(crate) memh: Option<Box<(usize, MemH)>>,
     /// A stream receive, and whether it waits until full.
     pub(crate) stream: Option<bool>,
+    /// Split rendezvous: the sender's FIN for the tail it writes has not come yet, and
+    /// whether this side's reads of the head are already done (then FIN completes).
+    pub(crate) wait_fin: bool,
+    pub(crate) reads_done: bool,
 }
 
 #[derive(Debug)]
@@ -315,6 +344,9 @@ pub(crate) struct Core {
     pub(crate) zcopy_cfg: ucs::config::AutoSize,
     pub(crate) rndv_scheme: ucs::config::RndvScheme,
     pub(crate) layout_cache_size: usize,
+    /// Smallest same-host get rendezvous shared between receiver and sender
+    /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never).
+    pub(crate) split_thresh: usize,
     pub(crate) proto_info: bool,
     pub(crate) eps: Slab<Ep>,
     pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
@@ -455,6 +487,7 @@ impl Worker {
             zcopy_cfg: ctx.config.zcopy_thresh,
             rndv_scheme: ctx.config.rndv_scheme,
             layout_cache_size: ctx.config.rndv_layout_cache,
+            split_thresh: ctx.config.rndv_split_thresh,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
             uct_eps: HashMap::new(),
@@ -746,14 +779,24 @@ impl Worker {
             }
         }
         let mut blocked = 0;
+        // The endpoints whose control messages blocked in this pass: later messages to
+        // them wait too, so each endpoint's messages go out in order (a split rendezvous's
+        // RTR_SPLIT must reach the sender before the ACK that follows it).
+        let mut held: SmallVec<[usize; 4]> = SmallVec::new();
         let len = core.ctrl.len();
         for _ in 0..len {
             let Some((ep, c)) = core.ctrl.pop_front() else {
                 break;
             };
+            if held.contains(&ep) {
+                core.ctrl.push_back((ep, c));
+                blocked += 1;
+                continue;
+            }
             match wireup::send_ctrl(ifaces, core, ep, &c) {
                 Err(Status::NoResource) => {
                     core.ctrl.push_back((ep, c));
+                    held.push(ep);
                     blocked += 1;
                 }
                 Err(e) => log::debug!("ucp: control message to ep {ep} dropped: {e}"),

@@ -5,7 +5,7 @@
 
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
-use uct::{Done, Iface, Iov, MemoryType};
+use uct::{Done, Iface, IfaceFlags, Iov, MemoryType};
 
 use super::{wireup, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
 use crate::buf;
@@ -187,6 +187,7 @@ impl Worker {
                 memh: None,
                 queued: false,
                 put: None,
+                split_offered: false,
                 fin_pending: false,
                 am: None,
                 stream: false,
@@ -307,6 +308,8 @@ pub(super) fn new_recv(data: &Data) -> RecvOp {
         ack_sync: false,
         memh: None,
         stream: None,
+        wait_fin: false,
+        reads_done: false,
     }
 }
 
@@ -352,8 +355,10 @@ pub(super) fn push_send(
         eps,
         info,
         stats,
+        split_thresh,
         ..
     } = core;
+    let split_thresh = *split_thresh;
     let Some(Op::Send(s)) = reqs.get_mut(id).map(|r| &mut r.state) else {
         return Ok(true);
     };
@@ -364,6 +369,12 @@ pub(super) fn push_send(
     let rid = e.remote_id.ok_or(Status::NotConnected)?;
     let lane = e.am;
     let rma = e.rma;
+    if s.started && s.put.is_some() {
+        // RTR_PUT or RTR_SPLIT: write into the receiver's segments; FIN follows completion.
+        let rma = rma.ok_or(Status::Unsupported)?;
+        write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id)?;
+        return Ok(true);
+    }
     let seg = info[lane.iface].attr.am.max_bcopy;
     let iface = &mut ifaces[lane.iface];
     let total = s.total;
@@ -565,6 +576,11 @@ pub(super) fn push_send(
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
+            // Offer to write part of the data when both sides can then copy at once
+            // (a memory lane that also writes, and a message worth sharing).
+            let help =
+                total >= split_thresh && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
+            s.split_offered = help;
             let msg = wire::encode_rts(
                 &FirstHdr {
                     tag,
@@ -573,7 +589,7 @@ pub(super) fn push_send(
                     sreq: id.0,
                     total: total as u64,
                 },
-                &RtsData::Get { rkey, segs },
+                &RtsData::Get { rkey, segs, help },
             );
             let iface = &mut ifaces[lane.iface];
             let (am_id, msg) = rts_for(&s.am, msg);
@@ -611,24 +627,6 @@ pub(super) fn push_send(
                 // The RTR (or RTR_PUT) puts the request back in the queue.
                 return Ok(true);
             };
-            if let Some(put) = s.put.take() {
-                let (rkey, segs) = *put;
-                // Write straight into the receiver's segments; FIN follows completion.
-                let rma = rma.ok_or(Status::Unsupported)?;
-                let iface = &mut ifaces[rma.iface];
-                let rk = iface.md().rkey_unpack(&rkey)?;
-                let local = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
-                for_each_remote_seg(&local, &segs, |pieces, addr| {
-                    match buf::put_zcopy(iface.as_mut(), rma.ep, pieces, addr, &rk, id.0)? {
-                        Done::Now => {}
-                        Done::Later => s.wait_comp += 1,
-                    }
-                    Ok(())
-                })?;
-                s.offset = total;
-                s.fin_pending = true;
-                return Ok(true);
-            }
             // The AM pipeline (also a put rendezvous whose receiver has no addresses).
             while s.offset < total {
                 let hdr = FragHdr {
@@ -648,6 +646,36 @@ pub(super) fn push_send(
         }
     }
     Ok(true)
+}
+
+/// Writes send `s`'s bytes from its put target's offset on into the receiver's segments
+/// (a put rendezvous, or the tail of a split one), and marks FIN to follow completion.
+fn write_to_receiver(
+    iface: &mut dyn Iface,
+    ep: uct::EpId,
+    s: &mut SendOp,
+    id: ReqId,
+) -> UcsResult<()> {
+    let Some(put) = s.put.take() else {
+        return Ok(());
+    };
+    let rk = iface.md().rkey_unpack(&put.rkey)?;
+    let local = s
+        .data
+        .iovs(put.offset, s.total - put.offset)
+        .ok_or(Status::InvalidParam)?;
+    let mut later = 0;
+    for_each_remote_seg(&local, &put.segs, |pieces, addr| {
+        match buf::put_zcopy(iface, ep, pieces, addr, &rk, id.0)? {
+            Done::Now => {}
+            Done::Later => later += 1,
+        }
+        Ok(())
+    })?;
+    s.wait_comp += later;
+    s.offset = s.total;
+    s.fin_pending = true;
+    Ok(())
 }
 
 /// Reads the sender's structured layout `dt` at `origin` into `local`, in chunks of
@@ -789,6 +817,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
     };
     let sent = s.started
         && s.offset >= s.total
+        && s.put.is_none()
         && (!matches!(s.proto, Proto::RndvAm | Proto::RndvPut) || s.rreq.is_some());
     if !sent || s.wait_ack || s.wait_comp > 0 {
         return;
@@ -1035,11 +1064,11 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    let (rkey, segs, layout) = match r.rts.take().map(|b| *b) {
-        Some(RtsData::Get { rkey, segs }) => (rkey, segs, None),
+    let (rkey, mut segs, layout, help) = match r.rts.take().map(|b| *b) {
+        Some(RtsData::Get { rkey, segs, help }) => (rkey, segs, None, help),
         Some(RtsData::GetLayout {
             rkey, origin, hash, ..
-        }) => (rkey, Vec::new(), Some((origin, hash))),
+        }) => (rkey, Vec::new(), Some((origin, hash)), false),
         _ => return,
     };
     let Some((ep, sreq)) = r.peer else { return };
@@ -1056,7 +1085,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             return;
         }
     };
-    let local: SmallVec<[Iov; 8]> = match r.data.iovs(0, total) {
+    let mut local: SmallVec<[Iov; 8]> = match r.data.iovs(0, total) {
         Some(v) => v,
         None => {
             // Generic data: read into a bounce buffer owned by the request, unpack after.
@@ -1064,6 +1093,18 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
+    if help && layout.is_none() && r.bounce.is_none() && total >= core.split_thresh {
+        if let Some(head) = start_split(ifaces, core, id, lane, &local) {
+            // Read only the head; the sender writes the rest.
+            let mut cut = IovCutter::default();
+            let mut mine = SmallVec::new();
+            if cut.take(&local, head, &mut mine).is_ok() {
+                local = mine;
+            }
+            segs = head_of(&segs, head);
+        }
+    }
+    let iface = &mut ifaces[lane.iface];
     if let Some((origin, hash)) = layout {
         let (ep_, sreq_) = (ep, sreq);
         let Some(dt) = core.cached_layout(ep, hash) else {
@@ -1101,6 +1142,91 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             finish_get(core, id);
         }
     }
+}
+
+/// Shares the reads of get-rendezvous receive `id` (data `local`) with its sender: the
+/// receiver reads the head while the sender writes the tail, so both cores copy at once.
+/// Registers the tail, sends RTR_SPLIT with its segments (straight away, so the sender
+/// starts while this side reads) and returns the head's length; `None` leaves the whole
+/// read to this side (the tail's segment list would not fit a message, or registering
+/// failed).
+fn start_split(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    id: ReqId,
+    lane: super::Lane,
+    local: &[Iov],
+) -> Option<usize> {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return None;
+    };
+    let (ep, sreq) = r.peer?;
+    let total = r.expect;
+    // Half each, cut at a page: the two copies pin separate pages and end together.
+    let head = (total / 2).next_multiple_of(4096);
+    if head == 0 || head >= total {
+        return None;
+    }
+    let mut cut = IovCutter::default();
+    let mut skip = SmallVec::<[Iov; 8]>::new();
+    let mut tail = SmallVec::<[Iov; 8]>::new();
+    cut.take(local, head, &mut skip).ok()?;
+    cut.take(local, total - head, &mut tail).ok()?;
+    let segs: Vec<RemoteSeg> = tail
+        .iter()
+        .filter(|v| v.length > 0)
+        .map(|v| RemoteSeg {
+            addr: v.buffer as u64,
+            len: v.length as u64,
+        })
+        .collect();
+    let seg_max = core.info[core.eps.get(ep)?.am.iface].attr.am.max_bcopy;
+    if 64 + 16 * segs.len() > seg_max {
+        return None;
+    }
+    let lo = segs.iter().map(|v| v.addr).min()?;
+    let hi = segs.iter().map(|v| v.addr + v.len).max()?;
+    let md = ifaces[lane.iface].md();
+    let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
+    let rkey = md.mkey_pack(&m);
+    r.memh = Some(Box::new((lane.iface, m)));
+    r.wait_fin = true;
+    core.stats.rndv_split += 1;
+    let c = Ctrl::RtrSplit {
+        sreq,
+        rreq: id.0,
+        offset: head as u64,
+        rkey,
+        segs,
+    };
+    // Out now if the lane takes it, behind any control message already waiting for this
+    // endpoint otherwise (the ACK that ends this side's reads is queued after it).
+    let waiting = core.ctrl.iter().any(|(e, _)| *e == ep);
+    if waiting {
+        core.queue_ctrl(ep, c);
+    } else if let Err(s) = wireup::send_ctrl(ifaces, core, ep, &c) {
+        if s == Status::NoResource {
+            core.queue_ctrl(ep, c);
+        } else {
+            log::debug!("ucp: RTR_SPLIT to ep {ep} not sent: {s}");
+        }
+    }
+    Some(head)
+}
+
+/// The first `n` bytes of a remote segment list.
+fn head_of(segs: &[RemoteSeg], n: usize) -> Vec<RemoteSeg> {
+    let mut left = n as u64;
+    let mut out = Vec::with_capacity(segs.len());
+    for g in segs {
+        if left == 0 {
+            break;
+        }
+        let len = g.len.min(left);
+        out.push(RemoteSeg { addr: g.addr, len });
+        left -= len;
+    }
+    out
 }
 
 /// Exposes the buffer of a receive matched by a put rendezvous: registers it and answers
@@ -1165,15 +1291,15 @@ pub(super) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
         core.deregs.push(*m);
         core.work = true;
     }
+    if status != Status::Ok {
+        r.status = status;
+    }
+    if std::mem::take(&mut r.wait_fin) && !r.reads_done {
+        // Split rendezvous: the tail is in; finishing the head's reads completes.
+        return;
+    }
     r.received = r.expect;
-    let (st, info) = (
-        if status == Status::Ok {
-            r.status
-        } else {
-            status
-        },
-        r.info,
-    );
+    let (st, info) = (r.status, r.info);
     core.complete(id, st, info);
 }
 
@@ -1197,12 +1323,19 @@ pub(super) fn finish_get(core: &mut Core, id: ReqId) {
             r.status = s;
         }
     }
-    r.received = r.expect;
+    // Split rendezvous: the sender's FIN for the tail completes.
+    let split = r.wait_fin;
+    r.reads_done = true;
+    if !split {
+        r.received = r.expect;
+    }
     let (status, info, peer) = (r.status, r.info, r.peer);
     if let Some((ep, sreq)) = peer {
         core.queue_ctrl(ep, Ctrl::Ack { sreq, status });
     }
-    core.complete(id, status, info);
+    if !split {
+        core.complete(id, status, info);
+    }
 }
 
 /// A transport completion for request `id`.

@@ -552,6 +552,112 @@ fn a_timed_send_never_waits_for_earlier_sends() {
     }
 }
 
+/// An iov of `n` bytes in `parts` uneven pieces over `v` (the pieces keep `v`'s order).
+fn uneven_iov(v: &mut [u8], parts: usize) -> Data {
+    let n = v.len();
+    let mut cuts: Vec<usize> = (0..parts).map(|i| n * i * i / (parts * parts)).collect();
+    cuts.push(n);
+    let mut rest = v;
+    let mut out = smallvec::SmallVec::new();
+    for w in cuts.windows(2) {
+        let (piece, tail) = rest.split_at_mut(w[1] - w[0]);
+        // SAFETY: every test keeps the vector alive and untouched until the request
+        // completes.
+        out.push(unsafe { Buf::from_mut_slice(piece) });
+        rest = tail;
+    }
+    Data::Iov(out)
+}
+
+#[test]
+fn split_rendezvous_shares_the_copy_between_both_sides() {
+    // Same host, rendezvous from 16K: the receiver reads the head while the sender writes
+    // the tail. Contiguous and iov on either side, sizes off page boundaries, synchronous
+    // too; the data is checked every time.
+    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=16k");
+    let mut splits = 0;
+    for (i, &n) in [40_000usize, 65_536, 100_003, 600_000, 4 << 20]
+        .iter()
+        .enumerate()
+    {
+        for shape in 0..4 {
+            let mut src = pattern(n, (i * 4 + shape) as u8);
+            let mut dst = vec![0u8; n];
+            let sdata = if shape & 1 == 1 {
+                uneven_iov(&mut src, 7)
+            } else {
+                contig(&src)
+            };
+            let rdata = if shape & 2 == 2 {
+                uneven_iov(&mut dst, 3)
+            } else {
+                contig_mut(&mut dst)
+            };
+            let r = b
+                .tag_recv(&rdata, 9, u64::MAX, RecvParams::default())
+                .unwrap();
+            let params = SendParams {
+                sync: shape == 3,
+                ..Default::default()
+            };
+            let s = a.tag_send(ab, &sdata, 9, params).unwrap();
+            drive(&mut a, &mut b, |a, b| {
+                b.request_status(r) != Status::InProgress
+                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+            });
+            assert_eq!(b.wait(r).0, Status::Ok, "recv {n} shape {shape}");
+            if let Some(s) = s {
+                assert_eq!(a.wait(s).0, Status::Ok, "send {n} shape {shape}");
+            }
+            drop((sdata, rdata));
+            assert!(dst == src, "data of {n} bytes, shape {shape}");
+            splits += 1;
+            assert_eq!(b.stats().rndv_split, splits, "{n} shape {shape}");
+        }
+    }
+    assert_eq!(a.stats().rndv_split, 0, "only receivers count splits");
+
+    // The receiver's reads end first when the sender does not progress: the receive
+    // waits for the sender's FIN, then completes with every byte.
+    let n = 1 << 20;
+    let src = pattern(n, 3);
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 5, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), 5, SendParams::default())
+        .unwrap()
+        .expect("a rendezvous send has a request");
+    for _ in 0..1000 {
+        b.progress();
+    }
+    assert_eq!(b.stats().rndv_split, splits + 1);
+    assert_eq!(
+        b.request_status(r),
+        Status::InProgress,
+        "waits for the tail"
+    );
+    assert_eq!(a.request_status(s), Status::InProgress);
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress && a.request_status(s) != Status::InProgress
+    });
+    assert_eq!(b.wait(r).0, Status::Ok);
+    assert_eq!(a.wait(s).0, Status::Ok);
+    assert!(dst == src);
+
+    // Turned off, the receiver reads everything itself.
+    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=16k;RNDV_SPLIT_THRESH=inf");
+    assert_eq!(round(&mut a, &mut b, ab, 600_000, false), Proto::RndvGet);
+    assert_eq!(b.stats().rndv_split, 0);
+    // And below the threshold too.
+    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=16k;RNDV_SPLIT_THRESH=1m");
+    assert_eq!(round(&mut a, &mut b, ab, 600_000, false), Proto::RndvGet);
+    assert_eq!(b.stats().rndv_split, 0);
+    assert_eq!(round(&mut a, &mut b, ab, 2 << 20, false), Proto::RndvGet);
+    assert_eq!(b.stats().rndv_split, 1);
+}
+
 #[test]
 fn malformed_messages_fail_the_endpoint_not_the_worker() {
     let (mut a, mut b, ab, ba) = pair("posix,cma");

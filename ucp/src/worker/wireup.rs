@@ -384,6 +384,20 @@ pub(super) fn send_ctrl(
             }
             bcopy(iface, wire::AM_RTR_PUT, &m)
         }
+        Ctrl::RtrSplit {
+            sreq,
+            rreq,
+            offset,
+            ref rkey,
+            ref segs,
+        } => {
+            let rid = peer_id?;
+            let m = wire::encode_rtr_split(rid, sreq, rreq, offset, rkey, segs);
+            if m.len() > core.info[lane.iface].attr.am.max_bcopy {
+                return Err(Status::ExceedsLimit);
+            }
+            bcopy(iface, wire::AM_RTR_SPLIT, &m)
+        }
         Ctrl::RmaReply {
             req,
             offset,
