@@ -517,6 +517,14 @@ pub unsafe extern "C" fn ucp_mem_map(
         let len = p.length;
         let (base, owned) = if flags & UCP_MEM_MAP_ALLOCATE != 0 {
             let fixed = flags & UCP_MEM_MAP_FIXED != 0;
+            // Without NONBLOCK, UCX's contract is a mapping populated up front: the pages
+            // are faulted in here, not on first use (and a peer reading the memory before
+            // anyone writes it reads real pages, not the kernel's shared zero page).
+            let populate = if flags & UCP_MEM_MAP_NONBLOCK == 0 {
+                libc::MAP_POPULATE
+            } else {
+                0
+            };
             // SAFETY: an anonymous private mapping; the address is only a hint unless
             // FIXED was asked for, and then MAP_FIXED_NOREPLACE refuses to clobber.
             let m = unsafe {
@@ -526,6 +534,7 @@ pub unsafe extern "C" fn ucp_mem_map(
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_PRIVATE
                         | libc::MAP_ANONYMOUS
+                        | populate
                         | if fixed { libc::MAP_FIXED_NOREPLACE } else { 0 },
                     -1,
                     0,

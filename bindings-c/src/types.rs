@@ -75,6 +75,7 @@ pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = bit(1);
 pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = bit(2);
 pub const UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE: u64 = bit(4);
 pub const UCP_MEM_MAP_PARAM_FIELDS: u64 = mask(5);
+pub const UCP_MEM_MAP_NONBLOCK: c_uint = 1 << 0;
 pub const UCP_MEM_MAP_ALLOCATE: c_uint = 1 << 1;
 pub const UCP_MEM_MAP_FIXED: c_uint = 1 << 2;
 
@@ -759,6 +760,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_MEM_MAP_PARAM_FIELD_LENGTH,
         UCP_MEM_MAP_PARAM_FIELD_FLAGS,
         UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE,
+        UCP_MEM_MAP_NONBLOCK,
         UCP_MEM_MAP_ALLOCATE,
         UCP_MEM_MAP_FIXED,
         UCP_MEM_ATTR_FIELD_ADDRESS,
