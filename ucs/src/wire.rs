@@ -61,6 +61,13 @@ impl Writer {
     pub fn new() -> Self {
         Writer::default()
     }
+    /// A writer whose buffer holds `n` bytes before it grows (for messages whose size is
+    /// known: one allocation, no reallocation on the way).
+    pub fn with_capacity(n: usize) -> Self {
+        Writer {
+            buf: Vec::with_capacity(n),
+        }
+    }
     pub fn u8(mut self, v: u8) -> Self {
         self.buf.push(v);
         self

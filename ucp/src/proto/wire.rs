@@ -158,7 +158,15 @@ pub enum RtsData {
 }
 
 pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
-    let mut b = vec![0u8; EAGER_FIRST_HDR];
+    let body = match data {
+        RtsData::Get { rkey, segs, .. } => 1 + segs_len(rkey, segs),
+        RtsData::Am | RtsData::Put => 1,
+        RtsData::GetLayout { rkey, layout, .. } => {
+            1 + 2 + rkey.len() + 8 + 16 + 1 + layout.as_ref().map_or(0, |l| 4 + l.len())
+        }
+    };
+    let mut b = Vec::with_capacity(EAGER_FIRST_HDR + body);
+    b.resize(EAGER_FIRST_HDR, 0);
     h.write(&mut b);
     let mut w = Writer { buf: b };
     match data {
@@ -259,6 +267,11 @@ fn read_segs(r: &mut Reader, total: Option<u64>) -> Option<(Vec<u8>, Vec<RemoteS
     total.is_none_or(|t| t == sum).then_some((rkey, segs))
 }
 
+/// Bytes `write_segs` adds.
+fn segs_len(rkey: &[u8], segs: &[RemoteSeg]) -> usize {
+    2 + rkey.len() + 4 + 16 * segs.len()
+}
+
 fn write_segs(mut w: Writer, rkey: &[u8], segs: &[RemoteSeg]) -> Writer {
     w = w.u16(rkey.len() as u16).bytes(rkey).u32(segs.len() as u32);
     for s in segs {
@@ -269,7 +282,8 @@ fn write_segs(mut w: Writer, rkey: &[u8], segs: &[RemoteSeg]) -> Writer {
 
 /// An RTR_PUT: the receiver's request and segments.
 pub fn encode_rtr_put(ep: u32, sreq: u64, rreq: u64, rkey: &[u8], segs: &[RemoteSeg]) -> Vec<u8> {
-    write_segs(Writer::new().u32(ep).u64(sreq).u64(rreq), rkey, segs).buf
+    let w = Writer::with_capacity(20 + segs_len(rkey, segs));
+    write_segs(w.u32(ep).u64(sreq).u64(rreq), rkey, segs).buf
 }
 
 /// An RTR_PUT: `(ep, sreq, rreq, rkey, segments)`.
@@ -295,7 +309,11 @@ pub fn encode_rtr_split(
     segs: &[RemoteSeg],
 ) -> Vec<u8> {
     write_segs(
-        Writer::new().u32(ep).u64(sreq).u64(rreq).u64(offset),
+        Writer::with_capacity(28 + segs_len(rkey, segs))
+            .u32(ep)
+            .u64(sreq)
+            .u64(rreq)
+            .u64(offset),
         rkey,
         segs,
     )
@@ -418,6 +436,8 @@ mod tests {
             help: true,
         };
         let b = encode_rts(&h, &d);
+        // Sized exactly up front: one allocation, no reallocation.
+        assert_eq!(b.len(), b.capacity());
         assert_eq!(b[EAGER_FIRST_HDR], MODE_GET_HELP);
         assert_eq!(decode_rts(&b), Some((h, d)));
         for n in 0..b.len() {
@@ -460,12 +480,24 @@ mod tests {
             assert_eq!(decode_rtr_put(&b[..n]), None);
         }
         let b = encode_rtr_split(1, 2, 3, 4096, &[9], &segs);
+        assert_eq!(b.len(), b.capacity());
         assert_eq!(
             decode_rtr_split(&b),
             Some((1, 2, 3, 4096, vec![9], segs.to_vec()))
         );
         for n in 0..b.len() {
             assert_eq!(decode_rtr_split(&b[..n]), None);
+        }
+        for layout in [None, Some(vec![7u8; 33])] {
+            let d = RtsData::GetLayout {
+                rkey: vec![1; 28],
+                origin: 0x1000,
+                hash: u128::MAX - 5,
+                layout,
+            };
+            let b = encode_rts(&h, &d);
+            assert_eq!(b.len(), b.capacity());
+            assert_eq!(decode_rts(&b), Some((h, d)));
         }
         let am = encode_rts(&h, &RtsData::Am);
         assert_eq!(decode_rts(&am), Some((h, RtsData::Am)));
