@@ -41,6 +41,8 @@ run_mpi() {
 run_perftest() {
   local lib=$1 size=$2 port=$((20000 + RANDOM % 20000)) iters=20000
   [ "$size" -ge 1000000 ] && iters=2000
+  # Small messages: more iterations, so one run's average is not a few ms of noise.
+  [ "$size" -lt 1024 ] && iters=200000
   local env=(env)
   [ -n "$lib" ] && env+=(LD_LIBRARY_PATH="$lib")
   "${env[@]}" taskset -c 0 ucx_perftest -p "$port" >/dev/null 2>&1 &

@@ -484,6 +484,9 @@ fn protocol_table_is_printed() {
     assert!(t.contains("rma cma/memory"), "{t}");
     assert!(t.contains("eager short"), "{t}");
     assert!(t.contains("rendezvous get zcopy"), "{t}");
+    assert!(t.contains("rendezvous get from 32K: split"), "{t}");
+    let (a, _b, ab, _) = pair("posix,cma;RNDV_SPLIT_THRESH=inf");
+    assert!(!a.ep_proto_info(ab).unwrap().contains("split"));
 }
 
 #[test]

@@ -276,6 +276,20 @@ fn proto_table(core: &Core, idx: usize) -> Option<String> {
             let _ = writeln!(s, "    {line}");
         }
     }
+    let writes = e.rma.is_some_and(|l| {
+        core.info[l.iface]
+            .attr
+            .flags
+            .contains(uct::IfaceFlags::PUT_ZCOPY)
+    });
+    if writes && core.split_thresh != usize::MAX {
+        let _ = writeln!(
+            s,
+            "  rendezvous get from {}: split, the receiver reads the head while the sender \
+             writes the tail",
+            fmt_size(core.split_thresh)
+        );
+    }
     Some(s)
 }
 
