@@ -438,6 +438,7 @@ impl Core {
                 queued: false,
                 put: None,
                 split_offered: false,
+                ack_status: Status::Ok,
                 fin_pending: false,
                 am,
                 stream: false,

@@ -463,7 +463,14 @@ impl Core {
                     s.rreq = Some(0);
                     s.offset = s.total;
                 }
-                if status != Status::Ok {
+                let split = s.proto == Proto::RndvGet && s.rreq.is_some();
+                if status != Status::Ok && split {
+                    // The receiver's reads failed, but it waits for the FIN of the tail
+                    // we write: finish that first, then complete with the failure.
+                    s.ack_status = status;
+                    self.finished.push(id);
+                    self.work = true;
+                } else if status != Status::Ok {
                     self.complete(id, status, None);
                 } else {
                     self.finished.push(id);

@@ -269,6 +269,9 @@ pub(crate) struct SendOp {
     pub(crate) put: Option<Box<PutTarget>>,
     /// Get rendezvous: the RTS offered to write a tail of the data (mode GET_HELP).
     pub(crate) split_offered: bool,
+    /// Split rendezvous: a failure the receiver's ACK reported, kept until this side's
+    /// writes of the tail and its FIN are done (the receiver waits for that FIN).
+    pub(crate) ack_status: Status,
     /// Put rendezvous: the writes are posted; FIN goes once they complete.
     pub(crate) fin_pending: bool,
     /// An active message's id and header (None: a tag message).

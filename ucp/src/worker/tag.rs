@@ -188,6 +188,7 @@ impl Worker {
                 queued: false,
                 put: None,
                 split_offered: false,
+                ack_status: Status::Ok,
                 fin_pending: false,
                 am: None,
                 stream: false,
@@ -824,6 +825,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
     }
     let fin = s.fin_pending.then(|| (s.ep, s.rreq.unwrap_or(0)));
     s.fin_pending = false;
+    let status = s.ack_status;
     let memh = s.memh.take();
     if s.timed && s.t0 != 0 {
         let ns = ucs::time::cycles().wrapping_sub(s.t0) as f64 / ucs::time::cycles_per_ns();
@@ -845,7 +847,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
     if let Some((i, m)) = memh.map(|b| *b) {
         let _ = ifaces[i].md().mem_dereg(&m);
     }
-    core.complete(id, Status::Ok, None);
+    core.complete(id, status, None);
 }
 
 /// Sends the queued requests of `ep` in order until one blocks. Returns whether any moved.
@@ -1189,9 +1191,6 @@ fn start_split(
     let md = ifaces[lane.iface].md();
     let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
     let rkey = md.mkey_pack(&m);
-    r.memh = Some(Box::new((lane.iface, m)));
-    r.wait_fin = true;
-    core.stats.rndv_split += 1;
     let c = Ctrl::RtrSplit {
         sreq,
         rreq: id.0,
@@ -1202,15 +1201,25 @@ fn start_split(
     // Out now if the lane takes it, behind any control message already waiting for this
     // endpoint otherwise (the ACK that ends this side's reads is queued after it).
     let waiting = core.ctrl.iter().any(|(e, _)| *e == ep);
-    if waiting {
-        core.queue_ctrl(ep, c);
-    } else if let Err(s) = wireup::send_ctrl(ifaces, core, ep, &c) {
-        if s == Status::NoResource {
-            core.queue_ctrl(ep, c);
-        } else {
+    match if waiting {
+        Err(Status::NoResource)
+    } else {
+        wireup::send_ctrl(ifaces, core, ep, &c)
+    } {
+        Ok(()) => {}
+        Err(Status::NoResource) => core.queue_ctrl(ep, c),
+        Err(s) => {
+            // Not sent: nobody will write the tail, so this side reads it all.
             log::debug!("ucp: RTR_SPLIT to ep {ep} not sent: {s}");
+            let _ = ifaces[lane.iface].md().mem_dereg(&m);
+            return None;
         }
     }
+    if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        r.memh = Some(Box::new((lane.iface, m)));
+        r.wait_fin = true;
+    }
+    core.stats.rndv_split += 1;
     Some(head)
 }
 

@@ -11,6 +11,7 @@ use super::*;
 use crate::buf::Buf;
 use crate::datatype::{Data, GenericDt, PackState, UnpackState};
 use crate::proto::select::Proto;
+use crate::proto::wire::RtsData;
 
 /// A context for `tls`; `tls` may add `;NAME=value` settings (`posix,cma;RNDV_SCHEME=put_zcopy`).
 fn ctx(tls: &str) -> Arc<Context> {
@@ -648,6 +649,43 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
     assert_eq!(b.wait(r).0, Status::Ok);
     assert_eq!(a.wait(s).0, Status::Ok);
     assert!(dst == src);
+
+    // The receiver's reads of the head fail (an RTS segment moved outside the sender's
+    // key, as a bad peer could send): it still waits for the sender's FIN of the tail,
+    // and both sides end with the error instead of hanging.
+    let src = pattern(n, 4);
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 6, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), 6, SendParams::default())
+        .unwrap()
+        .expect("a rendezvous send has a request");
+    let start = std::time::Instant::now();
+    while b.core.gets.is_empty() {
+        // The transports only: the RTS is matched, its get queued but not yet issued.
+        for iface in b.ifaces.iter_mut() {
+            iface.progress(&mut b.core);
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    }
+    match b.core.reqs.get_mut(r).map(|q| &mut q.state) {
+        Some(Op::Recv(rv)) => match rv.rts.as_deref_mut() {
+            Some(RtsData::Get { segs, help, .. }) => {
+                assert!(*help);
+                segs[0].addr -= 1 << 30;
+            }
+            other => panic!("{other:?}"),
+        },
+        _ => panic!("no receive"),
+    }
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress && a.request_status(s) != Status::InProgress
+    });
+    assert_ne!(b.wait(r).0, Status::Ok);
+    assert_ne!(a.wait(s).0, Status::Ok);
+    assert_eq!(b.stats().rndv_split, splits + 2);
 
     // Turned off, the receiver reads everything itself.
     let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=16k;RNDV_SPLIT_THRESH=inf");
