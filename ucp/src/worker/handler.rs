@@ -292,15 +292,23 @@ impl Core {
                     && s.rreq.is_none() =>
             {
                 s.rreq = Some(rreq);
-                if !s.queued {
-                    s.queued = true;
-                    self.eps[ep].queue.push_back(id);
-                }
-                self.mark_ready(ep);
-                Ok(())
             }
-            _ => Err(Some(ep)),
+            _ => return Err(Some(ep)),
         }
+        self.requeue(ep, id);
+        Ok(())
+    }
+
+    /// Puts send `id` back in its endpoint's queue (once), to move on at the next
+    /// progress (an RTR, RTR_PUT or RTR_SPLIT gave it what it waited for).
+    fn requeue(&mut self, ep: usize, id: ReqId) {
+        if let Some(Op::Send(s)) = self.reqs.get_mut(id).map(|r| &mut r.state) {
+            if !s.queued {
+                s.queued = true;
+                self.eps[ep].queue.push_back(id);
+            }
+        }
+        self.mark_ready(ep);
     }
 
     fn on_rtr_put(&mut self, data: &[u8]) -> Res {
@@ -320,15 +328,11 @@ impl Core {
                     segs,
                     offset: 0,
                 }));
-                if !s.queued {
-                    s.queued = true;
-                    self.eps[ep].queue.push_back(id);
-                }
-                self.mark_ready(ep);
-                Ok(())
             }
-            _ => Err(Some(ep)),
+            _ => return Err(Some(ep)),
         }
+        self.requeue(ep, id);
+        Ok(())
     }
 
     /// The receiver of our split rendezvous reads the head and asks us to write the tail
@@ -354,15 +358,11 @@ impl Core {
                     segs,
                     offset: offset as usize,
                 }));
-                if !s.queued {
-                    s.queued = true;
-                    self.eps[ep].queue.push_back(id);
-                }
-                self.mark_ready(ep);
-                Ok(())
             }
-            _ => Err(Some(ep)),
+            _ => return Err(Some(ep)),
         }
+        self.requeue(ep, id);
+        Ok(())
     }
 
     /// The receiver of our layout rendezvous evicted the layout: send it again.

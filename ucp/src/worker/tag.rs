@@ -554,18 +554,10 @@ pub(super) fn push_send(
         Proto::RndvGet => {
             let rma = rma.ok_or(Status::Unsupported)?;
             let iov = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
-            let segs: Vec<RemoteSeg> = iov
-                .iter()
-                .filter(|v| v.length > 0)
-                .map(|v| RemoteSeg {
-                    addr: v.buffer as u64,
-                    len: v.length as u64,
-                })
-                .collect();
+            let segs = remote_segs(&iov);
             // One registration spanning every segment: its remote key bounds what the
             // receiver may read.
-            let lo = segs.iter().map(|v| v.addr).min().unwrap_or(0);
-            let hi = segs.iter().map(|v| v.addr + v.len).max().unwrap_or(0);
+            let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
             let (rkey, memh) = match s.memh.as_deref() {
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
@@ -1174,20 +1166,12 @@ fn start_split(
     let mut tail = SmallVec::<[Iov; 8]>::new();
     cut.take(local, head, &mut skip).ok()?;
     cut.take(local, total - head, &mut tail).ok()?;
-    let segs: Vec<RemoteSeg> = tail
-        .iter()
-        .filter(|v| v.length > 0)
-        .map(|v| RemoteSeg {
-            addr: v.buffer as u64,
-            len: v.length as u64,
-        })
-        .collect();
+    let segs = remote_segs(&tail);
     let seg_max = core.info[core.eps.get(ep)?.am.iface].attr.am.max_bcopy;
     if 64 + 16 * segs.len() > seg_max {
         return None;
     }
-    let lo = segs.iter().map(|v| v.addr).min()?;
-    let hi = segs.iter().map(|v| v.addr + v.len).max()?;
+    let (lo, hi) = span_of(&segs)?;
     let md = ifaces[lane.iface].md();
     let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
     let rkey = md.mkey_pack(&m);
@@ -1223,6 +1207,25 @@ fn start_split(
     Some(head)
 }
 
+/// The non-empty regions of `iov`, as a peer addresses them.
+fn remote_segs(iov: &[Iov]) -> Vec<RemoteSeg> {
+    iov.iter()
+        .filter(|v| v.length > 0)
+        .map(|v| RemoteSeg {
+            addr: v.buffer as u64,
+            len: v.length as u64,
+        })
+        .collect()
+}
+
+/// The lowest and one-past-highest address of `segs` (`None` when there are none): the
+/// span one registration covers.
+fn span_of(segs: &[RemoteSeg]) -> Option<(u64, u64)> {
+    let lo = segs.iter().map(|v| v.addr).min()?;
+    let hi = segs.iter().map(|v| v.addr + v.len).max()?;
+    Some((lo, hi))
+}
+
 /// The first `n` bytes of a remote segment list.
 fn head_of(segs: &[RemoteSeg], n: usize) -> Vec<RemoteSeg> {
     let mut left = n as u64;
@@ -1253,19 +1256,11 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
         .get(ep)
         .map_or(0, |e| core.info[e.am.iface].attr.am.max_bcopy);
     let local = r.data.iovs(0, total).unwrap_or_default();
-    let segs: Vec<RemoteSeg> = local
-        .iter()
-        .filter(|v| v.length > 0)
-        .map(|v| RemoteSeg {
-            addr: v.buffer as u64,
-            len: v.length as u64,
-        })
-        .collect();
+    let segs = remote_segs(&local);
     let fits = 64 + segs.len() * 16 <= seg_max;
     let reg = match lane {
         Some(l) if fits && !segs.is_empty() => {
-            let lo = segs.iter().map(|v| v.addr).min().unwrap_or(0);
-            let hi = segs.iter().map(|v| v.addr + v.len).max().unwrap_or(0);
+            let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
             let md = ifaces[l.iface].md();
             buf::register_span(md, lo, (hi - lo) as usize)
                 .ok()
