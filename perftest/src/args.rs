@@ -91,6 +91,11 @@ pub struct Args {
     /// layout: its packed bytes).
     #[arg(long = "validate")]
     pub validate: bool,
+    /// UCP tests: allocate message buffers on the heap, as a program using malloc does,
+    /// instead of through the worker (`mem_map`, as ucx_perftest uses `ucp_mem_map`;
+    /// same-host rendezvous between such buffers is a plain copy).
+    #[arg(long = "heap-buffers")]
+    pub heap_buffers: bool,
     /// Start the server as a child process on this host and run against it.
     #[arg(long = "loopback")]
     pub loopback: bool,
@@ -370,6 +375,7 @@ impl Args {
             (self.wildcard, "-C"),
             (self.unexpected, "-U"),
             (self.validate, "--validate"),
+            (self.heap_buffers, "--heap-buffers"),
         ] {
             if on {
                 v.push(flag.into());

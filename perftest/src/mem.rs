@@ -5,7 +5,8 @@
 //! [`ucp::Buf`] is made by an `unsafe` constructor whose contract is "valid until every
 //! operation on it has completed, and not touched by anyone else meanwhile". A [`Region`]
 //! keeps the first half of that promise by construction: it is allocated once for a run
-//! and never freed. The second half is kept by the tests' structure: they fill a send
+//! and never freed (one the worker mapped, [`Region::mapped`], lives as long as the
+//! worker, which outlives the run's operations). The second half is kept by the tests' structure: they fill a send
 //! region or check a receive region ([`Region::fill`], [`Region::check`]) only when they
 //! have seen every operation on it complete. The one deliberate exception, as in
 //! `ucx_perftest`, is a bandwidth test keeping several receives in flight into one shared
@@ -64,10 +65,26 @@ impl Region {
         Ok(Region { ptr, len })
     }
 
+    /// Maps `len` zeroed bytes through `worker` (`mem_map` without a buffer, as
+    /// `ucx_perftest` allocates with `ucp_mem_map`): shared memory that a same-host peer's
+    /// worker can map, so a rendezvous between two such regions is a plain copy. The
+    /// region lives as long as the worker, which the tests keep until their last
+    /// operation has completed (`ucp_tests::run` drops both together); it is never
+    /// unmapped before.
+    pub fn mapped(worker: &mut ucp::Worker, len: usize) -> Result<Region, String> {
+        let h = worker
+            .mem_map(None, len.max(1))
+            .map_err(|e| format!("cannot map a {len}-byte message buffer: {e}"))?;
+        let (base, _) = worker.mem_query(h).map_err(|e| e.to_string())?;
+        let ptr = NonNull::new(base as *mut u8).ok_or("mem_map returned a null region")?;
+        Ok(Region { ptr, len })
+    }
+
     /// The whole region as one `ucp` buffer.
     pub fn buf(&self) -> Buf {
         // SAFETY: the `len` bytes at `ptr` are one live allocation that is never freed
-        // (`new`), so they stay allocated until any operation completes. That nobody else
+        // (`new`) or that lives as long as the worker that mapped it (`mapped`), so they
+        // stay allocated until any operation completes. That nobody else
         // touches them while an operation runs is the tests' part, described in the module
         // documentation (with its one overlap, harmless to this process); this module only
         // reaches the bytes through raw pointers, so no Rust reference aliases them.
@@ -114,7 +131,7 @@ impl Region {
             ));
         }
         // SAFETY: every byte the layout touches lies in [ptr + lo, ptr + hi), inside the
-        // region (checked above), which is one live allocation never freed; the tests
+        // region (checked above), which lives as [`Region::buf`] describes; the tests
         // keep the module's contract for it, as for [`Region::buf`].
         let lb = unsafe { LayoutBuf::new(self.ptr.as_ptr(), Arc::clone(dt)) };
         Ok(Data::Layout(lb))

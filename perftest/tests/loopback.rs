@@ -172,6 +172,37 @@ fn wildcard_unexpected_and_protocol_sizes_validate() {
 }
 
 #[test]
+fn heap_and_worker_allocated_buffers_both_validate() {
+    // Message buffers come from the worker (`mem_map`, shared memory: a same-host
+    // rendezvous maps the peer's and copies) unless `--heap-buffers` (cma). Both move
+    // checked data, contiguous and iov, split and whole.
+    for heap in [false, true] {
+        for (size, layout) in [("1m", "contig"), ("100000,31000", "iov")] {
+            for split in ["32k", "inf"] {
+                let mut a = vec![
+                    "-t",
+                    "tag_lat",
+                    "-n",
+                    "50",
+                    "-w",
+                    "5",
+                    "-s",
+                    size,
+                    "-D",
+                    layout,
+                    "-f",
+                    "--validate",
+                ];
+                if heap {
+                    a.push("--heap-buffers");
+                }
+                final_of(&[("UCX_RNDV_SPLIT_THRESH", split)], &a, 50.0);
+            }
+        }
+    }
+}
+
+#[test]
 fn tcp_and_shared_memory_transports() {
     for tls in ["tcp", "posix", "posix,cma"] {
         let env = [("UCX_TLS", tls), ("UCX_NET_DEVICES", "lo")];

@@ -266,6 +266,34 @@ pub(crate) fn register_span(md: &dyn Md, addr: u64, len: usize) -> UcsResult<Mem
     unsafe { md.mem_reg(addr as *mut u8, len) }
 }
 
+/// Copies the bytes of `pieces` to `at`, an address inside a same-host peer's region
+/// mapped here: the writing side of a rendezvous through shared memory.
+///
+/// Sound because `pieces` are iov entries of a live operation's [`Buf`]s (readable until
+/// it completes), and callers pass only a destination range checked against the peer's
+/// window inside a mapping they hold for the call. The peer may touch those bytes
+/// concurrently, as with any remote write; no reference to them is made.
+pub(crate) fn copy_to_mapped(pieces: &[Iov], mut at: u64) {
+    for p in pieces {
+        // SAFETY: see above: a live source entry, a checked and mapped destination.
+        unsafe { std::ptr::copy_nonoverlapping(p.buffer.cast_const(), at as *mut u8, p.length) };
+        at += p.length as u64;
+    }
+}
+
+/// Copies from `at`, an address inside a same-host peer's region mapped here, into
+/// `pieces`: the reading side of a rendezvous through shared memory. Same contract as
+/// [`copy_to_mapped`], with `pieces` the entries of a live receive (writable, and touched
+/// by nobody else until it completes).
+pub(crate) fn copy_from_mapped(at: u64, pieces: &[Iov]) {
+    let mut at = at;
+    for p in pieces {
+        // SAFETY: see above: a checked and mapped source, a live receive entry.
+        unsafe { std::ptr::copy_nonoverlapping(at as *const u8, p.buffer, p.length) };
+        at += p.length as u64;
+    }
+}
+
 /// Copies `src` to address `addr` of this process: the target side of a remote put.
 ///
 /// Callers (the RMA request handler) pass only ranges that lie inside a region mapped with

@@ -216,21 +216,31 @@ struct Msgs {
 }
 
 impl Msgs {
-    /// Memory for `slots` messages in flight (0: this side does not use it).
-    fn new(plan: &Plan, dt: &Dt, slots: usize) -> Result<Msgs, Error> {
+    /// Memory for `slots` messages in flight (0: this side does not use it), mapped
+    /// through `worker` (heap memory without one).
+    fn new(
+        plan: &Plan,
+        dt: &Dt,
+        slots: usize,
+        mut worker: Option<&mut Worker>,
+    ) -> Result<Msgs, Error> {
         let n = if plan.validate { slots } else { slots.min(1) };
         let mut regions = Vec::with_capacity(n);
         let mut data = Vec::with_capacity(n);
+        let mut alloc = |len: usize| match worker.as_deref_mut() {
+            Some(w) => Region::mapped(w, len),
+            None => Region::new(len),
+        };
         for _ in 0..n {
             let (r, d) = match dt {
                 Dt::Contig | Dt::Iov => {
                     let parts = (*dt == Dt::Iov).then_some(&plan.parts[..]);
                     let gaps = parts.map_or(0, |p| plan.gap * p.len().saturating_sub(1));
-                    let r = Region::new(plan.size + gaps).map_err(Error::Setup)?;
+                    let r = alloc(plan.size + gaps).map_err(Error::Setup)?;
                     (r, r.data_with_gap(parts, plan.gap))
                 }
                 Dt::Named(n) => {
-                    let r = Region::new(n.buf_len).map_err(Error::Setup)?;
+                    let r = alloc(n.buf_len).map_err(Error::Setup)?;
                     (r, r.layout_data(&n.dt).map_err(Error::Setup)?)
                 }
             };
@@ -543,9 +553,22 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
             }
         }
     }
-    let tx = Msgs::new(&plan, &plan.send_dt, tx_slots)?;
-    let rx = Msgs::new(&plan, &plan.recv_dt, rx_slots)?;
     let mut s = setup(&plan, oob)?;
+    // Message memory comes from the worker, as ucx_perftest's from ucp_mem_map (the worker
+    // outlives every operation on it: it is dropped when this function returns).
+    let heap = args.heap_buffers;
+    let tx = Msgs::new(
+        &plan,
+        &plan.send_dt,
+        tx_slots,
+        (!heap).then_some(&mut s.worker),
+    )?;
+    let rx = Msgs::new(
+        &plan,
+        &plan.recv_dt,
+        rx_slots,
+        (!heap).then_some(&mut s.worker),
+    )?;
     match (plan.op, plan.latency, role) {
         (OpKind::Put, true, _) => rma::put_lat(args, role, &mut s, oob)?,
         (OpKind::Put, false, _) => rma::put_bw(args, &plan, role, &mut s, oob)?,

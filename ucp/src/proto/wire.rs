@@ -31,6 +31,11 @@
 //! WIREUP       kind:u8 uuid:u64 src_ep:u32 dst_ep:u32 addr_len:u32 addr
 //! ```
 //!
+//! The `rkey` of RTS, RTR_PUT and RTR_SPLIT is a [`RndvKey`]: `mkey_len:u16 mkey has:u8
+//! [pid:u32 fd:u32 nonce:u64 seg_len:u64 base:u64 len:u64]` — the memory lane's packed key,
+//! and, when the segments lie in shared memory the worker allocated (`mem_map` without a
+//! buffer), the window a same-host peer maps to copy them with plain loads and stores.
+//!
 //! A decoder returns `None` for anything short, oversized or out of range; the worker then
 //! closes the endpoint the message came from (when it can tell) and logs it.
 
@@ -136,6 +141,86 @@ impl FragHdr {
 pub struct RemoteSeg {
     pub addr: u64,
     pub len: u64,
+}
+
+/// Where a worker-allocated shared-memory region is: the owner's `pid` and the `fd` of its
+/// memory file (a same-host peer with ptrace rights opens it with `pidfd_getfd`), the
+/// region's `nonce` (the same fd number may later hold another region), the file's length,
+/// and the region's address range in the owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmWindow {
+    pub pid: u32,
+    pub fd: u32,
+    pub nonce: u64,
+    pub seg_len: u64,
+    pub base: u64,
+    pub len: u64,
+}
+
+impl ShmWindow {
+    /// Whether `[addr, addr+len)` lies inside the window.
+    pub fn holds(&self, addr: u64, len: u64) -> bool {
+        addr >= self.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.base + self.len)
+    }
+}
+
+/// The memory key of a rendezvous: the memory lane's packed key and, for worker-allocated
+/// shared memory, its window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RndvKey {
+    pub mkey: Vec<u8>,
+    pub shm: Option<ShmWindow>,
+}
+
+const SHM_WINDOW_LEN: usize = 4 + 4 + 8 + 8 + 8 + 8;
+
+impl RndvKey {
+    pub fn encode(&self) -> Vec<u8> {
+        let n = 2 + self.mkey.len() + 1 + self.shm.map_or(0, |_| SHM_WINDOW_LEN);
+        let w = Writer::with_capacity(n)
+            .u16(self.mkey.len() as u16)
+            .bytes(&self.mkey);
+        match self.shm {
+            None => w.u8(0).buf,
+            Some(s) => {
+                w.u8(1)
+                    .u32(s.pid)
+                    .u32(s.fd)
+                    .u64(s.nonce)
+                    .u64(s.seg_len)
+                    .u64(s.base)
+                    .u64(s.len)
+                    .buf
+            }
+        }
+    }
+
+    /// Decodes a key; a window must fit its file (`len <= seg_len`, no address overflow).
+    pub fn decode(buf: &[u8]) -> Option<RndvKey> {
+        let mut r = Reader::new(buf);
+        let n = r.u16()? as usize;
+        let mkey = r.bytes(n)?.to_vec();
+        let shm = match r.u8()? {
+            0 => None,
+            1 => {
+                let s = ShmWindow {
+                    pid: r.u32()?,
+                    fd: r.u32()?,
+                    nonce: r.u64()?,
+                    seg_len: r.u64()?,
+                    base: r.u64()?,
+                    len: r.u64()?,
+                };
+                (s.len <= s.seg_len && s.base.checked_add(s.len).is_some()).then_some(s)?;
+                Some(s)
+            }
+            _ => return None,
+        };
+        r.is_empty().then_some(RndvKey { mkey, shm })
+    }
 }
 
 /// An RTS's rendezvous part.
@@ -409,6 +494,75 @@ impl Wireup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rndv_key_round_trip_and_checks() {
+        let plain = RndvKey {
+            mkey: vec![9; 12],
+            shm: None,
+        };
+        let b = plain.encode();
+        assert_eq!(b.len(), 2 + 12 + 1);
+        assert_eq!(RndvKey::decode(&b), Some(plain));
+        let w = ShmWindow {
+            pid: 42,
+            fd: 7,
+            nonce: 0x1234_5678,
+            seg_len: 1 << 20,
+            base: 0x7f00_0000_0000,
+            len: 1000,
+        };
+        let k = RndvKey {
+            mkey: vec![1, 2, 3],
+            shm: Some(w),
+        };
+        let b = k.encode();
+        assert_eq!(b.len(), b.capacity(), "sized up front");
+        assert_eq!(RndvKey::decode(&b), Some(k.clone()));
+        // Every truncation, and a trailing byte, is refused.
+        for n in 0..b.len() {
+            assert_eq!(RndvKey::decode(&b[..n]), None, "{n} bytes");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(RndvKey::decode(&long), None);
+        // A window longer than its file, or past the end of the address space.
+        for bad in [
+            ShmWindow {
+                len: w.seg_len + 1,
+                ..w
+            },
+            ShmWindow {
+                base: u64::MAX - 10,
+                ..w
+            },
+        ] {
+            let b = RndvKey {
+                mkey: vec![],
+                shm: Some(bad),
+            }
+            .encode();
+            assert_eq!(RndvKey::decode(&b), None, "{bad:?}");
+        }
+        // An unknown window flag.
+        let mut b = plain_bytes();
+        *b.last_mut().unwrap() = 2;
+        assert_eq!(RndvKey::decode(&b), None);
+        // Bounds.
+        assert!(w.holds(w.base, w.len));
+        assert!(w.holds(w.base + 10, 0));
+        assert!(!w.holds(w.base - 1, 1));
+        assert!(!w.holds(w.base + 1, w.len));
+        assert!(!w.holds(u64::MAX, 2));
+    }
+
+    fn plain_bytes() -> Vec<u8> {
+        RndvKey {
+            mkey: vec![5],
+            shm: None,
+        }
+        .encode()
+    }
 
     #[test]
     fn rts_round_trip_and_checks() {

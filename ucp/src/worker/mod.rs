@@ -87,6 +87,10 @@ pub struct WorkerStats {
     /// Get-rendezvous receives whose copy was shared with the sender (RTR_SPLIT: this side
     /// read the head, the sender wrote the tail), counted by the receiver.
     pub rndv_split: u64,
+    /// Rendezvous copies done with loads and stores through a mapping of the peer's
+    /// worker-allocated shared memory (reads by receivers, tail or put writes by senders),
+    /// instead of the memory lane.
+    pub rndv_mapped: u64,
     /// Active messages sent eagerly / by rendezvous.
     pub am_eager: u64,
     pub am_rndv: u64,
@@ -379,8 +383,10 @@ pub(crate) struct Core {
     pub(crate) am_pool: Vec<Vec<u8>>,
     /// Mapped regions, and RMA operations waiting to send their messages.
     pub(crate) mems: Slab<rma::MemReg>,
-    /// Peers' shared-memory regions mapped here, by (pid, fd).
-    pub(crate) mappings: HashMap<(u32, u32), Arc<uct::tl::posix::SharedMem>>,
+    /// How many of `mems` are worker-allocated shared memory.
+    pub(crate) shm_regions: usize,
+    /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
+    pub(crate) mappings: rma::MappingCache,
     pub(crate) rma_queue: VecDeque<ReqId>,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
     /// Set when any of the queues above may hold work for `run_actions`.
@@ -512,6 +518,7 @@ impl Worker {
             am_pool: Vec::new(),
             mems: Slab::new(),
             mappings: HashMap::new(),
+            shm_regions: 0,
             rma_queue: VecDeque::new(),
             ep_errors: VecDeque::new(),
             work: false,

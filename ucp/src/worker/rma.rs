@@ -20,6 +20,12 @@
 //! RMA_REPLY   ep:u32 req:u64 offset:u64 status:i8 data
 //! ```
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use slab::Slab;
+use uct::tl::posix::SharedMem;
+
 use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
 use uct::{Done, IfaceFlags, MemH, RemoteKey};
@@ -27,6 +33,7 @@ use uct::{Done, IfaceFlags, MemH, RemoteKey};
 use super::{Core, Ctrl, EpHandle, Op, Worker};
 use crate::buf::{self, Buf};
 use crate::datatype::{Data, DataState};
+use crate::proto::wire::ShmWindow;
 use crate::request::ReqId;
 
 pub const AM_RMA_PUT: u8 = 14;
@@ -57,7 +64,7 @@ pub(crate) struct MemReg {
 /// transport is on), else ordinary heap memory.
 #[derive(Debug)]
 enum Owned {
-    Shm(uct::tl::posix::SharedMem),
+    Shm(SharedMem),
     Heap(Vec<u8>),
 }
 
@@ -72,7 +79,7 @@ pub struct Rkey {
     /// The key of the endpoint's memory lane, when the region is reachable through it.
     lane: Option<RemoteKey>,
     /// The peer's shared-memory region mapped here: put and get become copies.
-    mapped: Option<std::sync::Arc<uct::tl::posix::SharedMem>>,
+    mapped: Option<Arc<SharedMem>>,
 }
 
 impl Rkey {
@@ -154,6 +161,12 @@ enum RmaKind {
 
 const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 
+/// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
+pub(crate) type MappingCache = HashMap<(u32, u32, u64), Arc<SharedMem>>;
+
+/// Peers' regions kept mapped at once (see `map_window`).
+const MAX_MAPPINGS: usize = 256;
+
 impl Worker {
     /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
     /// `None` allocates `len` zeroed bytes owned by the worker.
@@ -162,7 +175,7 @@ impl Worker {
         let (owned, base, len) = match buf {
             Some(b) => (None, b.addr(), b.len()),
             None => match shm_ok
-                .then(|| uct::tl::posix::SharedMem::create(len.max(1)))
+                .then(|| SharedMem::create(len.max(1)))
                 .and_then(Result::ok)
             {
                 Some(seg) => {
@@ -187,6 +200,9 @@ impl Worker {
             }
         }
         let nonce = rand::random::<u64>() | 1;
+        if matches!(owned, Some(Owned::Shm(_))) {
+            self.core.shm_regions += 1;
+        }
         let slot = self.core.mems.insert(MemReg {
             nonce,
             base,
@@ -204,6 +220,9 @@ impl Worker {
             _ => return Err(Status::InvalidParam),
         }
         let m = self.core.mems.remove(h.slot as usize);
+        if matches!(m.owned, Some(Owned::Shm(_))) {
+            self.core.shm_regions -= 1;
+        }
         for (i, r) in m.regs {
             let _ = self.ifaces[i].md().mem_dereg(&r);
         }
@@ -343,29 +362,18 @@ impl Worker {
         if !r.is_empty() {
             return Err(bad);
         }
-        // A same-host peer's shared memory: map it once per segment, if the endpoint is a
+        // A same-host peer's shared memory: mapped (once per region), if the endpoint is a
         // shared-memory one (its memory lane is cma or self).
         let shm_ep = e.rma.is_some() || matches!(self.core.info[e.am.iface].tl, "posix" | "self");
         let mapped = match shm {
-            Some((pid, fd, seg_len)) if shm_ep && pid as i32 > 0 => {
-                let key = (pid, fd);
-                match self.core.mappings.get(&key) {
-                    Some(m) if m.len() as u64 == seg_len => Some(std::sync::Arc::clone(m)),
-                    _ => {
-                        match uct::tl::posix::SharedMem::attach(pid as i32, fd, seg_len as usize) {
-                            Ok(seg) => {
-                                let seg = std::sync::Arc::new(seg);
-                                self.core.mappings.insert(key, std::sync::Arc::clone(&seg));
-                                Some(seg)
-                            }
-                            Err(e) => {
-                                log::debug!("ucp: cannot map the peer's region: {e}");
-                                None
-                            }
-                        }
-                    }
-                }
-            }
+            Some((pid, fd, seg_len)) if shm_ep => self.core.map_window(&ShmWindow {
+                pid,
+                fd,
+                nonce,
+                seg_len,
+                base,
+                len,
+            }),
             _ => None,
         };
         Ok(Rkey {
@@ -738,6 +746,16 @@ pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
 }
 
 impl Core {
+    /// The shared-memory window of the worker-allocated region holding `[lo, hi)`, if any.
+    pub(crate) fn shm_window(&self, lo: u64, hi: u64) -> Option<ShmWindow> {
+        shm_window(&self.mems, self.shm_regions, lo, hi)
+    }
+
+    /// Maps a same-host peer's region; see [`map_window`].
+    pub(crate) fn map_window(&mut self, w: &ShmWindow) -> Option<Arc<SharedMem>> {
+        map_window(&mut self.mappings, w)
+    }
+
     /// Checks `(slot, nonce, addr, len)` against the region table; the address to access.
     fn target(&self, slot: u32, nonce: u64, addr: u64, len: u64) -> Result<u64, Status> {
         let m = self
@@ -887,4 +905,61 @@ pub(super) fn encode_reply(ep: u32, req: u64, offset: u64, status: Status, data:
         .u8(status.code() as u8)
         .bytes(data)
         .buf
+}
+
+/// The shared-memory window of the worker-allocated region (of `mems`, `shm_regions` of
+/// which are shared memory) holding `[lo, hi)`, if any: what a rendezvous key carries so a
+/// same-host peer copies without system calls.
+pub(crate) fn shm_window(
+    mems: &Slab<MemReg>,
+    shm_regions: usize,
+    lo: u64,
+    hi: u64,
+) -> Option<ShmWindow> {
+    if shm_regions == 0 {
+        return None;
+    }
+    mems.iter().find_map(|(_, m)| match &m.owned {
+        Some(Owned::Shm(seg)) if lo >= m.base && hi <= m.base + m.len => Some(ShmWindow {
+            pid: std::process::id(),
+            fd: seg.fd() as u32,
+            nonce: m.nonce,
+            seg_len: seg.len() as u64,
+            base: m.base,
+            len: m.len,
+        }),
+        _ => None,
+    })
+}
+
+/// Maps a same-host peer's region, once per region (`mappings` caches them by pid, fd and
+/// nonce); `None` when it cannot be (no ptrace rights over the peer, a peer gone, a file
+/// shorter than announced). Callers pass only windows of peers on this host (an endpoint
+/// with a memory lane, or a shared-memory one).
+pub(crate) fn map_window(mappings: &mut MappingCache, w: &ShmWindow) -> Option<Arc<SharedMem>> {
+    if w.pid == 0 || w.pid > i32::MAX as u32 {
+        return None;
+    }
+    let key = (w.pid, w.fd, w.nonce);
+    if let Some(m) = mappings.get(&key) {
+        if m.len() as u64 == w.seg_len {
+            return Some(Arc::clone(m));
+        }
+    }
+    match SharedMem::attach(w.pid as i32, w.fd, w.seg_len as usize) {
+        Ok(seg) => {
+            // Regions come and go: a long-lived worker keeps the recent ones (a key still
+            // using an evicted mapping holds it alive).
+            if mappings.len() >= MAX_MAPPINGS {
+                mappings.clear();
+            }
+            let seg = Arc::new(seg);
+            mappings.insert(key, Arc::clone(&seg));
+            Some(seg)
+        }
+        Err(e) => {
+            log::debug!("ucp: cannot map the peer's region: {e}");
+            None
+        }
+    }
 }

@@ -5,13 +5,17 @@
 
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
+use uct::tl::posix::SharedMem;
 use uct::{Done, Iface, IfaceFlags, Iov, MemoryType};
 
+use super::rma::{self, MappingCache};
 use super::{wireup, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
 use crate::buf;
 use crate::datatype::{Data, DataState};
 use crate::proto::select::{Op as SelOp, Proto};
-use crate::proto::wire::{self, FirstHdr, FragHdr, RemoteSeg, RtsData, FLAG_SYNC};
+use crate::proto::wire::{
+    self, FirstHdr, FragHdr, RemoteSeg, RndvKey, RtsData, ShmWindow, FLAG_SYNC,
+};
 use crate::request::ReqId;
 use crate::tag::{MessageHandle, PostResult, TagInfo};
 
@@ -357,6 +361,9 @@ pub(super) fn push_send(
         info,
         stats,
         split_thresh,
+        mems,
+        shm_regions,
+        mappings,
         ..
     } = core;
     let split_thresh = *split_thresh;
@@ -373,7 +380,9 @@ pub(super) fn push_send(
     if s.started && s.put.is_some() {
         // RTR_PUT or RTR_SPLIT: write into the receiver's segments; FIN follows completion.
         let rma = rma.ok_or(Status::Unsupported)?;
-        write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id)?;
+        if write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id, mappings)? {
+            stats.rndv_mapped += 1;
+        }
         return Ok(true);
     }
     let seg = info[lane.iface].attr.am.max_bcopy;
@@ -505,7 +514,7 @@ pub(super) fn push_send(
                 return Err(Status::InvalidParam);
             };
             let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
-            let (rkey, memh) = match s.memh.as_deref() {
+            let (mkey, memh) = match s.memh.as_deref() {
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
                     let md = ifaces[rma.iface].md();
@@ -513,6 +522,8 @@ pub(super) fn push_send(
                     (md.mkey_pack(&m), Some(m))
                 }
             };
+            let shm = rma::shm_window(mems, *shm_regions, lo, hi);
+            let rkey = RndvKey { mkey, shm }.encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
@@ -558,7 +569,7 @@ pub(super) fn push_send(
             // One registration spanning every segment: its remote key bounds what the
             // receiver may read.
             let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
-            let (rkey, memh) = match s.memh.as_deref() {
+            let (mkey, memh) = match s.memh.as_deref() {
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
                     let md = ifaces[rma.iface].md();
@@ -566,6 +577,9 @@ pub(super) fn push_send(
                     (md.mkey_pack(&m), Some(m))
                 }
             };
+            // Worker-allocated shared memory: the receiver may map it and copy directly.
+            let shm = rma::shm_window(mems, *shm_regions, lo, hi);
+            let rkey = RndvKey { mkey, shm }.encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
@@ -643,32 +657,57 @@ pub(super) fn push_send(
 
 /// Writes send `s`'s bytes from its put target's offset on into the receiver's segments
 /// (a put rendezvous, or the tail of a split one), and marks FIN to follow completion.
+/// `Ok(true)`: written with stores into the receiver's mapped shared memory (its key
+/// carried a window `mappings` could map), not through the memory lane.
 fn write_to_receiver(
     iface: &mut dyn Iface,
     ep: uct::EpId,
     s: &mut SendOp,
     id: ReqId,
-) -> UcsResult<()> {
+    mappings: &mut MappingCache,
+) -> UcsResult<bool> {
     let Some(put) = s.put.take() else {
-        return Ok(());
+        return Ok(false);
     };
-    let rk = iface.md().rkey_unpack(&put.rkey)?;
+    let key = RndvKey::decode(&put.rkey).ok_or(Status::InvalidParam)?;
     let local = s
         .data
         .iovs(put.offset, s.total - put.offset)
         .ok_or(Status::InvalidParam)?;
-    let mut later = 0;
-    for_each_remote_seg(&local, &put.segs, |pieces, addr| {
-        match buf::put_zcopy(iface, ep, pieces, addr, &rk, id.0)? {
-            Done::Now => {}
-            Done::Later => later += 1,
-        }
-        Ok(())
-    })?;
-    s.wait_comp += later;
+    let mapped = key
+        .shm
+        .and_then(|w| rma::map_window(mappings, &w).map(|m| (w, m)));
+    if let Some((w, seg)) = &mapped {
+        for_each_remote_seg(&local, &put.segs, |pieces, addr| {
+            let at = mapped_addr(w, seg, addr, pieces)?;
+            buf::copy_to_mapped(pieces, at);
+            Ok(())
+        })?;
+    } else {
+        let rk = iface.md().rkey_unpack(&key.mkey)?;
+        let mut later = 0;
+        for_each_remote_seg(&local, &put.segs, |pieces, addr| {
+            match buf::put_zcopy(iface, ep, pieces, addr, &rk, id.0)? {
+                Done::Now => {}
+                Done::Later => later += 1,
+            }
+            Ok(())
+        })?;
+        s.wait_comp += later;
+    }
     s.offset = s.total;
     s.fin_pending = true;
-    Ok(())
+    Ok(mapped.is_some())
+}
+
+/// Where the peer's bytes at `addr`, as many as `pieces` hold, lie in `seg`, the mapping
+/// of window `w`; `InvalidParam` when they are outside the window.
+fn mapped_addr(w: &ShmWindow, seg: &SharedMem, addr: u64, pieces: &[Iov]) -> UcsResult<u64> {
+    let len: usize = pieces.iter().map(|p| p.length).sum();
+    if !w.holds(addr, len as u64) || w.len > seg.len() as u64 {
+        return Err(Status::InvalidParam);
+    }
+    Ok(seg.base() as u64 + (addr - w.base))
 }
 
 /// Reads the sender's structured layout `dt` at `origin` into `local`, in chunks of
@@ -1072,12 +1111,21 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         return;
     };
     let iface = &mut ifaces[lane.iface];
-    let rk = match iface.md().rkey_unpack(&rkey) {
+    let Some(key) = RndvKey::decode(&rkey) else {
+        fail_get(core, id, ep, sreq, Status::InvalidParam);
+        return;
+    };
+    let rk = match iface.md().rkey_unpack(&key.mkey) {
         Ok(k) => k,
         Err(s) => {
             fail_get(core, id, ep, sreq, s);
             return;
         }
+    };
+    // The sender's worker-allocated shared memory, mapped here: reads become copies.
+    let mapped = match (key.shm, &layout) {
+        (Some(w), None) => rma::map_window(&mut core.mappings, &w).map(|m| (w, m)),
+        _ => None,
     };
     let mut local: SmallVec<[Iov; 8]> = match r.data.iovs(0, total) {
         Some(v) => v,
@@ -1112,6 +1160,21 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         let st = get_layout(iface.as_mut(), lane.ep, &local, &dt, origin, &rk, id.0);
         if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
             if let Err(s) = st {
+                r.status = s;
+            }
+        }
+        finish_get(core, id);
+        return;
+    }
+    if let Some((w, seg)) = mapped {
+        let err = for_each_remote_seg(&local, &segs, |pieces, addr| {
+            buf::copy_from_mapped(mapped_addr(&w, &seg, addr, pieces)?, pieces);
+            Ok(())
+        })
+        .err();
+        core.stats.rndv_mapped += 1;
+        if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+            if let Some(s) = err {
                 r.status = s;
             }
         }
@@ -1174,7 +1237,11 @@ fn start_split(
     let (lo, hi) = span_of(&segs)?;
     let md = ifaces[lane.iface].md();
     let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
-    let rkey = md.mkey_pack(&m);
+    let rkey = RndvKey {
+        mkey: md.mkey_pack(&m),
+        shm: core.shm_window(lo, hi),
+    }
+    .encode();
     let c = Ctrl::RtrSplit {
         sreq,
         rreq: id.0,
@@ -1262,9 +1329,13 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
         Some(l) if fits && !segs.is_empty() => {
             let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
             let md = ifaces[l.iface].md();
+            let shm = rma::shm_window(&core.mems, core.shm_regions, lo, hi);
             buf::register_span(md, lo, (hi - lo) as usize)
                 .ok()
-                .map(|m| (l.iface, m, md.mkey_pack(&m)))
+                .map(|m| {
+                    let mkey = md.mkey_pack(&m);
+                    (l.iface, m, RndvKey { mkey, shm }.encode())
+                })
         }
         _ => None,
     };

@@ -1024,6 +1024,122 @@ fn active_messages_eager_rendezvous_reply_and_persistent_data() {
 }
 
 #[test]
+fn rendezvous_between_worker_allocated_memory_is_a_copy() {
+    // Buffers from `mem_map(None, ..)` are shared memory: a same-host rendezvous maps the
+    // peer's region and copies with loads and stores (the receiver reads, and in a split
+    // the sender writes the tail) instead of going through cma. Contiguous and iov, get
+    // (split and whole) and put; the data is checked every time.
+    for (cfg, split) in [
+        ("posix,cma;RNDV_THRESH=16k", true),
+        ("posix,cma;RNDV_THRESH=16k;RNDV_SPLIT_THRESH=inf", false),
+        ("posix,cma;RNDV_THRESH=16k;RNDV_SCHEME=put_zcopy", false),
+    ] {
+        let (mut a, mut b, ab, _) = pair(cfg);
+        let n_max = 1 << 20;
+        let ha = a.mem_map(None, n_max + 4096).unwrap();
+        let hb = b.mem_map(None, n_max + 4096).unwrap();
+        let (abase, _) = a.mem_query(ha).unwrap();
+        let (bbase, _) = b.mem_query(hb).unwrap();
+        let mut copies = 0;
+        for (i, &n) in [40_000usize, 131_072, 600_001, n_max].iter().enumerate() {
+            for shape in 0..3 {
+                let src = pattern(n, (i * 3 + shape) as u8);
+                a.mem_write(ha, 100, &src).unwrap();
+                b.mem_write(hb, 0, &vec![0u8; n + 100]).unwrap();
+                // SAFETY: both regions stay mapped (and untouched) until the requests
+                // complete below.
+                let (sbuf, rbuf) = unsafe {
+                    (
+                        Buf::from_raw((abase + 100) as *mut u8, n),
+                        Buf::from_raw((bbase + 100) as *mut u8, n),
+                    )
+                };
+                let halves = |b: Buf| {
+                    let h = n / 3;
+                    Data::Iov(smallvec::smallvec![
+                        b.sub(0, h).unwrap(),
+                        b.sub(h, n - h).unwrap()
+                    ])
+                };
+                let (sdata, rdata) = match shape {
+                    0 => (Data::Contig(sbuf), Data::Contig(rbuf)),
+                    1 => (halves(sbuf), Data::Contig(rbuf)),
+                    _ => (Data::Contig(sbuf), halves(rbuf)),
+                };
+                let r = b
+                    .tag_recv(&rdata, 9, u64::MAX, RecvParams::default())
+                    .unwrap();
+                let s = a.tag_send(ab, &sdata, 9, SendParams::default()).unwrap();
+                drive(&mut a, &mut b, |a, b| {
+                    b.request_status(r) != Status::InProgress
+                        && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+                });
+                assert_eq!(b.wait(r).0, Status::Ok, "{cfg}: recv {n} shape {shape}");
+                if let Some(s) = s {
+                    assert_eq!(a.wait(s).0, Status::Ok, "{cfg}: send {n} shape {shape}");
+                }
+                let mut got = vec![0u8; n + 200];
+                b.mem_read(hb, 0, &mut got).unwrap();
+                assert!(
+                    got[100..100 + n] == src[..],
+                    "{cfg}: data of {n}, shape {shape}"
+                );
+                assert!(
+                    got[..100].iter().chain(&got[100 + n..]).all(|&x| x == 0),
+                    "{cfg}: nothing written outside the message"
+                );
+                copies += 1;
+            }
+        }
+        let (sa, sb) = (a.stats(), b.stats());
+        if cfg.contains("put_zcopy") {
+            // The sender writes everything into the receiver's mapped region.
+            assert_eq!(sa.rndv_mapped, copies, "{cfg}: {sa:?}");
+            assert_eq!(sb.rndv_mapped, 0, "{cfg}");
+        } else {
+            // The receiver reads (its head, in a split); in a split the sender writes the
+            // tail the same way.
+            assert_eq!(sb.rndv_mapped, copies, "{cfg}: {sb:?}");
+            assert_eq!(sb.rndv_split, if split { copies } else { 0 }, "{cfg}");
+            assert_eq!(sa.rndv_mapped, if split { copies } else { 0 }, "{cfg}");
+        }
+        // Ordinary memory on the sending side still goes through cma.
+        let before = b.stats().rndv_mapped;
+        let src = pattern(200_000, 1);
+        let r = b
+            .tag_recv(
+                &Data::Contig(rbuf_of(bbase, 200_000)),
+                3,
+                u64::MAX,
+                RecvParams::default(),
+            )
+            .unwrap();
+        let s = a
+            .tag_send(ab, &contig(&src), 3, SendParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            b.request_status(r) != Status::InProgress
+                && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+        });
+        assert_eq!(b.wait(r).0, Status::Ok);
+        let mut got = vec![0u8; 200_000];
+        b.mem_read(hb, 0, &mut got).unwrap();
+        assert!(got == src, "{cfg}: unmapped source");
+        if !cfg.contains("put_zcopy") {
+            assert_eq!(b.stats().rndv_mapped, before, "{cfg}: not mapped");
+        }
+        a.mem_unmap(ha).unwrap();
+        b.mem_unmap(hb).unwrap();
+    }
+}
+
+/// The first `n` bytes of a worker-allocated region at `base`, as a receive buffer.
+fn rbuf_of(base: u64, n: usize) -> Buf {
+    // SAFETY: the caller's region stays mapped until the receive completes.
+    unsafe { Buf::from_raw(base as *mut u8, n) }
+}
+
+#[test]
 fn rma_put_get_atomics_and_bounds() {
     use super::rma::AtomicOp;
     for tls in ["posix,cma", "tcp", "posix"] {

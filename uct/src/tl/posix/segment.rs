@@ -95,7 +95,9 @@ impl Segment {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                // Populated up front: what `ucp_mem_map` promises for an allocation, and no
+                // page faults on a FIFO's first messages.
+                libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd.as_raw_fd(),
                 0,
             )
