@@ -266,32 +266,51 @@ pub(crate) fn register_span(md: &dyn Md, addr: u64, len: usize) -> UcsResult<Mem
     unsafe { md.mem_reg(addr as *mut u8, len) }
 }
 
-/// Copies the bytes of `pieces` to `at`, an address inside a same-host peer's region
-/// mapped here: the writing side of a rendezvous through shared memory.
+/// Copies `len` bytes from address `src` to address `dst` of this process: one piece of
+/// a rendezvous through shared memory, between a live operation's buffer and a same-host
+/// peer's region mapped here.
 ///
-/// Sound because `pieces` are iov entries of a live operation's [`Buf`]s (readable until
-/// it completes), and callers pass only a destination range checked against the peer's
-/// window inside a mapping they hold for the call. The peer may touch those bytes
-/// concurrently, as with any remote write; no reference to them is made.
-pub(crate) fn copy_to_mapped(pieces: &[Iov], mut at: u64) {
-    for p in pieces {
-        // SAFETY: see above: a live source entry, a checked and mapped destination.
-        unsafe { std::ptr::copy_nonoverlapping(p.buffer.cast_const(), at as *mut u8, p.length) };
-        at += p.length as u64;
+/// Callers (`worker::mapped`) pass only ranges inside a live operation's [`Buf`]s (their
+/// contract keeps them valid and, for a receive, untouched by anyone else until it
+/// completes) or inside a peer's window checked against a mapping they hold for the call.
+/// The peer may touch its bytes concurrently, as with any remote access; no reference to
+/// them is made, and the ranges may even overlap (a copy that behaves as `memmove`).
+pub(crate) fn copy_raw(src: u64, dst: u64, len: usize) {
+    // SAFETY: see above: both ranges are live (a checked mapping or a live Buf).
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+}
+
+/// `count` pieces of `len` bytes, piece `i` from `src + i * src_stride` to
+/// `dst + i * dst_stride`: [`copy_raw`] in a loop, with the same contract for every piece.
+pub(crate) fn copy_strided(
+    src: u64,
+    src_stride: i64,
+    dst: u64,
+    dst_stride: i64,
+    len: usize,
+    count: u64,
+) {
+    let (mut s, mut d) = (src, dst);
+    for _ in 0..count {
+        // SAFETY: see `copy_raw`: the caller checked every piece's range.
+        unsafe { std::ptr::copy(s as *const u8, d as *mut u8, len) };
+        s = s.wrapping_add(src_stride as u64);
+        d = d.wrapping_add(dst_stride as u64);
     }
 }
 
-/// Copies from `at`, an address inside a same-host peer's region mapped here, into
-/// `pieces`: the reading side of a rendezvous through shared memory. Same contract as
-/// [`copy_to_mapped`], with `pieces` the entries of a live receive (writable, and touched
-/// by nobody else until it completes).
-pub(crate) fn copy_from_mapped(at: u64, pieces: &[Iov]) {
-    let mut at = at;
-    for p in pieces {
-        // SAFETY: see above: a checked and mapped source, a live receive entry.
-        unsafe { std::ptr::copy_nonoverlapping(at as *const u8, p.buffer, p.length) };
-        at += p.length as u64;
-    }
+/// The iov list `bufs` (`count` entries of `len` bytes, entry `i` at `origin + i *
+/// stride`, as [`crate::datatype::regular_iov`] found them) described by `dt`, that
+/// vector's compiled layout.
+///
+/// Sound because the layout touches exactly the bytes of `bufs` (the caller built `dt`
+/// from the same `count`, `len` and `stride`), which the `Buf` contract keeps valid.
+pub(crate) fn layout_over_iov(
+    origin: u64,
+    dt: std::sync::Arc<crate::datatype::DtLayout>,
+) -> crate::datatype::LayoutBuf {
+    // SAFETY: see above: every byte the layout touches is a byte of a live Buf.
+    unsafe { crate::datatype::LayoutBuf::new(origin as *mut u8, dt) }
 }
 
 /// Copies `src` to address `addr` of this process: the target side of a remote put.

@@ -189,6 +189,34 @@ impl LayoutBuf {
     }
 }
 
+/// Fewest entries for which an iov list is checked for a constant shape (below it the
+/// list is cheap to walk as it is).
+pub const REGULAR_IOV_MIN: usize = 16;
+
+/// An iov list's shape when it is a vector: at least [`REGULAR_IOV_MIN`] entries, all
+/// `len > 0` bytes, entry `i` at `origin + i * stride` with `stride > len` (ascending, with
+/// gaps: `stride == len` would be one contiguous buffer) — what an MPI vector type or
+/// `ucx_perftest -D iov -i GAP` hands in. Returns `(origin, count, len, stride)`.
+pub fn regular_iov(bufs: &[Buf]) -> Option<(u64, usize, usize, usize)> {
+    if bufs.len() < REGULAR_IOV_MIN {
+        return None;
+    }
+    let len = bufs[0].len();
+    let origin = bufs[0].addr();
+    let stride = bufs[1].addr().checked_sub(origin)?;
+    if len == 0 || stride <= len as u64 || stride > i64::MAX as u64 / bufs.len() as u64 {
+        return None;
+    }
+    let mut expect = origin;
+    for b in bufs {
+        if b.len() != len || b.addr() != expect {
+            return None;
+        }
+        expect += stride;
+    }
+    Some((origin, bufs.len(), len, stride as usize))
+}
+
 /// A started operation's data.
 pub(crate) enum DataState {
     Contig(Buf),
@@ -388,6 +416,36 @@ mod tests {
         assert_eq!(io[0].length + io[1].length, 4);
         drop(r);
         assert_eq!(dst, vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8, 9]]);
+    }
+
+    #[test]
+    fn regular_iov_is_recognised_exactly() {
+        let mut v = vec![0u8; 64 * 40];
+        let base = v.as_mut_ptr() as u64;
+        // SAFETY: v outlives every Buf made here.
+        let at = |off: usize, len: usize| unsafe {
+            Buf::from_raw((base as usize + off) as *mut u8, len)
+        };
+        let list = |n: usize, len: usize, stride: usize| -> SmallVec<[Buf; 4]> {
+            (0..n).map(|i| at(i * stride, len)).collect()
+        };
+        assert_eq!(regular_iov(&list(20, 48, 64)), Some((base, 20, 48, 64)));
+        assert_eq!(regular_iov(&list(40, 1, 64)), Some((base, 40, 1, 64)));
+        // Too short a list; no gap (one buffer); overlapping or descending entries.
+        assert_eq!(regular_iov(&list(REGULAR_IOV_MIN - 1, 48, 64)), None);
+        assert_eq!(regular_iov(&list(20, 64, 64)), None);
+        assert_eq!(regular_iov(&list(20, 0, 64)), None);
+        let mut l = list(20, 48, 64);
+        l.reverse();
+        assert_eq!(regular_iov(&l), None);
+        // One entry off in length or place.
+        let mut l = list(20, 48, 64);
+        l[7] = at(7 * 64, 47);
+        assert_eq!(regular_iov(&l), None);
+        let mut l = list(20, 48, 64);
+        l[19] = at(19 * 64 + 1, 48);
+        assert_eq!(regular_iov(&l), None);
+        drop(v);
     }
 
     struct Doubler;

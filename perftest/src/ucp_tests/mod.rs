@@ -582,6 +582,10 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
         (OpKind::Tag, false, Role::Client) => bw_client(args, &plan, &mut s, &tx, oob)?,
         (OpKind::Tag, false, Role::Server) => bw_server(args, &plan, &mut s, &rx, oob)?,
     }
+    // `RUCX_PERFTEST_STATS=1`: which protocols served the run, per side.
+    if std::env::var_os("RUCX_PERFTEST_STATS").is_some_and(|v| v != "0") {
+        eprintln!("rucx-perftest {role:?}: {:?}", s.worker.stats());
+    }
     s.barrier(oob)
 }
 

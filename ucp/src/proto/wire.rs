@@ -19,6 +19,7 @@
 //! LAYOUT_MISS  ep:u32 sreq:u64 rreq:u64           (the receiver no longer knows the layout)
 //! LAYOUT       ep:u32 rreq:u64 layout             (the layout, resent)
 //! RTR_SPLIT    ep:u32 sreq:u64 rreq:u64 offset:u64 rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}
+//! RTR_SPLIT_LAYOUT ep:u32 sreq:u64 rreq:u64 offset:u64 rkey_len:u16 rkey origin:u64 len:u32 layout
 //!
 //! An RTS of mode GET_HELP (5) is a GET whose sender offers to write part of the data
 //! itself: the receiver may answer RTR_SPLIT with its segments for the bytes from `offset`
@@ -27,7 +28,11 @@
 //!
 //! An RTS of mode GET_LAYOUT (4) carries, instead of a segment list, `rkey_len:u16 rkey
 //! origin:u64 hash:u128 has:u8 [len:u32 layout]`: the sender's structured layout by its
-//! canonical hash, with the encoding itself the first time this endpoint sends it.
+//! canonical hash, with the encoding itself the first time this endpoint sends it. Mode
+//! GET_LAYOUT_HELP (6) is the same with the sender's offer to write a tail; a receiver
+//! whose own data is a layout (in memory the sender can map) answers RTR_SPLIT_LAYOUT,
+//! which describes its bytes by their canonical encoding placed at `origin` instead of a
+//! segment list.
 //! WIREUP       kind:u8 uuid:u64 src_ep:u32 dst_ep:u32 addr_len:u32 addr
 //! ```
 //!
@@ -55,6 +60,7 @@ pub const AM_FIN: u8 = 11;
 pub const AM_LAYOUT_MISS: u8 = 19;
 pub const AM_LAYOUT: u8 = 20;
 pub const AM_RTR_SPLIT: u8 = 21;
+pub const AM_RTR_SPLIT_LAYOUT: u8 = 22;
 
 /// Header bytes in front of the data of each message kind.
 pub const EAGER_HDR: usize = 8;
@@ -71,6 +77,10 @@ pub const MAX_RTS_SEGS: usize = 1 << 20;
 
 /// RTS mode of a GET whose sender offers to write a tail of the data (RTR_SPLIT).
 pub const MODE_GET_HELP: u8 = 5;
+/// RTS modes of a GET_LAYOUT, without and with the sender's offer to write a tail
+/// (RTR_SPLIT or RTR_SPLIT_LAYOUT).
+pub const MODE_GET_LAYOUT: u8 = 4;
+pub const MODE_GET_LAYOUT_HELP: u8 = 6;
 
 /// How the receiver of an RTS gets the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,6 +249,8 @@ pub enum RtsData {
         origin: u64,
         hash: u128,
         layout: Option<Vec<u8>>,
+        /// The sender will write a tail of the data if asked (mode GET_LAYOUT_HELP).
+        help: bool,
     },
 }
 
@@ -270,9 +282,14 @@ pub fn encode_rts(h: &FirstHdr, data: &RtsData) -> Vec<u8> {
             origin,
             hash,
             layout,
+            help,
         } => {
             w = w
-                .u8(4)
+                .u8(if *help {
+                    MODE_GET_LAYOUT_HELP
+                } else {
+                    MODE_GET_LAYOUT
+                })
                 .u16(rkey.len() as u16)
                 .bytes(rkey)
                 .u64(*origin)
@@ -301,7 +318,7 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
         }
         2 => RtsData::Am,
         3 => RtsData::Put,
-        4 => {
+        m @ (MODE_GET_LAYOUT | MODE_GET_LAYOUT_HELP) => {
             let n = r.u16()? as usize;
             let rkey = r.bytes(n)?.to_vec();
             let origin = r.u64()?;
@@ -319,6 +336,7 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
                 origin,
                 hash,
                 layout,
+                help: m == MODE_GET_LAYOUT_HELP,
             }
         }
         _ => return None,
@@ -415,6 +433,56 @@ pub fn decode_rtr_split(buf: &[u8]) -> Option<RtrSplit> {
     let (ep, sreq, rreq, offset) = (r.u32()?, r.u64()?, r.u64()?, r.u64()?);
     let (rkey, segs) = read_segs(&mut r, None)?;
     Some((ep, sreq, rreq, offset, rkey, segs))
+}
+
+/// An RTR_SPLIT_LAYOUT: the receiver reads the bytes before `offset` and asks the sender
+/// to write the rest into its data, described by the canonical encoding `layout` placed at
+/// `origin` (its packed bytes from `offset` on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RtrSplitLayout {
+    pub ep: u32,
+    pub sreq: u64,
+    pub rreq: u64,
+    pub offset: u64,
+    pub rkey: Vec<u8>,
+    pub origin: u64,
+    pub layout: Vec<u8>,
+}
+
+impl RtrSplitLayout {
+    pub fn encode(&self) -> Vec<u8> {
+        let n = 28 + 2 + self.rkey.len() + 8 + 4 + self.layout.len();
+        Writer::with_capacity(n)
+            .u32(self.ep)
+            .u64(self.sreq)
+            .u64(self.rreq)
+            .u64(self.offset)
+            .u16(self.rkey.len() as u16)
+            .bytes(&self.rkey)
+            .u64(self.origin)
+            .u32(self.layout.len() as u32)
+            .bytes(&self.layout)
+            .buf
+    }
+
+    pub fn decode(buf: &[u8]) -> Option<RtrSplitLayout> {
+        let mut r = Reader::new(buf);
+        let (ep, sreq, rreq, offset) = (r.u32()?, r.u64()?, r.u64()?, r.u64()?);
+        let n = r.u16()? as usize;
+        let rkey = r.bytes(n)?.to_vec();
+        let origin = r.u64()?;
+        let n = r.u32()? as usize;
+        let layout = r.bytes(n)?.to_vec();
+        r.is_empty().then_some(RtrSplitLayout {
+            ep,
+            sreq,
+            rreq,
+            offset,
+            rkey,
+            origin,
+            layout,
+        })
+    }
 }
 
 /// RTR and ACK share a shape: `ep a b` (ACK's `b` is its status).
@@ -556,6 +624,28 @@ mod tests {
         assert!(!w.holds(u64::MAX, 2));
     }
 
+    #[test]
+    fn rtr_split_layout_round_trip() {
+        let m = RtrSplitLayout {
+            ep: 1,
+            sreq: 2,
+            rreq: 3,
+            offset: 4096,
+            rkey: vec![7; 9],
+            origin: 0x1000,
+            layout: vec![1, 2, 3, 4, 5],
+        };
+        let b = m.encode();
+        assert_eq!(b.len(), b.capacity(), "sized up front");
+        assert_eq!(RtrSplitLayout::decode(&b), Some(m));
+        for n in 0..b.len() {
+            assert_eq!(RtrSplitLayout::decode(&b[..n]), None, "{n} bytes");
+        }
+        let mut long = b;
+        long.push(0);
+        assert_eq!(RtrSplitLayout::decode(&long), None);
+    }
+
     fn plain_bytes() -> Vec<u8> {
         RndvKey {
             mkey: vec![5],
@@ -642,12 +732,13 @@ mod tests {
         for n in 0..b.len() {
             assert_eq!(decode_rtr_split(&b[..n]), None);
         }
-        for layout in [None, Some(vec![7u8; 33])] {
+        for (layout, help) in [(None, false), (Some(vec![7u8; 33]), false), (None, true)] {
             let d = RtsData::GetLayout {
                 rkey: vec![1; 28],
                 origin: 0x1000,
                 hash: u128::MAX - 5,
                 layout,
+                help,
             };
             let b = encode_rts(&h, &d);
             assert_eq!(b.len(), b.capacity());

@@ -38,6 +38,7 @@ impl Handler for Core {
             wire::AM_ACK => self.on_ack(data),
             wire::AM_RTR_PUT => self.on_rtr_put(data),
             wire::AM_RTR_SPLIT => self.on_rtr_split(data),
+            wire::AM_RTR_SPLIT_LAYOUT => self.on_rtr_split_layout(data),
             wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
             wire::AM_LAYOUT => self.on_layout(data),
             wire::AM_FIN => self.on_fin(data),
@@ -326,6 +327,7 @@ impl Core {
                 s.put = Some(Box::new(super::PutTarget {
                     rkey,
                     segs,
+                    layout: None,
                     offset: 0,
                 }));
             }
@@ -356,7 +358,43 @@ impl Core {
                 s.put = Some(Box::new(super::PutTarget {
                     rkey,
                     segs,
+                    layout: None,
                     offset: offset as usize,
+                }));
+            }
+            _ => return Err(Some(ep)),
+        }
+        self.requeue(ep, id);
+        Ok(())
+    }
+
+    /// As [`on_rtr_split`](Self::on_rtr_split), for a receiver that describes its data by
+    /// its layout: the tail goes into that layout's packed bytes from `offset` on.
+    fn on_rtr_split_layout(&mut self, data: &[u8]) -> Res {
+        let m = wire::RtrSplitLayout::decode(data).ok_or(None)?;
+        let ep = self.live_ep(m.ep)?;
+        let id = ReqId(m.sreq);
+        let canon = crate::dt::Canon::decode(&m.layout)
+            .ok()
+            .filter(crate::dt::Canon::is_ordered)
+            .ok_or(Some(ep))?;
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && s.proto == Proto::RndvGet
+                    && s.split_offered
+                    && s.wait_ack
+                    && s.rreq.is_none()
+                    && m.offset > 0
+                    && m.offset < s.total as u64
+                    && canon.size() >= s.total as u64 =>
+            {
+                s.rreq = Some(m.rreq);
+                s.put = Some(Box::new(super::PutTarget {
+                    rkey: m.rkey,
+                    segs: Vec::new(),
+                    layout: Some((m.origin, canon)),
+                    offset: m.offset as usize,
                 }));
             }
             _ => return Err(Some(ep)),

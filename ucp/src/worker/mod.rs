@@ -30,6 +30,7 @@ pub mod am;
 mod capi;
 mod handler;
 mod listener;
+mod mapped;
 pub mod rma;
 pub mod stream;
 pub(crate) mod tag;
@@ -176,6 +177,16 @@ pub(crate) enum Ctrl {
         rkey: Vec<u8>,
         segs: Vec<crate::proto::wire::RemoteSeg>,
     },
+    /// Split rendezvous of a receiver whose data is a layout: the sender writes the bytes
+    /// from `offset` on into that layout (`layout`, encoded, placed at `origin`).
+    RtrSplitLayout {
+        sreq: u64,
+        rreq: u64,
+        offset: u64,
+        rkey: Vec<u8>,
+        origin: u64,
+        layout: Vec<u8>,
+    },
     RmaReply {
         req: u64,
         offset: u64,
@@ -291,9 +302,11 @@ pub(crate) struct SendOp {
 /// Where the sender of a put rendezvous, or of a split rendezvous's tail, writes.
 #[derive(Debug)]
 pub(crate) struct PutTarget {
-    /// The receiver's packed key and segments.
+    /// The receiver's packed key and segments, or its layout placed at an origin (RTR_SPLIT_LAYOUT;
+    /// `segs` is then empty).
     pub(crate) rkey: Vec<u8>,
     pub(crate) segs: Vec<crate::proto::wire::RemoteSeg>,
+    pub(crate) layout: Option<(u64, crate::dt::Canon)>,
     /// The message offset of the first byte written (0 for a put rendezvous).
     pub(crate) offset: usize,
 }
@@ -383,6 +396,8 @@ pub(crate) struct Core {
     pub(crate) am_pool: Vec<Vec<u8>>,
     /// Mapped regions, and RMA operations waiting to send their messages.
     pub(crate) mems: Slab<rma::MemReg>,
+    /// Vectors compiled for iov lists of that shape (`tag::as_vector`).
+    pub(crate) vectors: tag::VectorCache,
     /// How many of `mems` are worker-allocated shared memory.
     pub(crate) shm_regions: usize,
     /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
@@ -519,6 +534,7 @@ impl Worker {
             mems: Slab::new(),
             mappings: HashMap::new(),
             shm_regions: 0,
+            vectors: Default::default(),
             rma_queue: VecDeque::new(),
             ep_errors: VecDeque::new(),
             work: false,

@@ -8,10 +8,14 @@ use ucs::{Status, UcsResult};
 use uct::tl::posix::SharedMem;
 use uct::{Done, Iface, IfaceFlags, Iov, MemoryType};
 
+use super::mapped;
 use super::rma::{self, MappingCache};
 use super::{wireup, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
 use crate::buf;
-use crate::datatype::{Data, DataState};
+use std::sync::Arc;
+
+use crate::datatype::{regular_iov, Data, DataState, DtLayout};
+use crate::dt::Layout;
 use crate::proto::select::{Op as SelOp, Proto};
 use crate::proto::wire::{
     self, FirstHdr, FragHdr, RemoteSeg, RndvKey, RtsData, ShmWindow, FLAG_SYNC,
@@ -76,6 +80,11 @@ impl Worker {
                 }
             }
         }
+        // An iov list shaped like a vector travels as one (compact, copied with strided
+        // loops).
+        let vector = as_vector(&mut core.vectors, data);
+        let data = vector.as_ref().unwrap_or(data);
+        let e = &core.eps[idx];
         let mut st = data.start_pack();
         let total = st.len();
         let sop = if p.sync {
@@ -98,7 +107,7 @@ impl Worker {
         if proto == Proto::EagerMulti
             && !p.sync
             && total >= crate::proto::tune::MIN_TUNED
-            && matches!(data, Data::Contig(_) | Data::Iov(_))
+            && matches!(data, Data::Contig(_) | Data::Iov(_) | Data::Layout(_))
             && e.tuner.is_some()
             && rts_fits(core, idx, data)
         {
@@ -226,6 +235,8 @@ impl Worker {
         p: RecvParams,
     ) -> UcsResult<ReqId> {
         let core = &mut self.core;
+        let vector = as_vector(&mut core.vectors, data);
+        let data = vector.as_ref().unwrap_or(data);
         let id = core
             .reqs
             .insert(Op::Recv(new_recv(data)), p.user_data, p.notify);
@@ -262,6 +273,8 @@ impl Worker {
         p: RecvParams,
     ) -> UcsResult<ReqId> {
         let core = &mut self.core;
+        let vector = as_vector(&mut core.vectors, data);
+        let data = vector.as_ref().unwrap_or(data);
         let id = core
             .reqs
             .insert(Op::Recv(new_recv(data)), p.user_data, p.notify);
@@ -296,6 +309,32 @@ impl Worker {
     pub fn unexpected_len(&self) -> usize {
         self.core.matcher.unexpected_len()
     }
+}
+
+/// Compiled vectors of iov lists seen by [`as_vector`], by (count, length, stride).
+pub(crate) type VectorCache = std::collections::HashMap<(usize, usize, usize), Arc<DtLayout>>;
+
+/// `data` as a layout when it is an iov list shaped like a vector ([`regular_iov`]): it
+/// then travels as a compact layout the peer memoizes, and is copied with strided loops
+/// instead of entry by entry. The compiled vector is cached (`cache`, a few dozen shapes).
+fn as_vector(cache: &mut VectorCache, data: &Data) -> Option<Data> {
+    let Data::Iov(v) = data else { return None };
+    let (origin, count, len, stride) = regular_iov(v)?;
+    let key = (count, len, stride);
+    let dt = match cache.get(&key) {
+        Some(d) => Arc::clone(d),
+        None => {
+            let vector =
+                Layout::hvector(count as u64, 1, stride as i64, &Layout::bytes(len as u64)).ok()?;
+            let d = DtLayout::new(&vector).ok()?;
+            if cache.len() >= 64 {
+                cache.clear();
+            }
+            cache.insert(key, Arc::clone(&d));
+            d
+        }
+    };
+    Some(Data::Layout(buf::layout_over_iov(origin, dt)))
 }
 
 pub(super) fn new_recv(data: &Data) -> RecvOp {
@@ -523,6 +562,12 @@ pub(super) fn push_send(
                 }
             };
             let shm = rma::shm_window(mems, *shm_regions, lo, hi);
+            // Offer to write a tail where the receiver copies through a mapping (a layout
+            // read through cma is not split).
+            let help = shm.is_some()
+                && total >= split_thresh
+                && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
+            s.split_offered = help;
             let rkey = RndvKey { mkey, shm }.encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
@@ -544,6 +589,7 @@ pub(super) fn push_send(
                     origin: l.origin_addr,
                     hash,
                     layout,
+                    help,
                 },
             );
             let (am_id, msg) = rts_for(&s.am, msg);
@@ -670,20 +716,31 @@ fn write_to_receiver(
         return Ok(false);
     };
     let key = RndvKey::decode(&put.rkey).ok_or(Status::InvalidParam)?;
-    let local = s
-        .data
-        .iovs(put.offset, s.total - put.offset)
-        .ok_or(Status::InvalidParam)?;
+    let n = s.total - put.offset;
     let mapped = key
         .shm
         .and_then(|w| rma::map_window(mappings, &w).map(|m| (w, m)));
     if let Some((w, seg)) = &mapped {
-        for_each_remote_seg(&local, &put.segs, |pieces, addr| {
-            let at = mapped_addr(w, seg, addr, pieces)?;
-            buf::copy_to_mapped(pieces, at);
-            Ok(())
-        })?;
+        let remote;
+        let (dst, dst_from) = match &put.layout {
+            Some((origin, canon)) => (
+                mapped::remote_canon(canon, *origin, w, seg)?,
+                put.offset as u64,
+            ),
+            None => {
+                remote = mapped::remote_segs(&put.segs, w, seg)?;
+                (mapped::Side::Pieces(&remote), 0)
+            }
+        };
+        let mut pieces = SmallVec::new();
+        let src =
+            mapped::local_side(&mut s.data, s.total, &mut pieces).ok_or(Status::InvalidParam)?;
+        mapped::copy(src, put.offset as u64, dst, dst_from, n as u64)?;
+    } else if put.layout.is_some() {
+        // A receiver asks for a layout split only when its memory can be mapped here.
+        return Err(Status::Unsupported);
     } else {
+        let local = s.data.iovs(put.offset, n).ok_or(Status::InvalidParam)?;
         let rk = iface.md().rkey_unpack(&key.mkey)?;
         let mut later = 0;
         for_each_remote_seg(&local, &put.segs, |pieces, addr| {
@@ -698,16 +755,6 @@ fn write_to_receiver(
     s.offset = s.total;
     s.fin_pending = true;
     Ok(mapped.is_some())
-}
-
-/// Where the peer's bytes at `addr`, as many as `pieces` hold, lie in `seg`, the mapping
-/// of window `w`; `InvalidParam` when they are outside the window.
-fn mapped_addr(w: &ShmWindow, seg: &SharedMem, addr: u64, pieces: &[Iov]) -> UcsResult<u64> {
-    let len: usize = pieces.iter().map(|p| p.length).sum();
-    if !w.holds(addr, len as u64) || w.len > seg.len() as u64 {
-        return Err(Status::InvalidParam);
-    }
-    Ok(seg.base() as u64 + (addr - w.base))
 }
 
 /// Reads the sender's structured layout `dt` at `origin` into `local`, in chunks of
@@ -1100,8 +1147,12 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     let (rkey, mut segs, layout, help) = match r.rts.take().map(|b| *b) {
         Some(RtsData::Get { rkey, segs, help }) => (rkey, segs, None, help),
         Some(RtsData::GetLayout {
-            rkey, origin, hash, ..
-        }) => (rkey, Vec::new(), Some((origin, hash)), false),
+            rkey,
+            origin,
+            hash,
+            help,
+            ..
+        }) => (rkey, Vec::new(), Some((origin, hash)), help),
         _ => return,
     };
     let Some((ep, sreq)) = r.peer else { return };
@@ -1123,10 +1174,13 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         }
     };
     // The sender's worker-allocated shared memory, mapped here: reads become copies.
-    let mapped = match (key.shm, &layout) {
-        (Some(w), None) => rma::map_window(&mut core.mappings, &w).map(|m| (w, m)),
-        _ => None,
-    };
+    if let Some((w, seg)) = key
+        .shm
+        .and_then(|w| rma::map_window(&mut core.mappings, &w).map(|m| (w, m)))
+    {
+        get_mapped(ifaces, core, id, lane, (&w, &seg), &segs, layout, help);
+        return;
+    }
     let mut local: SmallVec<[Iov; 8]> = match r.data.iovs(0, total) {
         Some(v) => v,
         None => {
@@ -1166,21 +1220,6 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         finish_get(core, id);
         return;
     }
-    if let Some((w, seg)) = mapped {
-        let err = for_each_remote_seg(&local, &segs, |pieces, addr| {
-            buf::copy_from_mapped(mapped_addr(&w, &seg, addr, pieces)?, pieces);
-            Ok(())
-        })
-        .err();
-        core.stats.rndv_mapped += 1;
-        if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
-            if let Some(s) = err {
-                r.status = s;
-            }
-        }
-        finish_get(core, id);
-        return;
-    }
     let mut later = 0u32;
     let err = for_each_remote_seg(&local, &segs, |pieces, addr| {
         match buf::get_zcopy(iface.as_mut(), lane.ep, pieces, addr, &rk, id.0)? {
@@ -1201,6 +1240,87 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     }
 }
 
+/// A get rendezvous whose sender's data lies in window `win`, mapped here: the receiver
+/// copies (its head, when the sender helps: a split), with no memory-lane I/O. The sender's
+/// side is its structured `layout` at an origin, or its segments `segs`.
+#[allow(clippy::too_many_arguments)]
+fn get_mapped(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    id: ReqId,
+    lane: super::Lane,
+    win: (&ShmWindow, &SharedMem),
+    segs: &[RemoteSeg],
+    layout: Option<(u64, u128)>,
+    help: bool,
+) {
+    let (w, seg) = win;
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    let Some((ep, sreq)) = r.peer else { return };
+    let total = r.expect;
+    let generic = matches!(r.data, DataState::Unpack(..));
+    // The sender's side, checked against the window.
+    let dt;
+    let remote: Vec<Iov>;
+    let src = match layout {
+        Some((origin, hash)) => {
+            dt = match core.cached_layout(ep, hash) {
+                Some(d) if d.size() == total => d,
+                _ => return fail_get(core, id, ep, sreq, Status::InvalidParam),
+            };
+            match mapped::remote_canon(dt.canon(), origin, w, seg) {
+                Ok(s) => s,
+                Err(s) => return fail_get(core, id, ep, sreq, s),
+            }
+        }
+        None => {
+            remote = match mapped::remote_segs(segs, w, seg) {
+                Ok(v) => v,
+                Err(s) => return fail_get(core, id, ep, sreq, s),
+            };
+            mapped::Side::Pieces(&remote)
+        }
+    };
+    // Share the copy: the sender writes the tail (its RTR_SPLIT is out before this side
+    // starts copying).
+    let mut head = total;
+    if help && !generic && total >= core.split_thresh {
+        let split = match core.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Recv(r)) if matches!(r.data, DataState::Layout(_)) => {
+                start_split_layout(ifaces, core, id, lane)
+            }
+            Some(Op::Recv(r)) => r
+                .data
+                .iovs(0, total)
+                .and_then(|l| start_split(ifaces, core, id, lane, &l)),
+            _ => None,
+        };
+        if let Some(h) = split {
+            head = h;
+        }
+    }
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    let mut pieces = SmallVec::new();
+    let st = match mapped::local_side(&mut r.data, total, &mut pieces) {
+        Some(dst) => mapped::copy(src, 0, dst, 0, head as u64),
+        None => {
+            // Generic data: into a bounce buffer owned by the request, unpacked after.
+            let b = r.bounce.insert(vec![0u8; total]);
+            let p = [Iov::from_mut_slice(b)];
+            mapped::copy(src, 0, mapped::Side::Pieces(&p), 0, total as u64)
+        }
+    };
+    if let Err(s) = st {
+        r.status = s;
+    }
+    core.stats.rndv_mapped += 1;
+    finish_get(core, id);
+}
+
 /// Shares the reads of get-rendezvous receive `id` (data `local`) with its sender: the
 /// receiver reads the head while the sender writes the tail, so both cores copy at once.
 /// Registers the tail, sends RTR_SPLIT with its segments (straight away, so the sender
@@ -1219,11 +1339,7 @@ fn start_split(
     };
     let (ep, sreq) = r.peer?;
     let total = r.expect;
-    // Half each, cut at a page: the two copies pin separate pages and end together.
-    let head = (total / 2).next_multiple_of(4096);
-    if head == 0 || head >= total {
-        return None;
-    }
+    let head = split_point(total)?;
     let mut cut = IovCutter::default();
     let mut skip = SmallVec::<[Iov; 8]>::new();
     let mut tail = SmallVec::<[Iov; 8]>::new();
@@ -1249,6 +1365,70 @@ fn start_split(
         rkey,
         segs,
     };
+    send_split(ifaces, core, id, lane, ep, m, c).then_some(head)
+}
+
+/// As [`start_split`], for a receive whose data is a layout in shared memory the sender
+/// can map: RTR_SPLIT_LAYOUT describes the tail by the layout itself (a few bytes, where
+/// a segment list would not fit a message).
+fn start_split_layout(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    id: ReqId,
+    lane: super::Lane,
+) -> Option<usize> {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return None;
+    };
+    let (ep, sreq) = r.peer?;
+    let head = split_point(r.expect)?;
+    let DataState::Layout(l) = &r.data else {
+        return None;
+    };
+    let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
+    let shm = rma::shm_window(&core.mems, core.shm_regions, lo, hi)?;
+    let (origin, layout) = (l.origin_addr, l.dt.encoded().to_vec());
+    let seg_max = core.info[core.eps.get(ep)?.am.iface].attr.am.max_bcopy;
+    if 64 + layout.len() > seg_max {
+        return None;
+    }
+    let md = ifaces[lane.iface].md();
+    let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
+    let rkey = RndvKey {
+        mkey: md.mkey_pack(&m),
+        shm: Some(shm),
+    }
+    .encode();
+    let c = Ctrl::RtrSplitLayout {
+        sreq,
+        rreq: id.0,
+        offset: head as u64,
+        rkey,
+        origin,
+        layout,
+    };
+    send_split(ifaces, core, id, lane, ep, m, c).then_some(head)
+}
+
+/// Where a split rendezvous of `total` bytes cuts: half each, at a page (the two copies
+/// touch separate pages and end together); `None` when there is nothing to share.
+fn split_point(total: usize) -> Option<usize> {
+    let head = (total / 2).next_multiple_of(4096);
+    (head > 0 && head < total).then_some(head)
+}
+
+/// Sends split request `c` (RTR_SPLIT or RTR_SPLIT_LAYOUT) of receive `id`, whose tail is
+/// registered as `m`; `false` (and `m` released) when it cannot be sent, so this side
+/// reads everything.
+fn send_split(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    id: ReqId,
+    lane: super::Lane,
+    ep: usize,
+    m: uct::MemH,
+    c: Ctrl,
+) -> bool {
     // Out now if the lane takes it, behind any control message already waiting for this
     // endpoint otherwise (the ACK that ends this side's reads is queued after it).
     let waiting = core.ctrl.iter().any(|(e, _)| *e == ep);
@@ -1261,9 +1441,9 @@ fn start_split(
         Err(Status::NoResource) => core.queue_ctrl(ep, c),
         Err(s) => {
             // Not sent: nobody will write the tail, so this side reads it all.
-            log::debug!("ucp: RTR_SPLIT to ep {ep} not sent: {s}");
+            log::debug!("ucp: split request to ep {ep} not sent: {s}");
             let _ = ifaces[lane.iface].md().mem_dereg(&m);
-            return None;
+            return false;
         }
     }
     if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -1271,7 +1451,7 @@ fn start_split(
         r.wait_fin = true;
     }
     core.stats.rndv_split += 1;
-    Some(head)
+    true
 }
 
 /// The non-empty regions of `iov`, as a peer addresses them.

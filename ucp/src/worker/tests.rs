@@ -1133,6 +1133,120 @@ fn rendezvous_between_worker_allocated_memory_is_a_copy() {
     }
 }
 
+#[test]
+fn vector_iov_lists_travel_as_layouts_and_split_through_mapped_memory() {
+    // An iov list of equal entries at a constant stride (ucx_perftest's `-D iov -i GAP`)
+    // is sent as a vector layout; between worker-allocated buffers the receiver copies its
+    // head and the sender writes the tail (RTR_SPLIT_LAYOUT when the receiver's list is a
+    // vector too, RTR_SPLIT when it is contiguous). Also through cma (ordinary memory, no
+    // split). Every byte checked, and nothing written into the gaps.
+    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=16k");
+    let span = 6 << 20;
+    let ha = a.mem_map(None, span).unwrap();
+    let hb = b.mem_map(None, span).unwrap();
+    let (abase, _) = a.mem_query(ha).unwrap();
+    let (bbase, _) = b.mem_query(hb).unwrap();
+    let list = |base: u64, count: usize, len: usize, stride: usize| -> Data {
+        // SAFETY: the regions stay mapped until the requests complete below.
+        Data::Iov(
+            (0..count)
+                .map(|i| unsafe { Buf::from_raw((base as usize + i * stride) as *mut u8, len) })
+                .collect(),
+        )
+    };
+    let mut expect_split = 0;
+    let mut expect_mapped = 0;
+    for (count, len) in [(16384usize, 128usize), (128, 1024), (40, 1000)] {
+        let n = count * len;
+        let src = pattern(n, count as u8);
+        // The sender's list: stride 2 * len, the pattern in the entries, 0xEE in the gaps.
+        a.mem_write(ha, 0, &vec![0xEE; 2 * n]).unwrap();
+        for i in 0..count {
+            a.mem_write(ha, i * 2 * len, &src[i * len..(i + 1) * len])
+                .unwrap();
+        }
+        for shape in 0..3 {
+            b.mem_write(hb, 0, &vec![0x55; 3 * n]).unwrap();
+            let rdata = match shape {
+                0 => list(bbase, count, len, 2 * len),
+                1 => list(bbase, count, len, 3 * len),
+                // SAFETY: as above.
+                _ => Data::Contig(unsafe { Buf::from_raw(bbase as *mut u8, n) }),
+            };
+            let r = b
+                .tag_recv(&rdata, 4, u64::MAX, RecvParams::default())
+                .unwrap();
+            let s = a
+                .tag_send(
+                    ab,
+                    &list(abase, count, len, 2 * len),
+                    4,
+                    SendParams::default(),
+                )
+                .unwrap();
+            drive(&mut a, &mut b, |a, b| {
+                b.request_status(r) != Status::InProgress
+                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+            });
+            assert_eq!(b.wait(r).0, Status::Ok, "{count}x{len} shape {shape}");
+            if let Some(s) = s {
+                assert_eq!(a.wait(s).0, Status::Ok, "{count}x{len} shape {shape}");
+            }
+            let mut got = vec![0u8; 3 * n];
+            b.mem_read(hb, 0, &mut got).unwrap();
+            let stride = [2 * len, 3 * len, len][shape];
+            for i in 0..count {
+                assert!(
+                    got[i * stride..i * stride + len] == src[i * len..(i + 1) * len],
+                    "{count}x{len} shape {shape}: entry {i}"
+                );
+                if stride > len {
+                    assert!(
+                        got[i * stride + len..(i + 1) * stride]
+                            .iter()
+                            .all(|&x| x == 0x55),
+                        "{count}x{len} shape {shape}: gap {i} untouched"
+                    );
+                }
+            }
+            expect_mapped += 1;
+            expect_split += 1;
+            assert_eq!(b.stats().rndv_split, expect_split, "{count}x{len} {shape}");
+            assert_eq!(b.stats().rndv_mapped, expect_mapped);
+            assert_eq!(
+                a.stats().rndv_mapped,
+                expect_mapped,
+                "the sender wrote the tail"
+            );
+        }
+    }
+    assert!(a.stats().layout_bytes_sent > 0, "sent as layouts");
+    // Ordinary memory: the vector is read through cma, whole.
+    let (count, len) = (64usize, 512usize);
+    let n = count * len;
+    let mut src = vec![0u8; 2 * n];
+    let pat = pattern(n, 9);
+    for i in 0..count {
+        src[i * 2 * len..i * 2 * len + len].copy_from_slice(&pat[i * len..(i + 1) * len]);
+    }
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 5, u64::MAX, RecvParams::default())
+        .unwrap();
+    let sdata = list(src.as_ptr() as u64, count, len, 2 * len);
+    let s = a.tag_send(ab, &sdata, 5, SendParams::default()).unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    assert_eq!(b.wait(r).0, Status::Ok);
+    drop(sdata);
+    assert!(dst == pat, "through cma");
+    assert_eq!(b.stats().rndv_mapped, expect_mapped, "not mapped");
+    a.mem_unmap(ha).unwrap();
+    b.mem_unmap(hb).unwrap();
+}
+
 /// The first `n` bytes of a worker-allocated region at `base`, as a receive buffer.
 fn rbuf_of(base: u64, n: usize) -> Buf {
     // SAFETY: the caller's region stays mapped until the receive completes.

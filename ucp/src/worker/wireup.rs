@@ -412,6 +412,29 @@ pub(super) fn send_ctrl(
             }
             bcopy(iface, wire::AM_RTR_SPLIT, &m)
         }
+        Ctrl::RtrSplitLayout {
+            sreq,
+            rreq,
+            offset,
+            ref rkey,
+            origin,
+            ref layout,
+        } => {
+            let m = wire::RtrSplitLayout {
+                ep: peer_id?,
+                sreq,
+                rreq,
+                offset,
+                rkey: rkey.clone(),
+                origin,
+                layout: layout.clone(),
+            }
+            .encode();
+            if m.len() > core.info[lane.iface].attr.am.max_bcopy {
+                return Err(Status::ExceedsLimit);
+            }
+            bcopy(iface, wire::AM_RTR_SPLIT_LAYOUT, &m)
+        }
         Ctrl::RmaReply {
             req,
             offset,
