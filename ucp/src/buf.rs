@@ -282,6 +282,11 @@ pub(crate) fn copy_raw(src: u64, dst: u64, len: usize) {
 
 /// `count` pieces of `len` bytes, piece `i` from `src + i * src_stride` to
 /// `dst + i * dst_stride`: [`copy_raw`] in a loop, with the same contract for every piece.
+///
+/// A large copy of whole cache lines stores around the cache (non-temporal stores, the
+/// source prefetched a few pieces ahead), as `memcpy` does for large sizes: a store that
+/// misses would first read the line it overwrites, and the lines of a big message would
+/// only evict the copier's working set (docs/benchmarks.md has the measurements).
 pub(crate) fn copy_strided(
     src: u64,
     src_stride: i64,
@@ -290,6 +295,15 @@ pub(crate) fn copy_strided(
     len: usize,
     count: u64,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if (len as u64).saturating_mul(count) >= STREAM_MIN
+        && len.is_multiple_of(64)
+        && dst.is_multiple_of(16)
+        && dst_stride.rem_euclid(16) == 0
+    {
+        stream_strided(src, src_stride, dst, dst_stride, len, count);
+        return;
+    }
     let (mut s, mut d) = (src, dst);
     for _ in 0..count {
         // SAFETY: see `copy_raw`: the caller checked every piece's range.
@@ -297,6 +311,40 @@ pub(crate) fn copy_strided(
         s = s.wrapping_add(src_stride as u64);
         d = d.wrapping_add(dst_stride as u64);
     }
+}
+
+/// Bytes from which [`copy_strided`] stores around the cache.
+pub const STREAM_MIN: u64 = 512 << 10;
+
+/// [`copy_strided`] with non-temporal stores (16-byte aligned destination pieces whose
+/// length is a multiple of 64).
+#[cfg(target_arch = "x86_64")]
+fn stream_strided(src: u64, src_stride: i64, dst: u64, dst_stride: i64, len: usize, count: u64) {
+    use std::arch::x86_64::_MM_HINT_T0;
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_prefetch, _mm_sfence, _mm_stream_si128};
+    const AHEAD: i64 = 8;
+    let (mut s, mut d) = (src, dst);
+    for _ in 0..count {
+        let next = s.wrapping_add((AHEAD * src_stride) as u64);
+        for line in (0..len).step_by(64) {
+            // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line as u64) as *const i8) };
+        }
+        for k in (0..len).step_by(16) {
+            let (from, to) = (s + k as u64, d + k as u64);
+            // SAFETY: see `copy_raw`: both 16-byte ranges lie inside the checked pieces;
+            // the destination is 16-byte aligned (checked by the caller), the source load
+            // is unaligned. SSE2 is part of x86_64.
+            unsafe {
+                _mm_stream_si128(to as *mut __m128i, _mm_loadu_si128(from as *const __m128i))
+            };
+        }
+        s = s.wrapping_add(src_stride as u64);
+        d = d.wrapping_add(dst_stride as u64);
+    }
+    // SAFETY: orders the non-temporal stores before whatever this thread does next (the
+    // FIN or ACK that tells the peer the data is in place).
+    unsafe { _mm_sfence() };
 }
 
 /// The iov list `bufs` (`count` entries of `len` bytes, entry `i` at `origin + i *

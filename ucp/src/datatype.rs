@@ -207,12 +207,18 @@ pub fn regular_iov(bufs: &[Buf]) -> Option<(u64, usize, usize, usize)> {
     if len == 0 || stride <= len as u64 || stride > i64::MAX as u64 / bufs.len() as u64 {
         return None;
     }
+    // Checked in chunks with no early exit inside one, so the loop runs branch-free
+    // (a long list is scanned on every send and receive).
     let mut expect = origin;
-    for b in bufs {
-        if b.len() != len || b.addr() != expect {
+    for chunk in bufs.chunks(64) {
+        let mut bad = 0u64;
+        for b in chunk {
+            bad |= (b.len() ^ len) as u64 | (b.addr() ^ expect);
+            expect = expect.wrapping_add(stride);
+        }
+        if bad != 0 {
             return None;
         }
-        expect += stride;
     }
     Some((origin, bufs.len(), len, stride as usize))
 }
