@@ -283,10 +283,11 @@ pub(crate) fn copy_raw(src: u64, dst: u64, len: usize) {
 /// `count` pieces of `len` bytes, piece `i` from `src + i * src_stride` to
 /// `dst + i * dst_stride`: [`copy_raw`] in a loop, with the same contract for every piece.
 ///
-/// A large copy of whole cache lines stores around the cache (non-temporal stores, the
-/// source prefetched a few pieces ahead), as `memcpy` does for large sizes: a store that
-/// misses would first read the line it overwrites, and the lines of a big message would
-/// only evict the copier's working set (docs/benchmarks.md has the measurements).
+/// A large strided copy of whole cache lines stores around the cache (non-temporal stores,
+/// the source prefetched a few pieces ahead), as `memcpy` does for large sizes: a store
+/// that misses would first read the line it overwrites. One contiguous piece is left to
+/// `memmove`, which makes that choice itself (and keeps a buffer that fits the cache there,
+/// which streaming measured 1.6x slower at: docs/benchmarks.md).
 pub(crate) fn copy_strided(
     src: u64,
     src_stride: i64,
@@ -296,7 +297,8 @@ pub(crate) fn copy_strided(
     count: u64,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if (len as u64).saturating_mul(count) >= STREAM_MIN
+    if count > 1
+        && (len as u64).saturating_mul(count) >= STREAM_MIN
         && len.is_multiple_of(64)
         && dst.is_multiple_of(16)
         && dst_stride.rem_euclid(16) == 0
