@@ -354,7 +354,10 @@ fn stream_strided(src: u64, src_stride: i64, dst: u64, dst_stride: i64, len: usi
 /// vector's compiled layout.
 ///
 /// Sound because the layout touches exactly the bytes of `bufs` (the caller built `dt`
-/// from the same `count`, `len` and `stride`), which the `Buf` contract keeps valid.
+/// from the same `count`, `len` and `stride`), which the `Buf` contract keeps valid. The
+/// gaps between entries lie inside the layout's span but were never handed to us: a layout
+/// with holes is only ever reached piece by piece (`LayoutBuf::dense` is false for it), so
+/// no slice covers them.
 pub(crate) fn layout_over_iov(
     origin: u64,
     dt: std::sync::Arc<crate::datatype::DtLayout>,

@@ -183,6 +183,41 @@ impl LayoutBuf {
         &self.dt
     }
 
+    /// Whether the layout's bytes fill its span (no holes): only then is the span viewed
+    /// as one slice. The holes of a layout with gaps (the memory between a vector's blocks,
+    /// or between the entries of an iov list sent as one) were never handed to us, so
+    /// their bytes are reached piece by piece through raw copies instead ([`walk`]).
+    ///
+    /// [`walk`]: LayoutBuf::walk
+    pub(crate) fn dense(&self) -> bool {
+        self.dt.size() == self.span.len()
+    }
+
+    /// Calls `f(offset_in_span, position, len)` for each piece of packed bytes
+    /// `[off, off + n)`, in order (segments generated in batches).
+    pub(crate) fn walk(
+        &self,
+        off: usize,
+        n: usize,
+        mut f: impl FnMut(usize, usize, usize),
+    ) -> Result<(), Status> {
+        let bad = Status::InvalidParam;
+        let mut cur = Cursor::new(&self.local, off as u64).map_err(|_| bad)?;
+        let mut segs = Vec::with_capacity(256);
+        let mut pos = 0;
+        while pos < n {
+            if cur.fill(&mut segs, 256, (n - pos) as u64) == 0 {
+                return Err(bad);
+            }
+            for g in &segs {
+                let at = usize::try_from(g.offset).map_err(|_| bad)?;
+                f(at, pos, g.len as usize);
+                pos += g.len as usize;
+            }
+        }
+        Ok(())
+    }
+
     /// The origin's address (what a peer adds the layout's offsets to).
     pub fn origin_addr(&self) -> u64 {
         self.origin_addr
@@ -282,11 +317,20 @@ impl DataState {
             DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
                 b.read_at(boff, &mut dst[pos..pos + len])
             }),
-            DataState::Layout(l) => {
+            DataState::Layout(l) if l.dense() => {
                 let c = &l.local;
                 let r = l
                     .span
                     .with_slice(|s| crate::dt::pack_range(c, s, 0, off as u64, &mut dst[..n]));
+                if r.is_err() {
+                    return 0;
+                }
+            }
+            DataState::Layout(l) => {
+                let span = l.span;
+                let r = l.walk(off, n, |at, pos, len| {
+                    span.read_at(at, &mut dst[pos..pos + len])
+                });
                 if r.is_err() {
                     return 0;
                 }
@@ -315,10 +359,16 @@ impl DataState {
             DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
                 b.write_at(boff, &src[pos..pos + len])
             }),
-            DataState::Layout(l) => {
+            DataState::Layout(l) if l.dense() => {
                 let c = &l.local;
                 l.span
                     .with_mut_slice(|d| crate::dt::unpack_range(c, off as u64, &src[..n], d, 0))?
+            }
+            DataState::Layout(l) => {
+                let span = l.span;
+                l.walk(off, n, |at, pos, len| {
+                    span.write_at(at, &src[pos..pos + len])
+                })?
             }
             DataState::Unpack(st, _) => st.unpack(off, &src[..n])?,
             DataState::Pack(..) => return Err(Status::InvalidParam),

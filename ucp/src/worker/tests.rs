@@ -1221,6 +1221,34 @@ fn vector_iov_lists_travel_as_layouts_and_split_through_mapped_memory() {
         }
     }
     assert!(a.stats().layout_bytes_sent > 0, "sent as layouts");
+    // Small vectors go eagerly: packed and unpacked piece by piece, gaps untouched.
+    for (count, len) in [(20usize, 100usize), (64, 200)] {
+        let n = count * len;
+        let mut src = vec![0xEEu8; 2 * n];
+        let pat = pattern(n, 3);
+        for i in 0..count {
+            src[i * 2 * len..i * 2 * len + len].copy_from_slice(&pat[i * len..(i + 1) * len]);
+        }
+        let mut dst = vec![0x55u8; 3 * n];
+        let rdata = list(dst.as_mut_ptr() as u64, count, len, 3 * len);
+        let r = b
+            .tag_recv(&rdata, 6, u64::MAX, RecvParams::default())
+            .unwrap();
+        let sdata = list(src.as_ptr() as u64, count, len, 2 * len);
+        let s = a.tag_send(ab, &sdata, 6, SendParams::default()).unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            b.request_status(r) != Status::InProgress
+                && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+        });
+        assert_eq!(b.wait(r).0, Status::Ok);
+        drop((sdata, rdata));
+        for i in 0..count {
+            assert!(dst[i * 3 * len..i * 3 * len + len] == pat[i * len..(i + 1) * len]);
+            assert!(dst[i * 3 * len + len..(i + 1) * 3 * len]
+                .iter()
+                .all(|&x| x == 0x55));
+        }
+    }
     // Ordinary memory: the vector is read through cma, whole.
     let (count, len) = (64usize, 512usize);
     let n = count * len;
