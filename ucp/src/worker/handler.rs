@@ -345,13 +345,7 @@ impl Core {
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Send(s))
-                if s.ep == ep
-                    && s.proto == Proto::RndvGet
-                    && s.split_offered
-                    && s.wait_ack
-                    && s.rreq.is_none()
-                    && offset > 0
-                    && offset < s.total as u64
+                if takes_split(s, ep, offset)
                     && segs.iter().map(|g| g.len).sum::<u64>() == s.total as u64 - offset =>
             {
                 s.rreq = Some(rreq);
@@ -379,16 +373,7 @@ impl Core {
             .filter(crate::dt::Canon::is_ordered)
             .ok_or(Some(ep))?;
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
-            Some(Op::Send(s))
-                if s.ep == ep
-                    && s.proto == Proto::RndvGet
-                    && s.split_offered
-                    && s.wait_ack
-                    && s.rreq.is_none()
-                    && m.offset > 0
-                    && m.offset < s.total as u64
-                    && canon.size() >= s.total as u64 =>
-            {
+            Some(Op::Send(s)) if takes_split(s, ep, m.offset) && canon.size() >= s.total as u64 => {
                 s.rreq = Some(m.rreq);
                 s.put = Some(Box::new(super::PutTarget {
                     rkey: m.rkey,
@@ -542,4 +527,17 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// Whether send `s` to endpoint `ep` may take a split request cutting at `offset`: a get
+/// rendezvous that offered help, still waiting for its ACK, not split yet, and a cut
+/// inside the message.
+fn takes_split(s: &super::SendOp, ep: usize, offset: u64) -> bool {
+    s.ep == ep
+        && s.proto == Proto::RndvGet
+        && s.split_offered
+        && s.wait_ack
+        && s.rreq.is_none()
+        && offset > 0
+        && offset < s.total as u64
 }
