@@ -20,6 +20,45 @@ pub fn iov_max() -> usize {
     }
 }
 
+/// Bytes of the last-level cache CPU 0 sees (sysfs `cache/index*/size` of the highest
+/// level), or 32 MiB when the kernel does not say. `sysconf(_SC_LEVEL3_CACHE_SIZE)` is not
+/// used: under a hypervisor glibc derives it from CPUID leaves that may describe the host
+/// (256 MiB on a machine whose sysfs and `lscpu` say 32 MiB).
+pub fn llc_size() -> usize {
+    static LLC: OnceLock<usize> = OnceLock::new();
+    *LLC.get_or_init(|| {
+        let dir = "/sys/devices/system/cpu/cpu0/cache";
+        let mut best: Option<(u32, usize)> = None;
+        for i in 0..8 {
+            let read = |f: &str| std::fs::read_to_string(format!("{dir}/index{i}/{f}"));
+            let (Ok(level), Ok(size)) = (read("level"), read("size")) else {
+                continue;
+            };
+            if let (Ok(l), Some(b)) = (level.trim().parse::<u32>(), parse_cache_size(&size)) {
+                if best.is_none_or(|(bl, _)| l > bl) {
+                    best = Some((l, b));
+                }
+            }
+        }
+        best.map_or(32 << 20, |(_, b)| b)
+    })
+}
+
+/// A sysfs cache size: `"32768K"`, `"1M"` or plain bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>()
+        .ok()?
+        .checked_mul(mul)
+        .filter(|&b| b > 0)
+}
+
 /// The kernel's boot id (changes each boot; identical for every process on this host).
 pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -92,6 +131,17 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        assert_eq!(parse_cache_size("0K"), None);
+        assert_eq!(parse_cache_size("lots"), None);
+        assert_eq!(parse_cache_size(""), None);
+        assert!(llc_size() > 0);
+    }
 
     #[test]
     fn host_identity_is_stable() {

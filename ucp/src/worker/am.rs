@@ -9,8 +9,13 @@
 //!
 //! ```text
 //! AM_USER       am_id:u16 flags:u8 ep:u32 hdr_len:u32 header data
+//! AM_USER_SHORT word:u64 data          word = am_id | flags << 16 | ep << 24
 //! AM_USER_RTS   am_id:u16 flags:u8 hdr_len:u32 header <RTS as for tags>
 //! ```
+//!
+//! AM_USER_SHORT is the eager-short form of AM_USER for a message with no user header whose
+//! data fits the lane's short size: its prefix is the transport's 8-byte short header, so it
+//! goes out through `am_short` with no packing callback.
 //!
 //! Handlers run from [`Worker::progress`] after the transports have been progressed, with
 //! the worker itself as their first argument: a handler may send, reply, or receive
@@ -33,6 +38,7 @@ use crate::RecvParams;
 
 pub const AM_USER: u8 = 12;
 pub const AM_USER_RTS: u8 = 13;
+pub const AM_USER_SHORT: u8 = 23;
 /// Bytes of the AM_USER header before the user header.
 pub const AM_USER_HDR: usize = 2 + 1 + 4 + 4;
 
@@ -138,9 +144,31 @@ impl Worker {
         let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
         let seg = core.info[e.am.iface].attr.am.max_bcopy;
         // Fastest path: contiguous data that fits one buffer, on a wired, idle endpoint,
-        // goes out at once, without a request, a data state or a protocol lookup.
+        // goes out at once, without a request, a data state or a protocol lookup; with no
+        // user header and short data, through `am_short`.
         if let Data::Contig(b) = data {
             let total = b.len();
+            if header.is_empty()
+                && !p.rndv
+                && !p.notify
+                && e.thresh.short_fits(total)
+                && e.queue.is_empty()
+            {
+                if let Some(rid) = e.remote_id {
+                    let lane = e.am;
+                    let word = short_word(id, flags, rid);
+                    match b.with_slice(|d| {
+                        ifaces[lane.iface].am_short(lane.ep, AM_USER_SHORT, word, d)
+                    }) {
+                        Ok(()) => {
+                            core.stats.am_eager += 1;
+                            return Ok(None);
+                        }
+                        Err(Status::NoResource) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
             if !p.rndv
                 && !p.notify
                 && AM_USER_HDR + header.len() + total <= seg
@@ -303,6 +331,12 @@ impl Worker {
     }
 }
 
+/// The 8-byte prefix of an AM_USER_SHORT message.
+#[inline]
+fn short_word(id: u16, flags: u8, ep: u32) -> u64 {
+    u64::from(id) | u64::from(flags) << 16 | u64::from(ep) << 24
+}
+
 /// Writes an AM_USER message into `buf`; returns its length.
 fn pack_user(
     buf: &mut [u8],
@@ -380,6 +414,24 @@ impl Core {
             reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
         });
         // `progress` runs the handlers after the transports; no other action is needed.
+        Ok(())
+    }
+
+    /// An AM_USER_SHORT message arrived.
+    pub(super) fn on_am_user_short(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+        let Some((word, payload)) = data.split_first_chunk::<8>() else {
+            return Err(None);
+        };
+        let word = u64::from_le_bytes(*word);
+        let (id, flags, ep) = (word as u16, (word >> 16) as u8, (word >> 24) as u32);
+        let ep = self.live_ep(ep)?;
+        let payload = self.take_buf(payload);
+        self.am_events.push_back(AmEvent {
+            id,
+            header: Vec::new(),
+            data: AmData::Eager(payload),
+            reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
+        });
         Ok(())
     }
 

@@ -44,6 +44,7 @@ impl Handler for Core {
             wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
             super::am::AM_USER => self.on_am_user(data),
+            super::am::AM_USER_SHORT => self.on_am_user_short(data),
             super::am::AM_USER_RTS => self.on_am_rts(data),
             super::rma::AM_RMA_PUT | super::rma::AM_RMA_GET | super::rma::AM_RMA_ATOMIC => {
                 self.on_rma_request(id, data)

@@ -902,6 +902,85 @@ fn serialized_thread_mode_through_a_mutex() {
     }
 }
 
+/// Messages with no user header and short data go as AM_USER_SHORT: id, data, the reply
+/// endpoint and a reply from the handler arrive as with the long form, for ids past one
+/// byte too.
+#[test]
+fn headerless_short_active_messages_keep_id_data_and_reply_endpoint() {
+    use super::am::{AmData, AmSendParams};
+    use std::sync::Mutex;
+    for tls in ["posix,cma", "tcp"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        // (id, data, reply endpoint given) per message b received.
+        type Got = Arc<Mutex<Vec<(u16, Vec<u8>, bool)>>>;
+        let got: Got = Default::default();
+        for id in [0u16, 300] {
+            let got = Arc::clone(&got);
+            b.am_set_handler(
+                id,
+                Some(Box::new(move |w: &mut Worker, ev: super::am::AmEvent| {
+                    assert!(ev.header.is_empty());
+                    let AmData::Eager(d) = ev.data else {
+                        panic!("short data came by rendezvous");
+                    };
+                    if let Some(ep) = ev.reply_ep {
+                        let r = w.am_send(ep, 5, &[], &contig(&d), AmSendParams::default());
+                        assert!(r.unwrap().is_none());
+                    }
+                    got.lock().unwrap().push((ev.id, d, ev.reply_ep.is_some()));
+                })),
+            );
+        }
+        let echoes: Arc<Mutex<Vec<Vec<u8>>>> = Default::default();
+        {
+            let echoes = Arc::clone(&echoes);
+            a.am_set_handler(
+                5,
+                Some(Box::new(move |_w: &mut Worker, ev: super::am::AmEvent| {
+                    if let AmData::Eager(d) = ev.data {
+                        echoes.lock().unwrap().push(d);
+                    }
+                })),
+            );
+        }
+        // The first message may wait for wire-up in a request; the rest go out at once.
+        let warm = a
+            .am_send(ab, 0, &[], &contig(&[9]), AmSendParams::default())
+            .unwrap();
+        let start = std::time::Instant::now();
+        while got.lock().unwrap().is_empty()
+            || warm.is_some_and(|r| a.request_status(r) == Status::InProgress)
+        {
+            a.progress();
+            b.progress();
+            assert!(start.elapsed().as_secs() < 10, "{tls}: stuck");
+        }
+        assert_eq!(got.lock().unwrap().pop(), Some((0, vec![9], false)));
+        let before = a.stats().am_eager;
+        let msgs: Vec<(u16, Vec<u8>, bool)> = vec![
+            (0, vec![], false),
+            (300, pattern(8, 1), true),
+            (0, pattern(40, 2), true),
+        ];
+        for (id, d, reply) in &msgs {
+            let p = AmSendParams {
+                reply: *reply,
+                ..Default::default()
+            };
+            assert!(a.am_send(ab, *id, &[], &contig(d), p).unwrap().is_none());
+        }
+        assert_eq!(a.stats().am_eager, before + 3, "{tls}");
+        let start = std::time::Instant::now();
+        while got.lock().unwrap().len() < 3 || echoes.lock().unwrap().len() < 2 {
+            a.progress();
+            b.progress();
+            assert!(start.elapsed().as_secs() < 10, "{tls}: stuck");
+        }
+        assert_eq!(*got.lock().unwrap(), msgs, "{tls}");
+        assert_eq!(*echoes.lock().unwrap(), vec![pattern(8, 1), pattern(40, 2)]);
+    }
+}
+
 #[test]
 fn active_messages_eager_rendezvous_reply_and_persistent_data() {
     use super::am::{AmData, AmSendParams};
