@@ -337,6 +337,12 @@ fn short_word(id: u16, flags: u8, ep: u32) -> u64 {
     u64::from(id) | u64::from(flags) << 16 | u64::from(ep) << 24
 }
 
+/// The endpoint a handler may reply on: the one the message came from, when the sender
+/// asked for it.
+fn reply_ep(flags: u8, ep: usize) -> Option<EpHandle> {
+    (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32))
+}
+
 /// Writes an AM_USER message into `buf`; returns its length.
 fn pack_user(
     buf: &mut [u8],
@@ -405,15 +411,7 @@ impl Core {
         };
         let ep = self.live_ep(ep)?;
         let header = r.bytes(hlen).ok_or(Some(ep))?;
-        let header = self.take_buf(header);
-        let payload = self.take_buf(r.rest());
-        self.am_events.push_back(AmEvent {
-            id,
-            header,
-            data: AmData::Eager(payload),
-            reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
-        });
-        // `progress` runs the handlers after the transports; no other action is needed.
+        self.queue_eager(id, flags, ep, header, r.rest());
         Ok(())
     }
 
@@ -425,14 +423,21 @@ impl Core {
         let word = u64::from_le_bytes(*word);
         let (id, flags, ep) = (word as u16, (word >> 16) as u8, (word >> 24) as u32);
         let ep = self.live_ep(ep)?;
+        self.queue_eager(id, flags, ep, &[], payload);
+        Ok(())
+    }
+
+    /// Queues an eager message for its handler, header and data copied into pooled
+    /// buffers; `progress` runs the handlers after the transports.
+    fn queue_eager(&mut self, id: u16, flags: u8, ep: usize, header: &[u8], payload: &[u8]) {
+        let header = self.take_buf(header);
         let payload = self.take_buf(payload);
         self.am_events.push_back(AmEvent {
             id,
-            header: Vec::new(),
+            header,
             data: AmData::Eager(payload),
-            reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
+            reply_ep: reply_ep(flags, ep),
         });
-        Ok(())
     }
 
     /// An AM_USER_RTS message arrived.
@@ -455,7 +460,7 @@ impl Core {
                 length,
                 rts: Box::new(rts),
             }),
-            reply_ep: (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32)),
+            reply_ep: reply_ep(flags, ep),
         });
         Ok(())
     }
