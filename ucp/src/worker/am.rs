@@ -146,52 +146,33 @@ impl Worker {
         // Fastest path: contiguous data that fits one buffer, on a wired, idle endpoint,
         // goes out at once, without a request, a data state or a protocol lookup; with no
         // user header and short data, through `am_short`.
-        if let Data::Contig(b) = data {
+        if let (Data::Contig(b), Some(rid)) = (data, e.remote_id) {
             let total = b.len();
-            if header.is_empty()
-                && !p.rndv
-                && !p.notify
-                && e.thresh.short_fits(total)
-                && e.queue.is_empty()
-            {
-                if let Some(rid) = e.remote_id {
-                    let lane = e.am;
+            if !p.rndv && !p.notify && e.queue.is_empty() && total < e.thresh.rndv {
+                let (lane, iface) = (e.am, &mut ifaces[e.am.iface]);
+                let r = if header.is_empty() && e.thresh.short_fits(total) {
                     let word = short_word(id, flags, rid);
-                    match b.with_slice(|d| {
-                        ifaces[lane.iface].am_short(lane.ep, AM_USER_SHORT, word, d)
-                    }) {
-                        Ok(()) => {
-                            core.stats.am_eager += 1;
-                            return Ok(None);
-                        }
-                        Err(Status::NoResource) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-            if !p.rndv
-                && !p.notify
-                && AM_USER_HDR + header.len() + total <= seg
-                && total < e.thresh.rndv
-                && e.queue.is_empty()
-                && e.remote_id.is_some()
-            {
-                let lane = e.am;
-                let rid = e.remote_id.unwrap_or(0);
-                let r = b.with_slice(|d| {
-                    ifaces[lane.iface].am_bcopy(lane.ep, AM_USER, &mut |buf| {
-                        let h = pack_user_hdr(buf, id, flags, rid, header);
-                        ucs::wire::copy(&mut buf[h..h + total], d);
-                        h + total
-                    })
-                });
+                    Some(b.with_slice(|d| iface.am_short(lane.ep, AM_USER_SHORT, word, d)))
+                } else if AM_USER_HDR + header.len() + total <= seg {
+                    Some(b.with_slice(|d| {
+                        iface
+                            .am_bcopy(lane.ep, AM_USER, &mut |buf| {
+                                let h = pack_user_hdr(buf, id, flags, rid, header);
+                                ucs::wire::copy(&mut buf[h..h + total], d);
+                                h + total
+                            })
+                            .map(drop)
+                    }))
+                } else {
+                    None
+                };
                 match r {
-                    Ok(_) => {
+                    Some(Ok(())) => {
                         core.stats.am_eager += 1;
                         return Ok(None);
                     }
-                    Err(Status::NoResource) => {}
-                    Err(e) => return Err(e),
+                    Some(Err(Status::NoResource)) | None => {}
+                    Some(Err(e)) => return Err(e),
                 }
             }
         }
