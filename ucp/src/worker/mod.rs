@@ -408,10 +408,11 @@ pub(crate) struct Core {
     pub(crate) work: bool,
     /// The interface being progressed (for the handler).
     pub(crate) cur_iface: usize,
-    /// Interfaces some endpoint uses, or that delivered something: progressed on every
-    /// call. The others (a tcp interface nobody talks to costs an `epoll_wait` per call)
-    /// are looked at once every `IDLE_POLL_EVERY` calls, so a first message still arrives.
-    pub(crate) active: Vec<bool>,
+    /// Indices of the interfaces some endpoint uses, or that delivered something:
+    /// progressed on every call. The others (a tcp interface nobody talks to costs an
+    /// `epoll_wait` per call) are looked at once every `IDLE_POLL_EVERY` calls, so a first
+    /// message still arrives.
+    pub(crate) active: SmallVec<[u8; 4]>,
     pub(crate) tick: u32,
     pub(crate) stats: WorkerStats,
 }
@@ -469,6 +470,13 @@ impl Worker {
                 failures.join("; ")
             }));
         }
+        // Interfaces are named by a byte in the active list (`Core::active`).
+        if ifaces.len() > usize::from(u8::MAX) {
+            return Err(Error::NoTransport(format!(
+                "{} interfaces, more than a worker drives (255): narrow UCX_TLS or UCX_NET_DEVICES",
+                ifaces.len()
+            )));
+        }
         let epoll = ucs::wakeup::Epoll::new().map_err(|source| Error::Os {
             call: "epoll_create1",
             source,
@@ -502,7 +510,6 @@ impl Worker {
                 .collect(),
         }
         .encode();
-        let ninfo = info.len();
         let core = Core {
             uuid,
             address,
@@ -539,7 +546,7 @@ impl Worker {
             ep_errors: VecDeque::new(),
             work: false,
             cur_iface: 0,
-            active: vec![false; ninfo],
+            active: SmallVec::new(),
             tick: 0,
             stats: WorkerStats::default(),
         };
@@ -613,21 +620,48 @@ impl Worker {
 
     /// Makes progress on every interface and on the protocols; returns the number of
     /// events handled (`ucp_worker_progress`).
+    #[inline]
     pub fn progress(&mut self) -> usize {
-        let mut n = 0;
         self.core.tick = self.core.tick.wrapping_add(1);
-        let all = self.core.tick.is_multiple_of(IDLE_POLL_EVERY);
-        for (i, iface) in self.ifaces.iter_mut().enumerate() {
-            if !all && !self.core.active[i] {
-                continue;
+        let mut n = if self.core.tick.is_multiple_of(IDLE_POLL_EVERY) {
+            self.progress_all_ifaces()
+        } else {
+            let Worker { ifaces, core, .. } = self;
+            let mut n = 0;
+            for i in 0..core.active.len() {
+                let i = usize::from(core.active[i]);
+                core.cur_iface = i;
+                n += ifaces[i].progress(core);
             }
+            n
+        };
+        if self.core.work || !self.core.am_events.is_empty() || self.sock.active() {
+            n += self.progress_protocols();
+        }
+        n
+    }
+
+    /// Progresses every interface, the idle ones too; one that delivered something joins
+    /// the active ones.
+    #[inline(never)]
+    fn progress_all_ifaces(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..self.ifaces.len() {
             self.core.cur_iface = i;
-            let k = iface.progress(&mut self.core);
+            let k = self.ifaces[i].progress(&mut self.core);
             if k > 0 {
-                self.core.active[i] = true;
+                self.core.mark_active(i);
             }
             n += k;
         }
+        n
+    }
+
+    /// Queued protocol actions, active-message handlers and sockets: out of the polling
+    /// loop's way when there is nothing of the kind to do.
+    #[inline(never)]
+    fn progress_protocols(&mut self) -> usize {
+        let mut n = 0;
         if self.core.work {
             n += self.run_actions();
         }
@@ -848,6 +882,15 @@ impl Worker {
 }
 
 impl Core {
+    /// Makes interface `i` one that every `progress` call polls.
+    pub(crate) fn mark_active(&mut self, i: usize) {
+        // Worker::new refuses more than 255 interfaces.
+        let i = i as u8;
+        if !self.active.contains(&i) {
+            self.active.push(i);
+        }
+    }
+
     /// Finishes request `id` with `status`: reports it, or frees it when released.
     pub(crate) fn complete(&mut self, id: ReqId, status: Status, info: Option<TagInfo>) {
         let Some(r) = self.reqs.get_mut(id) else {

@@ -143,7 +143,7 @@ pub(super) fn new_ep(
             .then(Box::default),
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
-    core.active[am.iface] = true;
+    core.mark_active(am.iface);
     if let Some(r) = rma {
         // The memory lane's operations complete as they are posted; its progress only
         // checks peers, which the idle polling does often enough.

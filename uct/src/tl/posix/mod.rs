@@ -424,12 +424,19 @@ impl Iface for PosixIface {
     }
 }
 
+/// A peer wrote a cell whose length does not fit: the cell is skipped.
+#[cold]
+#[inline(never)]
+fn bad_cell(len: u32) {
+    log::error!("posix: dropped a cell with invalid length {len}");
+}
+
 impl PosixIface {
     #[inline(always)]
     fn deliver(&mut self, cell: Result<(u8, &[u8]), u32>, h: &mut dyn Handler) {
         match cell {
             Ok((id, data)) => h.am(id, data),
-            Err(len) => log::error!("posix: dropped a cell with invalid length {len}"),
+            Err(len) => bad_cell(len),
         }
         self.rx_index = self.rx_index.wrapping_add(1);
         if self.rx_index.wrapping_sub(self.rx_released) >= self.release_every {
