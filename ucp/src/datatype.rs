@@ -80,7 +80,16 @@ impl Data {
     }
 
     /// Starts a send: the state that packs this data.
+    #[inline]
     pub(crate) fn start_pack(&self) -> DataState {
+        match self {
+            Data::Contig(b) => DataState::Contig(*b),
+            _ => self.start_pack_other(),
+        }
+    }
+
+    #[inline(never)]
+    fn start_pack_other(&self) -> DataState {
         match self {
             Data::Contig(b) => DataState::Contig(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
@@ -94,7 +103,16 @@ impl Data {
     }
 
     /// Starts a receive: the state that unpacks into this data.
+    #[inline]
     pub(crate) fn start_unpack(&self) -> DataState {
+        match self {
+            Data::Contig(b) => DataState::Contig(*b),
+            _ => self.start_unpack_other(),
+        }
+    }
+
+    #[inline(never)]
+    fn start_unpack_other(&self) -> DataState {
         match self {
             Data::Contig(b) => DataState::Contig(*b),
             Data::Iov(v) => DataState::iov(v.clone()),

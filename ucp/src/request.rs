@@ -80,6 +80,18 @@ impl<S> Requests<S> {
 
     #[inline(always)]
     pub(crate) fn insert(&mut self, state: S, user_data: u64, notify: bool) -> ReqId {
+        self.insert_with(|| state, user_data, notify)
+    }
+
+    /// [`insert`](Self::insert) with the state made by `state` (built straight into the
+    /// slot rather than moved there).
+    #[inline(always)]
+    pub(crate) fn insert_with(
+        &mut self,
+        state: impl FnOnce() -> S,
+        user_data: u64,
+        notify: bool,
+    ) -> ReqId {
         self.gen = self.gen.wrapping_add(1).max(1);
         let gen = self.gen;
         let idx = match self.free.pop() {
@@ -89,13 +101,18 @@ impl<S> Requests<S> {
                 self.slots.len() - 1
             }
         };
-        self.slots[idx].req = Some(Request {
-            gen,
-            state,
-            user_data,
-            notify,
-            released: false,
-        });
+        let slot = &mut self.slots[idx].req;
+        // Free slots are empty: writing one drops nothing, so the request is built in place.
+        debug_assert!(slot.is_none());
+        if slot.is_none() {
+            *slot = Some(Request {
+                gen,
+                state: state(),
+                user_data,
+                notify,
+                released: false,
+            });
+        }
         self.len += 1;
         ReqId::new(idx, gen)
     }

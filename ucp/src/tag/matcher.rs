@@ -258,8 +258,7 @@ impl<T, R> TagMatcher<T, R> {
         // The common case: no wildcard receives, and the tag's bucket found once.
         if self.exp_wild.is_empty() {
             let slot = self.exp_hash.slot_of(tag)?;
-            let key = self.exp_hash.list_at(slot).head;
-            self.exp_hash.unlink_at(slot, &mut self.exp, key, exp_links);
+            let key = self.exp_hash.pop_front_at(slot, &mut self.exp, exp_links);
             return Some(self.exp.remove(key).user);
         }
         let key = self.find_expected(tag)?;

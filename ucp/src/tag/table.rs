@@ -4,9 +4,10 @@
 //! leaves no tombstone behind: the table's size depends only on the largest number of
 //! distinct tags live at once (it doubles when more than half full and never shrinks).
 //! Once it has seen the working set it never allocates again, however many distinct tags
-//! come and go — which a general-purpose map with tombstones does not promise. Tags are
-//! mixed with a per-table random seed before use, so structured tag schemes
-//! (`type | rank | counter`) spread evenly and a peer cannot precompute collisions.
+//! come and go — which a general-purpose map with tombstones does not promise. The home
+//! slot is multiply-shift hashing with a random odd multiplier per table (the top bits of
+//! `tag * a`, a universal family): one multiplication, structured tag schemes
+//! (`type | rank | counter`) spread evenly, and a peer cannot precompute collisions.
 //!
 //! A slot is occupied exactly when its list is non-empty. That holds because the table
 //! itself does the list operations: [`TagTable::push_back`] inserts a bucket and fills it
@@ -45,7 +46,9 @@ pub(crate) struct TagTable {
     /// Power-of-two length (or zero before the first insertion).
     slots: Vec<Slot>,
     len: usize,
-    seed: u64,
+    /// The hash multiplier (random, odd) and `64 - log2(slots.len())`.
+    mul: u64,
+    shift: u32,
     /// Tests force clustering (home slot = low tag bits) to exercise probing and
     /// wrap-around.
     #[cfg(test)]
@@ -60,10 +63,12 @@ impl TagTable {
         } else {
             vec![EMPTY; slots_for(capacity)]
         };
+        let shift = shift_for(slots.len());
         TagTable {
             slots,
             len: 0,
-            seed: RandomState::new().hash_one(0x7a67_u64),
+            mul: RandomState::new().hash_one(0x7a67_u64) | 1,
+            shift,
             #[cfg(test)]
             weak_hash: false,
         }
@@ -81,19 +86,14 @@ impl TagTable {
         self.slots.len() / 2
     }
 
+    /// The home slot of `tag` (the table has slots).
+    #[inline]
     fn home(&self, tag: Tag) -> usize {
         #[cfg(test)]
         if self.weak_hash {
             return (tag as usize) & (self.slots.len() - 1);
         }
-        // murmur3's 64-bit finalizer over the seeded tag.
-        let mut x = tag ^ self.seed;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        x ^= x >> 33;
-        (x as usize) & (self.slots.len() - 1)
+        (tag.wrapping_mul(self.mul) >> self.shift) as usize
     }
 
     /// The slot holding `tag`, if present.
@@ -132,33 +132,32 @@ impl TagTable {
         self.get_or_insert(tag).push_back(slab, key, links);
     }
 
-    /// The slot of `tag`'s bucket, for [`list_at`](Self::list_at) and
-    /// [`unlink_at`](Self::unlink_at) (valid until the table is next changed).
+    /// The slot of `tag`'s bucket, for [`pop_front_at`](Self::pop_front_at) (valid until
+    /// the table is next changed).
     #[inline]
     pub(crate) fn slot_of(&self, tag: Tag) -> Option<usize> {
         self.find(tag)
     }
 
-    /// The list in slot `i` (from `slot_of`).
+    /// Takes the oldest entry off the bucket at slot `i` (from `slot_of`, with no change to
+    /// the table since) and returns its key; deletes the bucket if that emptied it. The
+    /// entry's own links are left as they were: the caller removes it from the slab.
     #[inline]
-    pub(crate) fn list_at(&self, i: usize) -> &List {
-        &self.slots[i].list
-    }
-
-    /// [`unlink`](Self::unlink) for a bucket already found at slot `i` (from `slot_of`,
-    /// with no change to the table since): saves the second lookup.
-    #[inline]
-    pub(crate) fn unlink_at<E>(
+    pub(crate) fn pop_front_at<E>(
         &mut self,
         i: usize,
         slab: &mut Slab<E>,
-        key: usize,
         links: fn(&mut E) -> &mut Links,
-    ) {
-        self.slots[i].list.unlink(slab, key, links);
-        if self.slots[i].list.is_empty() {
+    ) -> usize {
+        let key = self.slots[i].list.head;
+        let next = links(&mut slab[key]).next;
+        if next == NIL {
             self.delete_at(i);
+        } else {
+            self.slots[i].list.head = next;
+            links(&mut slab[next]).prev = NIL;
         }
+        key
     }
 
     /// Takes slab entry `key` (which must be on it) off the list of `tag`, and deletes the
@@ -211,6 +210,7 @@ impl TagTable {
     }
 
     /// Empties slot `hole` and closes the gap in its probe run.
+    #[inline]
     fn delete_at(&mut self, mut hole: usize) {
         let mask = self.slots.len() - 1;
         // Backward shift: pull later members of the probe run into the hole when their
@@ -237,6 +237,7 @@ impl TagTable {
     fn grow(&mut self) {
         let new_len = (self.slots.len() * 2).max(MIN_SLOTS);
         let old = std::mem::replace(&mut self.slots, vec![EMPTY; new_len]);
+        self.shift = shift_for(new_len);
         let mask = new_len - 1;
         for s in old.into_iter().filter(|s| !s.is_empty()) {
             let mut i = self.home(s.tag);
@@ -261,6 +262,11 @@ impl TagTable {
         assert_eq!(self.len, 0);
         self.weak_hash = true;
     }
+}
+
+/// The hash shift for a table of `slots` slots (a power of two; any value for none).
+fn shift_for(slots: usize) -> u32 {
+    64 - slots.max(2).trailing_zeros()
 }
 
 fn slots_for(capacity: usize) -> usize {

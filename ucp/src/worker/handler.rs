@@ -26,42 +26,16 @@ const MAX_EAGER_TOTAL: u64 = 1 << 30;
 const ANONYMOUS: SenderId = SenderId(u64::MAX);
 
 impl Handler for Core {
+    #[inline]
     fn am(&mut self, id: u8, data: &[u8]) {
-        let ok = match id {
-            wire::AM_EAGER => self.on_eager(data),
-            wire::AM_EAGER_SYNC => self.on_eager_sync(data),
-            wire::AM_EAGER_FIRST => self.on_first(data),
-            wire::AM_EAGER_MIDDLE => self.on_middle(data),
-            wire::AM_RTS => self.on_rts(data),
-            wire::AM_RTR => self.on_rtr(data),
-            wire::AM_RNDV_DATA => self.on_rndv_data(data),
-            wire::AM_ACK => self.on_ack(data),
-            wire::AM_RTR_PUT => self.on_rtr_put(data),
-            wire::AM_RTR_SPLIT => self.on_rtr_split(data),
-            wire::AM_RTR_SPLIT_LAYOUT => self.on_rtr_split_layout(data),
-            wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
-            wire::AM_LAYOUT => self.on_layout(data),
-            wire::AM_FIN => self.on_fin(data),
-            wire::AM_WIREUP => self.on_wireup(data),
-            super::am::AM_USER => self.on_am_user(data),
-            super::am::AM_USER_SHORT => self.on_am_user_short(data),
-            super::am::AM_USER_RTS => self.on_am_rts(data),
-            super::rma::AM_RMA_PUT | super::rma::AM_RMA_GET | super::rma::AM_RMA_ATOMIC => {
-                self.on_rma_request(id, data)
-            }
-            super::rma::AM_RMA_REPLY => self.on_rma_reply(data),
-            super::stream::AM_STREAM => self.on_stream(data),
-            _ => Err(None),
+        // The small-message case first, with nothing else inlined around it.
+        let ok = if id == wire::AM_EAGER {
+            self.on_eager(data)
+        } else {
+            self.on_other(id, data)
         };
         if let Err(ep) = ok {
-            self.stats.malformed += 1;
-            log::warn!(
-                "ucp: malformed protocol message (am id {id}, {} bytes)",
-                data.len()
-            );
-            if let Some(ep) = ep {
-                fail_ep(self, ep, Status::IoError, true);
-            }
+            self.malformed(id, data.len(), ep);
         }
     }
 
@@ -95,6 +69,47 @@ impl Core {
         }
     }
 
+    /// Every protocol message but plain eager.
+    #[inline(never)]
+    fn on_other(&mut self, id: u8, data: &[u8]) -> Res {
+        match id {
+            wire::AM_EAGER_SYNC => self.on_eager_sync(data),
+            wire::AM_EAGER_FIRST => self.on_first(data),
+            wire::AM_EAGER_MIDDLE => self.on_middle(data),
+            wire::AM_RTS => self.on_rts(data),
+            wire::AM_RTR => self.on_rtr(data),
+            wire::AM_RNDV_DATA => self.on_rndv_data(data),
+            wire::AM_ACK => self.on_ack(data),
+            wire::AM_RTR_PUT => self.on_rtr_put(data),
+            wire::AM_RTR_SPLIT => self.on_rtr_split(data),
+            wire::AM_RTR_SPLIT_LAYOUT => self.on_rtr_split_layout(data),
+            wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
+            wire::AM_LAYOUT => self.on_layout(data),
+            wire::AM_FIN => self.on_fin(data),
+            wire::AM_WIREUP => self.on_wireup(data),
+            super::am::AM_USER => self.on_am_user(data),
+            super::am::AM_USER_SHORT => self.on_am_user_short(data),
+            super::am::AM_USER_RTS => self.on_am_rts(data),
+            super::rma::AM_RMA_PUT | super::rma::AM_RMA_GET | super::rma::AM_RMA_ATOMIC => {
+                self.on_rma_request(id, data)
+            }
+            super::rma::AM_RMA_REPLY => self.on_rma_reply(data),
+            super::stream::AM_STREAM => self.on_stream(data),
+            _ => Err(None),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn malformed(&mut self, id: u8, len: usize, ep: Option<usize>) {
+        self.stats.malformed += 1;
+        log::warn!("ucp: malformed protocol message (am id {id}, {len} bytes)");
+        if let Some(ep) = ep {
+            fail_ep(self, ep, Status::IoError, true);
+        }
+    }
+
+    #[inline]
     fn on_eager(&mut self, data: &[u8]) -> Res {
         if data.len() < wire::EAGER_HDR {
             return Err(None);
@@ -109,14 +124,20 @@ impl Core {
         if let Some(id) = self.matcher.match_expected(tag) {
             recv_eager(self, id, info, payload);
         } else {
-            self.stats.unexpected += 1;
-            let msg = Unexp::Eager {
-                data: payload.to_vec(),
-                sync: None,
-            };
-            self.store_unexpected(info, msg);
+            self.eager_unexpected(info, payload);
         }
         Ok(())
+    }
+
+    /// A plain eager message no receive waits for: its data is copied and queued.
+    #[inline(never)]
+    fn eager_unexpected(&mut self, info: TagInfo, payload: &[u8]) {
+        self.stats.unexpected += 1;
+        let msg = Unexp::Eager {
+            data: payload.to_vec(),
+            sync: None,
+        };
+        self.store_unexpected(info, msg);
     }
 
     fn store_unexpected(&mut self, info: TagInfo, msg: Unexp) {
@@ -416,7 +437,7 @@ impl Core {
         let id = ReqId(rreq);
         let hash = match self.reqs.get(id).map(|r| &r.state) {
             Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
-                match rv.rts.as_deref() {
+                match rv.rndv.as_ref().and_then(|x| x.rts.as_ref()) {
                     Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
                     _ => return Err(Some(ep)),
                 }
@@ -435,7 +456,10 @@ impl Core {
         let ep = self.live_ep(ep)?;
         let id = ReqId(rreq);
         match self.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Recv(r)) if r.peer.is_some_and(|(e, _)| e == ep) && r.memh.is_some() => {
+            Some(Op::Recv(r))
+                if r.peer.is_some_and(|(e, _)| e == ep)
+                    && r.rndv.as_ref().is_some_and(|x| x.memh.is_some()) =>
+            {
                 let status = Status::from_code(status).unwrap_or(Status::IoError);
                 super::tag::on_fin(self, id, status);
                 Ok(())

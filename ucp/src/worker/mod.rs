@@ -322,16 +322,32 @@ pub(crate) struct RecvOp {
     pub(crate) status: Status,
     /// The rendezvous sender to acknowledge or the fragment stream's source, `(ep, sreq)`.
     pub(crate) peer: Option<(usize, u64)>,
-    /// Outstanding get operations, and the RTS to read for a pending get.
-    pub(crate) gets: u32,
-    pub(crate) rts: Option<Box<crate::proto::wire::RtsData>>,
-    /// Bounce buffer for a get into data without addresses (generic datatypes).
-    pub(crate) bounce: Option<Vec<u8>>,
     pub(crate) ack_sync: bool,
-    /// Put rendezvous: the registration the sender writes into.
-    pub(crate) memh: Option<Box<(usize, MemH)>>,
     /// A stream receive, and whether it waits until full.
     pub(crate) stream: Option<bool>,
+    /// Rendezvous state; `None` for eager receives (see [`RecvRndv`]).
+    pub(crate) rndv: Option<Box<RecvRndv>>,
+}
+
+impl RecvOp {
+    /// The rendezvous state, created on first use.
+    pub(crate) fn rndv(&mut self) -> &mut RecvRndv {
+        self.rndv.get_or_insert_with(Box::default)
+    }
+}
+
+/// The part of a receive that only rendezvous uses. Boxed, so that an eager receive's
+/// request stays small (posting moves it into the request table) and completing one
+/// drops nothing but this empty `Option`.
+#[derive(Debug, Default)]
+pub(crate) struct RecvRndv {
+    /// Outstanding get operations, and the RTS to read for a pending get.
+    pub(crate) gets: u32,
+    pub(crate) rts: Option<crate::proto::wire::RtsData>,
+    /// Bounce buffer for a get into data without addresses (generic datatypes).
+    pub(crate) bounce: Option<Vec<u8>>,
+    /// Put rendezvous: the registration the sender writes into, and its interface.
+    pub(crate) memh: Option<(usize, MemH)>,
     /// Split rendezvous: the sender's FIN for the tail it writes has not come yet, and
     /// whether this side's reads of the head are already done (then FIN completes).
     pub(crate) wait_fin: bool,

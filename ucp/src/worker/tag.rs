@@ -46,7 +46,42 @@ pub struct RecvParams {
 impl Worker {
     /// Sends `data` tagged `tag` on `ep` (`ucp_tag_send_nbx`). `Ok(None)`: done already,
     /// the buffer may be reused. `Ok(Some(id))`: the request to test, wait for, and free.
+    #[inline]
     pub fn tag_send(
+        &mut self,
+        ep: EpHandle,
+        data: &Data,
+        tag: u64,
+        p: SendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        // Fastest path: small contiguous data on a wired, idle endpoint is one eager short
+        // message, sent without a request, a data state or a protocol lookup.
+        if let (Data::Contig(b), Some(e)) = (data, self.core.eps.get(ep.idx())) {
+            if e.failed.is_none()
+                && !p.sync
+                && !p.notify
+                && e.queue.is_empty()
+                && e.remote_id.is_some()
+                && e.thresh.short_fits(b.len())
+            {
+                let lane = e.am;
+                let iface = &mut self.ifaces[lane.iface];
+                match b.with_slice(|s| iface.am_short(lane.ep, wire::AM_EAGER, tag, s)) {
+                    Ok(()) => {
+                        self.core.stats.eager_short += 1;
+                        return Ok(None);
+                    }
+                    Err(Status::NoResource) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.tag_send_any(ep, data, tag, p)
+    }
+
+    /// Every send but the eager short one on an idle endpoint.
+    #[inline(never)]
+    fn tag_send_any(
         &mut self,
         ep: EpHandle,
         data: &Data,
@@ -58,27 +93,6 @@ impl Worker {
         let e = core.eps.get(idx).ok_or(Status::InvalidParam)?;
         if let Some(s) = e.failed {
             return Err(s);
-        }
-        // Fastest path: small contiguous data on a wired, idle endpoint is one eager short
-        // message, sent without a request, a data state or a protocol lookup.
-        if let Data::Contig(b) = data {
-            if !p.sync
-                && !p.notify
-                && e.queue.is_empty()
-                && e.remote_id.is_some()
-                && e.thresh.short_fits(b.len())
-            {
-                let lane = e.am;
-                match b.with_slice(|s| ifaces[lane.iface].am_short(lane.ep, wire::AM_EAGER, tag, s))
-                {
-                    Ok(()) => {
-                        core.stats.eager_short += 1;
-                        return Ok(None);
-                    }
-                    Err(Status::NoResource) => {}
-                    Err(e) => return Err(e),
-                }
-            }
         }
         // An iov list shaped like a vector travels as one (compact, copied with strided
         // loops).
@@ -239,7 +253,7 @@ impl Worker {
         let data = vector.as_ref().unwrap_or(data);
         let id = core
             .reqs
-            .insert(Op::Recv(new_recv(data)), p.user_data, p.notify);
+            .insert_with(|| Op::Recv(new_recv(data)), p.user_data, p.notify);
         match core.matcher.post_recv(tag, tag_mask, id) {
             PostResult::Matched(m) => deliver(core, m.info, m.msg, id),
             PostResult::Queued(h) => {
@@ -317,8 +331,16 @@ pub(crate) type VectorCache = std::collections::HashMap<(usize, usize, usize), A
 /// `data` as a layout when it is an iov list shaped like a vector ([`regular_iov`]): it
 /// then travels as a compact layout the peer memoizes, and is copied with strided loops
 /// instead of entry by entry. The compiled vector is cached (`cache`, a few dozen shapes).
+#[inline]
 fn as_vector(cache: &mut VectorCache, data: &Data) -> Option<Data> {
-    let Data::Iov(v) = data else { return None };
+    match data {
+        Data::Iov(v) => iov_as_vector(cache, v),
+        _ => None,
+    }
+}
+
+#[inline(never)]
+fn iov_as_vector(cache: &mut VectorCache, v: &[crate::Buf]) -> Option<Data> {
     let (origin, count, len, stride) = regular_iov(v)?;
     let key = (count, len, stride);
     let dt = match cache.get(&key) {
@@ -337,6 +359,7 @@ fn as_vector(cache: &mut VectorCache, data: &Data) -> Option<Data> {
     Some(Data::Layout(buf::layout_over_iov(origin, dt)))
 }
 
+#[inline(always)]
 pub(super) fn new_recv(data: &Data) -> RecvOp {
     RecvOp {
         data: data.start_unpack(),
@@ -346,14 +369,9 @@ pub(super) fn new_recv(data: &Data) -> RecvOp {
         expect: 0,
         status: Status::Ok,
         peer: None,
-        gets: 0,
-        rts: None,
-        bounce: None,
         ack_sync: false,
-        memh: None,
         stream: None,
-        wait_fin: false,
-        reads_done: false,
+        rndv: None,
     }
 }
 
@@ -1086,7 +1104,7 @@ pub(super) fn start_rndv_recv(
     }
     match rts {
         RtsData::Get { .. } => {
-            r.rts = Some(Box::new(rts));
+            r.rndv().rts = Some(rts);
             core.gets.push_back(id);
             core.work = true;
         }
@@ -1096,7 +1114,7 @@ pub(super) fn start_rndv_recv(
             let known = match layout {
                 Some(bytes) => {
                     let bytes = bytes.clone();
-                    r.rts = Some(Box::new(rts));
+                    r.rndv().rts = Some(rts);
                     match core.learn_layout(ep, hash, &bytes) {
                         Ok(_) => true,
                         Err(s) => {
@@ -1106,7 +1124,7 @@ pub(super) fn start_rndv_recv(
                     }
                 }
                 None => {
-                    r.rts = Some(Box::new(rts));
+                    r.rndv().rts = Some(rts);
                     let hit = core.cached_layout(ep, hash).is_some();
                     if hit {
                         core.stats.layout_hits += 1;
@@ -1144,7 +1162,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    let (rkey, mut segs, layout, help) = match r.rts.take().map(|b| *b) {
+    let (rkey, mut segs, layout, help) = match r.rndv().rts.take() {
         Some(RtsData::Get { rkey, segs, help }) => (rkey, segs, None, help),
         Some(RtsData::GetLayout {
             rkey,
@@ -1185,11 +1203,11 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         Some(v) => v,
         None => {
             // Generic data: read into a bounce buffer owned by the request, unpack after.
-            let b = r.bounce.insert(vec![0u8; total]);
+            let b = r.rndv().bounce.insert(vec![0u8; total]);
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
-    if help && layout.is_none() && r.bounce.is_none() && total >= core.split_thresh {
+    if help && layout.is_none() && r.rndv().bounce.is_none() && total >= core.split_thresh {
         if let Some(head) = start_split(ifaces, core, id, lane, &local) {
             // Read only the head; the sender writes the rest.
             let mut cut = IovCutter::default();
@@ -1230,11 +1248,11 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     })
     .err();
     if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
-        r.gets += later;
+        r.rndv().gets += later;
         if let Some(s) = err {
             r.status = s;
         }
-        if r.gets == 0 {
+        if r.rndv().gets == 0 {
             finish_get(core, id);
         }
     }
@@ -1309,7 +1327,7 @@ fn get_mapped(
         Some(dst) => mapped::copy(src, 0, dst, 0, head as u64),
         None => {
             // Generic data: into a bounce buffer owned by the request, unpacked after.
-            let b = r.bounce.insert(vec![0u8; total]);
+            let b = r.rndv().bounce.insert(vec![0u8; total]);
             let p = [Iov::from_mut_slice(b)];
             mapped::copy(src, 0, mapped::Side::Pieces(&p), 0, total as u64)
         }
@@ -1447,8 +1465,9 @@ fn send_split(
         }
     }
     if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
-        r.memh = Some(Box::new((lane.iface, m)));
-        r.wait_fin = true;
+        let x = r.rndv();
+        x.memh = Some((lane.iface, m));
+        x.wait_fin = true;
     }
     core.stats.rndv_split += 1;
     true
@@ -1522,7 +1541,7 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
     let rreq = id.0;
     match reg {
         Some((i, m, rkey)) => {
-            r.memh = Some(Box::new((i, m)));
+            r.rndv().memh = Some((i, m));
             core.queue_ctrl(
                 ep,
                 Ctrl::RtrPut {
@@ -1542,14 +1561,16 @@ pub(super) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    if let Some(m) = r.memh.take() {
-        core.deregs.push(*m);
+    let x = r.rndv();
+    if let Some(m) = x.memh.take() {
+        core.deregs.push(m);
         core.work = true;
     }
+    let split_head_pending = std::mem::take(&mut x.wait_fin) && !x.reads_done;
     if status != Status::Ok {
         r.status = status;
     }
-    if std::mem::take(&mut r.wait_fin) && !r.reads_done {
+    if split_head_pending {
         // Split rendezvous: the tail is in; finishing the head's reads completes.
         return;
     }
@@ -1573,14 +1594,14 @@ pub(super) fn finish_get(core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    if let Some(b) = r.bounce.take() {
+    if let Some(b) = r.rndv().bounce.take() {
         if let Err(s) = r.data.unpack(0, &b) {
             r.status = s;
         }
     }
     // Split rendezvous: the sender's FIN for the tail completes.
-    let split = r.wait_fin;
-    r.reads_done = true;
+    let split = r.rndv().wait_fin;
+    r.rndv().reads_done = true;
     if !split {
         r.received = r.expect;
     }
@@ -1607,11 +1628,13 @@ pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
             }
         }
         Some(Op::Recv(r)) => {
-            r.gets = r.gets.saturating_sub(1);
+            let x = r.rndv();
+            x.gets = x.gets.saturating_sub(1);
+            let gets = x.gets;
             if status != Status::Ok {
                 r.status = status;
             }
-            if r.gets == 0 {
+            if gets == 0 {
                 finish_get(core, id);
             }
         }

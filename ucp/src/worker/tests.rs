@@ -671,7 +671,7 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
         assert!(start.elapsed() < std::time::Duration::from_secs(10));
     }
     match b.core.reqs.get_mut(r).map(|q| &mut q.state) {
-        Some(Op::Recv(rv)) => match rv.rts.as_deref_mut() {
+        Some(Op::Recv(rv)) => match rv.rndv().rts.as_mut() {
             Some(RtsData::Get { segs, help, .. }) => {
                 assert!(*help);
                 segs[0].addr -= 1 << 30;
