@@ -1021,26 +1021,31 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
     let Some(r) = core.reqs.get_mut(id) else {
         return;
     };
-    let status = match &mut r.state {
+    let Op::Recv(rv) = &mut r.state else {
+        return;
+    };
+    let status = match &mut rv.data {
         // The common case, a contiguous buffer that holds the message, copies inline.
-        Op::Recv(RecvOp {
-            data: DataState::Contig(b),
-            ..
-        }) if payload.len() <= b.len() => {
+        DataState::Contig(b) if payload.len() <= b.len() => {
             b.with_mut_slice(|d| ucs::wire::copy(&mut d[..payload.len()], payload));
             Status::Ok
         }
-        Op::Recv(rv) => match rv.data.unpack(0, payload) {
+        d => match d.unpack(0, payload) {
             Ok(()) => Status::Ok,
             Err(s) => s,
         },
-        _ => return,
     };
     // A receive holds no endpoint's count (see `Core::complete`): finish it in place.
-    r.state = Op::Done {
+    let done = Op::Done {
         status,
         info: Some(info),
     };
+    if owns_nothing(rv) {
+        // Nothing to drop: skip the drop glue of the whole `Op`.
+        std::mem::forget(std::mem::replace(&mut r.state, done));
+    } else {
+        r.state = done;
+    }
     if r.notify {
         core.completions.push_back(crate::request::Completion {
             req: id,
@@ -1052,6 +1057,37 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
     if r.released {
         core.reqs.remove(id);
     }
+}
+
+/// Whether dropping receive `r` would free nothing: contiguous data, no rendezvous state,
+/// and the other fields plain data. The pattern names every field, so a new one cannot be
+/// added without deciding here whether it owns something.
+#[inline]
+fn owns_nothing(r: &RecvOp) -> bool {
+    const _: () = assert!(!std::mem::needs_drop::<(
+        Option<crate::tag::RecvHandle>,
+        Option<TagInfo>,
+        usize,
+        Status,
+        Option<(usize, u64)>,
+        bool,
+        Option<bool>,
+    )>());
+    matches!(
+        r,
+        RecvOp {
+            data: DataState::Contig(_),
+            rndv: None,
+            handle: _,
+            info: _,
+            received: _,
+            expect: _,
+            status: _,
+            peer: _,
+            ack_sync: _,
+            stream: _,
+        }
+    )
 }
 
 /// Completes a receive whose bytes have all arrived, acknowledging a synchronous send.
