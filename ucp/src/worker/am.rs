@@ -124,7 +124,66 @@ impl Worker {
     }
 
     /// Sends an active message (`ucp_am_send_nbx`). `Ok(None)`: done, buffers reusable.
+    #[inline]
     pub fn am_send(
+        &mut self,
+        ep: EpHandle,
+        id: u16,
+        header: &[u8],
+        data: &Data,
+        p: AmSendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        // Fastest path: contiguous data that fits one buffer, on a wired, idle endpoint,
+        // goes out at once, without a request, a data state or a protocol lookup; with no
+        // user header and short data, through `am_short`.
+        if let (Data::Contig(b), Some(e)) = (data, self.core.eps.get(ep.0 as usize)) {
+            let total = b.len();
+            if let (None, Some(rid), false, false, true, true) = (
+                e.failed,
+                e.remote_id,
+                p.rndv,
+                p.notify,
+                e.queue.is_empty(),
+                total < e.thresh.rndv && header.len() <= MAX_AM_HEADER,
+            ) {
+                let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
+                let lane = e.am;
+                let r = if header.is_empty() && e.thresh.short_fits(total) {
+                    let word = short_word(id, flags, rid);
+                    let iface = &mut self.ifaces[lane.iface];
+                    Some(b.with_slice(|d| iface.am_short(lane.ep, AM_USER_SHORT, word, d)))
+                } else if AM_USER_HDR + header.len() + total
+                    <= self.core.info[lane.iface].attr.am.max_bcopy
+                {
+                    let iface = &mut self.ifaces[lane.iface];
+                    Some(b.with_slice(|d| {
+                        iface
+                            .am_bcopy(lane.ep, AM_USER, &mut |buf| {
+                                let h = pack_user_hdr(buf, id, flags, rid, header);
+                                ucs::wire::copy(&mut buf[h..h + total], d);
+                                h + total
+                            })
+                            .map(drop)
+                    }))
+                } else {
+                    None
+                };
+                match r {
+                    Some(Ok(())) => {
+                        self.core.stats.am_eager += 1;
+                        return Ok(None);
+                    }
+                    Some(Err(Status::NoResource)) | None => {}
+                    Some(Err(e)) => return Err(e),
+                }
+            }
+        }
+        self.am_send_any(ep, id, header, data, p)
+    }
+
+    /// Every active-message send but the one-buffer eager send on an idle endpoint.
+    #[inline(never)]
+    fn am_send_any(
         &mut self,
         ep: EpHandle,
         id: u16,
@@ -143,39 +202,6 @@ impl Worker {
         }
         let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
         let seg = core.info[e.am.iface].attr.am.max_bcopy;
-        // Fastest path: contiguous data that fits one buffer, on a wired, idle endpoint,
-        // goes out at once, without a request, a data state or a protocol lookup; with no
-        // user header and short data, through `am_short`.
-        if let (Data::Contig(b), Some(rid)) = (data, e.remote_id) {
-            let total = b.len();
-            if !p.rndv && !p.notify && e.queue.is_empty() && total < e.thresh.rndv {
-                let (lane, iface) = (e.am, &mut ifaces[e.am.iface]);
-                let r = if header.is_empty() && e.thresh.short_fits(total) {
-                    let word = short_word(id, flags, rid);
-                    Some(b.with_slice(|d| iface.am_short(lane.ep, AM_USER_SHORT, word, d)))
-                } else if AM_USER_HDR + header.len() + total <= seg {
-                    Some(b.with_slice(|d| {
-                        iface
-                            .am_bcopy(lane.ep, AM_USER, &mut |buf| {
-                                let h = pack_user_hdr(buf, id, flags, rid, header);
-                                ucs::wire::copy(&mut buf[h..h + total], d);
-                                h + total
-                            })
-                            .map(drop)
-                    }))
-                } else {
-                    None
-                };
-                match r {
-                    Some(Ok(())) => {
-                        core.stats.am_eager += 1;
-                        return Ok(None);
-                    }
-                    Some(Err(Status::NoResource)) | None => {}
-                    Some(Err(e)) => return Err(e),
-                }
-            }
-        }
         let mut st = data.start_pack();
         let total = st.len();
         let fits = AM_USER_HDR + header.len() + total <= seg;

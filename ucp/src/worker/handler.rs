@@ -29,10 +29,10 @@ impl Handler for Core {
     #[inline]
     fn am(&mut self, id: u8, data: &[u8]) {
         // The small-message case first, with nothing else inlined around it.
-        let ok = if id == wire::AM_EAGER {
-            self.on_eager(data)
-        } else {
-            self.on_other(id, data)
+        let ok = match id {
+            wire::AM_EAGER => self.on_eager(data),
+            super::am::AM_USER_SHORT => self.on_am_user_short(data),
+            _ => self.on_other(id, data),
         };
         if let Err(ep) = ok {
             self.malformed(id, data.len(), ep);
@@ -69,7 +69,7 @@ impl Core {
         }
     }
 
-    /// Every protocol message but plain eager.
+    /// Every protocol message but plain eager and short active messages.
     #[inline(never)]
     fn on_other(&mut self, id: u8, data: &[u8]) -> Res {
         match id {
@@ -88,7 +88,6 @@ impl Core {
             wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
             super::am::AM_USER => self.on_am_user(data),
-            super::am::AM_USER_SHORT => self.on_am_user_short(data),
             super::am::AM_USER_RTS => self.on_am_rts(data),
             super::rma::AM_RMA_PUT | super::rma::AM_RMA_GET | super::rma::AM_RMA_ATOMIC => {
                 self.on_rma_request(id, data)
