@@ -152,6 +152,27 @@ impl<S> Requests<S> {
         }
     }
 
+    /// [`remove`](Self::remove) for a request whose state `owns_nothing` says has nothing
+    /// to drop (a finished operation): the slot is emptied without running the state's drop
+    /// glue. Where `owns_nothing` is wrong, the state's resources leak; nothing unsound
+    /// happens.
+    #[inline]
+    pub(crate) fn remove_plain(&mut self, id: ReqId, owns_nothing: impl Fn(&S) -> bool) -> bool {
+        match self.slots.get_mut(id.idx()) {
+            Some(s) if s.req.as_ref().is_some_and(|r| r.gen == id.gen()) => {
+                if s.req.as_ref().is_some_and(|r| owns_nothing(&r.state)) {
+                    std::mem::forget(s.req.take());
+                } else {
+                    s.req = None;
+                }
+                self.free.push(id.idx() as u32);
+                self.len -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -185,7 +185,9 @@ impl<T, R> TagMatcher<T, R> {
     /// message matches, the oldest such is taken and returned with `user`; otherwise the
     /// receive is queued and its handle returned.
     pub fn post_recv(&mut self, tag: Tag, tag_mask: TagMask, user: R) -> PostResult<T, R> {
-        if let Some(key) = self.find_unexpected(tag, tag_mask) {
+        if self.unexp.is_empty() {
+            // Nothing to look through (the common case of a receive posted in time).
+        } else if let Some(key) = self.find_unexpected(tag, tag_mask) {
             let e = self.take_unexpected(key);
             return PostResult::Matched(Match {
                 info: e.info,
@@ -254,6 +256,7 @@ impl<T, R> TagMatcher<T, R> {
     /// expected message straight from the transport's buffer: takes and returns the oldest
     /// posted receive matching `tag`. When it returns `None`, the caller stores the message
     /// with `arrive`, which then finds no expected match either (nothing changed between).
+    #[inline]
     pub fn match_expected(&mut self, tag: Tag) -> Option<R> {
         // The common case: no wildcard receives, and the tag's bucket found once.
         if self.exp_wild.is_empty() {

@@ -755,7 +755,10 @@ impl Worker {
             Some(_) => return None,
             None => return Some((Status::InvalidParam, None)),
         };
-        self.core.reqs.remove(id);
+        // A finished request holds a status and a tag: nothing to drop.
+        self.core
+            .reqs
+            .remove_plain(id, |s| matches!(s, Op::Done { .. }));
         Some(done)
     }
 

@@ -241,6 +241,7 @@ impl Worker {
     }
 
     /// Posts a receive for `(tag, tag_mask)` into `data` (`ucp_tag_recv_nbx`).
+    #[inline]
     pub fn tag_recv(
         &mut self,
         data: &Data,
@@ -248,21 +249,18 @@ impl Worker {
         tag_mask: u64,
         p: RecvParams,
     ) -> UcsResult<ReqId> {
+        if let Data::Iov(_) = data {
+            return Ok(self.tag_recv_iov(data, tag, tag_mask, p));
+        }
+        Ok(post_recv(&mut self.core, data, tag, tag_mask, p))
+    }
+
+    /// [`tag_recv`](Self::tag_recv) into an iov list, which may become a vector layout.
+    #[inline(never)]
+    fn tag_recv_iov(&mut self, data: &Data, tag: u64, tag_mask: u64, p: RecvParams) -> ReqId {
         let core = &mut self.core;
         let vector = as_vector(&mut core.vectors, data);
-        let data = vector.as_ref().unwrap_or(data);
-        let id = core
-            .reqs
-            .insert_with(|| Op::Recv(new_recv(data)), p.user_data, p.notify);
-        match core.matcher.post_recv(tag, tag_mask, id) {
-            PostResult::Matched(m) => deliver(core, m.info, m.msg, id),
-            PostResult::Queued(h) => {
-                if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
-                    r.handle = Some(h);
-                }
-            }
-        }
-        Ok(id)
+        post_recv(core, vector.as_ref().unwrap_or(data), tag, tag_mask, p)
     }
 
     /// Looks for an unexpected message matching `(tag, tag_mask)` (`ucp_tag_probe_nb`).
@@ -323,6 +321,23 @@ impl Worker {
     pub fn unexpected_len(&self) -> usize {
         self.core.matcher.unexpected_len()
     }
+}
+
+/// Posts a receive into `data` (its final form: no iov list left to turn into a vector).
+#[inline(always)]
+fn post_recv(core: &mut Core, data: &Data, tag: u64, tag_mask: u64, p: RecvParams) -> ReqId {
+    let id = core
+        .reqs
+        .insert_with(|| Op::Recv(new_recv(data)), p.user_data, p.notify);
+    match core.matcher.post_recv(tag, tag_mask, id) {
+        PostResult::Matched(m) => deliver(core, m.info, m.msg, id),
+        PostResult::Queued(h) => {
+            if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+                r.handle = Some(h);
+            }
+        }
+    }
+    id
 }
 
 /// Compiled vectors of iov lists seen by [`as_vector`], by (count, length, stride).
@@ -1017,6 +1032,7 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
 }
 
 /// A whole eager message for receive `id`.
+#[inline]
 pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u8]) {
     let Some(r) = core.reqs.get_mut(id) else {
         return;
