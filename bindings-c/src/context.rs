@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-use ucp::{Buf, Context, MemHandle};
+use ucp::{Buf, Context, MemHandle, SharedRegion};
 use ucs::Status;
 
 use crate::request::{Pool, HDR};
@@ -81,8 +81,12 @@ pub struct CMem {
     magic: u64,
     pub(crate) base: u64,
     pub(crate) len: usize,
-    /// Memory we allocated (`UCP_MEM_MAP_ALLOCATE`), to munmap.
+    /// Memory we allocated (`UCP_MEM_MAP_ALLOCATE`) with mmap, to munmap.
     owned: bool,
+    /// Memory we allocated as shared memory (`UCP_MEM_MAP_ALLOCATE` with the posix
+    /// transport on): every worker maps it as memory it allocated, so same-host peers
+    /// map it in turn (freed when this and the workers' mappings are gone).
+    shm: Option<SharedRegion>,
     pub(crate) regs: Mutex<Vec<(usize, MemHandle)>>,
 }
 
@@ -100,10 +104,15 @@ impl CMem {
 
     /// Maps the region on worker `w`.
     pub(crate) fn map_on(&self, w: &CWorker) -> Result<(), Status> {
-        // SAFETY: the region stays valid until ucp_mem_unmap, which unmaps it from every
-        // worker first (the contract of ucp_mem_map).
-        let buf = unsafe { Buf::from_raw(self.base as *mut u8, self.len) };
-        let h = w.with(|wk| wk.mem_map(Some(buf), self.len))?;
+        let h = match &self.shm {
+            Some(r) => w.with(|wk| wk.mem_map_region(r))?,
+            None => {
+                // SAFETY: the region stays valid until ucp_mem_unmap, which unmaps it
+                // from every worker first (the contract of ucp_mem_map).
+                let buf = unsafe { Buf::from_raw(self.base as *mut u8, self.len) };
+                w.with(|wk| wk.mem_map(Some(buf), self.len))?
+            }
+        };
         self.regs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -515,7 +524,25 @@ pub unsafe extern "C" fn ucp_mem_map(
             std::ptr::null_mut()
         };
         let len = p.length;
-        let (base, owned) = if flags & UCP_MEM_MAP_ALLOCATE != 0 {
+        // An allocation at no fixed address, with the posix transport on, is shared
+        // memory: what a worker's own allocations are (docs/c-abi.md).
+        let shm = if flags & UCP_MEM_MAP_ALLOCATE != 0
+            && flags & UCP_MEM_MAP_FIXED == 0
+            && c.ctx.resources().iter().any(|r| r.tl == "posix")
+        {
+            match SharedRegion::new(len) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    log::debug!("ucp_mem_map: no shared memory ({e}), allocating privately");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (base, owned) = if let Some(r) = &shm {
+            (r.base() as u64, false)
+        } else if flags & UCP_MEM_MAP_ALLOCATE != 0 {
             let fixed = flags & UCP_MEM_MAP_FIXED != 0;
             // Without NONBLOCK, UCX's contract is a mapping populated up front: the pages
             // are faulted in here, not on first use (and a peer reading the memory before
@@ -555,6 +582,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             base,
             len,
             owned,
+            shm,
             regs: Mutex::new(Vec::new()),
         });
         let mut mems = c.mems.lock().unwrap_or_else(|e| e.into_inner());

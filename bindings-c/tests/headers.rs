@@ -207,6 +207,26 @@ fn layout_datatypes_from_c() {
     assert_eq!(announcements(&err), 1, "{err}");
 }
 
+/// Memory from `ucp_mem_map(UCP_MEM_MAP_ALLOCATE)` between two processes: put, get, a
+/// refused out-of-bounds put, and a rendezvous-sized tag message between allocated
+/// buffers, every byte checked (`tests/c/mem_alloc.c`).
+#[test]
+fn allocated_memory_between_processes_from_c() {
+    if !have("cc") || !have("pkg-config") {
+        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
+        return;
+    }
+    let flags = rucx_flags();
+    let exe = scratch().join("mem_alloc");
+    cc(&crate_dir().join("tests/c/mem_alloc.c"), &exe, &flags);
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(60));
+    assert!(
+        ok && out.contains("mem_alloc: OK"),
+        "mem_alloc failed:\n{out}\n{err}"
+    );
+    assert_eq!(announcements(&err), 2, "both processes on Rucx:\n{err}");
+}
+
 /// The ABI test's program, compiled against our headers, prints our Rust layout table.
 #[test]
 fn our_headers_match_the_layout_table() {

@@ -28,5 +28,5 @@ pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
 pub use request::{Completion, ReqId};
 pub use worker::{
     AmData, AmEvent, AmHandler, AmRndv, AmSendParams, AtomicOp, ConnRequest, EpHandle, MemHandle,
-    RecvParams, Rkey, SendParams, StreamRecv, Worker, WorkerStats,
+    RecvParams, Rkey, SendParams, SharedRegion, StreamRecv, Worker, WorkerStats,
 };

@@ -58,7 +58,7 @@ use crate::tag::{TagInfo, TagMatcher};
 
 pub use am::{AmData, AmEvent, AmHandler, AmRndv, AmSendParams};
 pub use listener::ConnRequest;
-pub use rma::{AtomicOp, MemHandle, Rkey};
+pub use rma::{AtomicOp, MemHandle, Rkey, SharedRegion};
 pub use stream::StreamRecv;
 pub use tag::{RecvParams, SendParams};
 

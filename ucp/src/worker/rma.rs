@@ -61,11 +61,42 @@ pub(crate) struct MemReg {
 }
 
 /// Memory a worker allocated: shared memory that same-host peers map (when the posix
-/// transport is on), else ordinary heap memory.
+/// transport is on), else ordinary heap memory. Shared memory may also come from a
+/// [`SharedRegion`] that several workers map.
 #[derive(Debug)]
 enum Owned {
-    Shm(SharedMem),
+    Shm(Arc<SharedMem>),
     Heap(Vec<u8>),
+}
+
+/// Memory allocated for remote access before, and apart from, any worker (`ucp_mem_map`
+/// with allocation is a call on a context): a shared-memory segment, zero-filled and
+/// populated, that every worker mapping it with [`Worker::mem_map_region`] exposes to its
+/// same-host peers as it exposes memory it allocated itself (they map it, and put, get
+/// and rendezvous become copies). Freed when the last of the handle and the workers'
+/// mappings lets go of it.
+#[derive(Clone, Debug)]
+pub struct SharedRegion(Arc<SharedMem>);
+
+impl SharedRegion {
+    /// Allocates `len` bytes (at least one).
+    pub fn new(len: usize) -> std::io::Result<SharedRegion> {
+        SharedMem::create(len.max(1)).map(|s| SharedRegion(Arc::new(s)))
+    }
+
+    /// The region's address in this process.
+    pub fn base(&self) -> *mut u8 {
+        self.0.base()
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A remote key unpacked for one endpoint (`ucp_rkey_h`).
@@ -180,7 +211,7 @@ impl Worker {
             {
                 Some(seg) => {
                     let base = seg.base() as u64;
-                    (Some(Owned::Shm(seg)), base, len)
+                    (Some(Owned::Shm(Arc::new(seg))), base, len)
                 }
                 None => {
                     let v = vec![0u8; len.max(1)];
@@ -189,6 +220,18 @@ impl Worker {
                 }
             },
         };
+        self.register(owned, base, len)
+    }
+
+    /// Maps a [`SharedRegion`] for remote access, as memory this worker allocated: a
+    /// same-host peer with the posix transport maps it from the remote key.
+    pub fn mem_map_region(&mut self, r: &SharedRegion) -> UcsResult<MemHandle> {
+        let base = r.base() as u64;
+        self.register(Some(Owned::Shm(Arc::clone(&r.0))), base, r.len())
+    }
+
+    /// Registers `len` bytes at `base` with the memory transports and records the region.
+    fn register(&mut self, owned: Option<Owned>, base: u64, len: usize) -> UcsResult<MemHandle> {
         let mut regs = Vec::new();
         for (i, iface) in self.ifaces.iter().enumerate() {
             let a = &self.core.info[i].attr;
