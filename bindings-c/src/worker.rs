@@ -7,6 +7,7 @@
 //! unlocks, and only then calls the callbacks. A callback may therefore call any export,
 //! on the same worker too (post, free, receive AM data, even progress).
 
+use std::cell::{RefCell, RefMut};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -69,7 +70,7 @@ pub(crate) struct Inner {
 pub struct CWorker {
     magic: u64,
     ctx: *const CContext,
-    inner: Mutex<Inner>,
+    inner: State,
     pub(crate) uuid: u64,
     pub(crate) thread_mode: c_int,
     pub(crate) name: String,
@@ -109,14 +110,71 @@ impl AmQueue {
     }
 }
 
+/// The worker's state, behind what its thread mode asks for (ucp.h): in SINGLE and
+/// SERIALIZED mode the application makes one call on the worker at a time, so a
+/// `RefCell` suffices (an uncontended mutex costs two atomic operations per call, ~6 ns
+/// each pair here, several times per message); in MULTI mode a mutex. Application
+/// callbacks run outside either, so a call they make on the worker is not re-entrant.
+#[derive(Debug)]
+enum State {
+    Serial(RefCell<Inner>),
+    Multi(Mutex<Inner>),
+}
+
+enum StateGuard<'a> {
+    Serial(RefMut<'a, Inner>),
+    Multi(MutexGuard<'a, Inner>),
+}
+
+impl State {
+    fn new(inner: Inner, thread_mode: c_int) -> State {
+        if thread_mode == UCS_THREAD_MODE_MULTI {
+            State::Multi(Mutex::new(inner))
+        } else {
+            State::Serial(RefCell::new(inner))
+        }
+    }
+
+    #[inline]
+    fn lock(&self) -> StateGuard<'_> {
+        match self {
+            State::Serial(c) => StateGuard::Serial(c.borrow_mut()),
+            State::Multi(m) => StateGuard::Multi(lock(m)),
+        }
+    }
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = Inner;
+    #[inline]
+    fn deref(&self) -> &Inner {
+        match self {
+            StateGuard::Serial(g) => g,
+            StateGuard::Multi(g) => g,
+        }
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Inner {
+        match self {
+            StateGuard::Serial(g) => g,
+            StateGuard::Multi(g) => g,
+        }
+    }
+}
+
 // SAFETY: the raw pointers are to the context (which outlives its workers and is Sync)
-// and to application data that the application lets us pass back to it; all mutable state
-// is behind the mutex.
+// and to application data that the application lets us pass back to it. The mutable
+// state is behind a mutex in MULTI mode; in SINGLE and SERIALIZED mode ucp.h makes the
+// application serialize its calls on the worker (as UCX itself, which takes no lock in
+// those modes, relies on), so the `RefCell` is never used by two threads at once.
 unsafe impl Send for CWorker {}
 // SAFETY: as above.
 unsafe impl Sync for CWorker {}
 // SAFETY: Inner's raw pointers are application-owned callback arguments passed back
-// verbatim; Inner is only reached through CWorker's mutex.
+// verbatim; Inner is only reached through CWorker's state guard.
 unsafe impl Send for Inner {}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -143,18 +201,18 @@ impl CWorker {
 
     /// Runs `f` on the worker, locked.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
-        f(&mut lock(&self.inner).w)
+        f(&mut self.inner.lock().w)
     }
 
     /// Runs `f` on the locked state.
     pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        f(&mut lock(&self.inner))
+        f(&mut self.inner.lock())
     }
 
     /// `ucp_worker_progress`: progress, then report.
     pub(crate) fn progress(&self) -> usize {
         let (n, events) = {
-            let mut g = lock(&self.inner);
+            let mut g = self.inner.lock();
             let n = g.w.progress();
             if !g.w.has_reports() && self.am_queue.is_empty() {
                 // Nothing to tell the application: one lock, no event buffer.
@@ -171,7 +229,7 @@ impl CWorker {
 
     /// Reports what finished without progressing (after a cancel).
     pub(crate) fn drain_and_dispatch(&self) {
-        let events = collect(&mut lock(&self.inner));
+        let events = collect(&mut self.inner.lock());
         self.dispatch(events);
     }
 
@@ -291,14 +349,17 @@ pub unsafe extern "C" fn ucp_worker_create(
         let cw = Box::new(CWorker {
             magic: WORKER_MAGIC,
             ctx: c as *const CContext,
-            inner: Mutex::new(Inner {
-                w,
-                eps: HashMap::new(),
-                am: Vec::new(),
-                held: HashMap::new(),
-                listeners: Vec::new(),
-                events: Vec::with_capacity(64),
-            }),
+            inner: State::new(
+                Inner {
+                    w,
+                    eps: HashMap::new(),
+                    am: Vec::new(),
+                    held: HashMap::new(),
+                    listeners: Vec::new(),
+                    events: Vec::with_capacity(64),
+                },
+                thread_mode,
+            ),
             uuid,
             thread_mode,
             name,
