@@ -102,16 +102,21 @@ impl<S> Requests<S> {
             }
         };
         let slot = &mut self.slots[idx].req;
-        // Free slots are empty: writing one drops nothing, so the request is built in place.
+        let req = move || Request {
+            gen,
+            state: state(),
+            user_data,
+            notify,
+            released: false,
+        };
+        // Free slots are empty: writing one drops nothing, which lets the compiler build
+        // the request in place (an unconditional write moved it there with memcpy).
         debug_assert!(slot.is_none());
+        #[allow(clippy::if_same_then_else)] // the same write, with and without a drop
         if slot.is_none() {
-            *slot = Some(Request {
-                gen,
-                state: state(),
-                user_data,
-                notify,
-                released: false,
-            });
+            *slot = Some(req());
+        } else {
+            *slot = Some(req());
         }
         self.len += 1;
         ReqId::new(idx, gen)
