@@ -138,14 +138,9 @@ impl Worker {
         // user header and short data, through `am_short`.
         if let (Data::Contig(b), Some(e)) = (data, self.core.eps.get(ep.0 as usize)) {
             let total = b.len();
-            if let (None, Some(rid), false, false, true, true) = (
-                e.failed,
-                e.remote_id,
-                p.rndv,
-                p.notify,
-                e.queue.is_empty(),
-                total < e.thresh.rndv && header.len() <= MAX_AM_HEADER,
-            ) {
+            let idle = e.failed.is_none() && e.queue.is_empty();
+            let one_buffer = !p.rndv && total < e.thresh.rndv && header.len() <= MAX_AM_HEADER;
+            if let Some(rid) = e.remote_id.filter(|_| idle && one_buffer && !p.notify) {
                 let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
                 let lane = e.am;
                 let r = if header.is_empty() && e.thresh.short_fits(total) {
