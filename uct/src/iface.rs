@@ -38,6 +38,9 @@ bitflags! {
         const ERRHANDLE_PEER_FAILURE = 1 << 8;
         /// Operations on one endpoint complete in the order they were posted.
         const EP_ORDERED = 1 << 9;
+        /// Progress offers received active messages through `Handler::am_keep`: a handler
+        /// may leave one in place and use it after `progress` returned, until `am_release`.
+        const AM_KEEP = 1 << 10;
     }
 }
 
@@ -91,6 +94,15 @@ pub trait Handler {
     /// An active message with id `id`. `data` is only valid during the call: copy what
     /// must outlive it.
     fn am(&mut self, id: u8, data: &[u8]);
+    /// An active message from a transport with `IfaceFlags::AM_KEEP`. Returning true keeps
+    /// it: `progress` returns at once, and `data` stays valid and unchanged in place until
+    /// the interface's `am_release` (further `progress` calls deliver later messages but
+    /// never reuse the kept one's memory). At most one message is kept at a time. The
+    /// default handles the message with `am` and keeps nothing.
+    fn am_keep(&mut self, id: u8, data: &[u8]) -> bool {
+        self.am(id, data);
+        false
+    }
     /// The zero-copy operation or flush posted with `comp` finished with `status`.
     fn completion(&mut self, comp: Comp, status: Status) {
         let _ = (comp, status);
@@ -241,6 +253,10 @@ pub trait Iface: Send + std::fmt::Debug {
 
     /// Makes progress; returns how many events were handed to `h`.
     fn progress(&mut self, h: &mut dyn Handler) -> usize;
+
+    /// Gives back the active message a handler kept (`Handler::am_keep`); its memory may be
+    /// reused from now on. Does nothing when no message is kept.
+    fn am_release(&mut self) {}
 
     /// A descriptor that becomes readable when the interface has something to progress
     /// after `arm` succeeded.

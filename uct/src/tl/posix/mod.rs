@@ -110,6 +110,9 @@ pub struct PosixIface {
     rx_released: u64,
     /// Release cells in batches of this many.
     release_every: u64,
+    /// The cell a handler kept (`Handler::am_keep`), or `NOT_KEPT`: neither it nor any
+    /// later cell is released until `am_release`.
+    kept: u64,
     efd: EventFd,
     eps: Slab<PosixEp>,
     peers: HashMap<Addr, Arc<PeerFifo>>,
@@ -155,7 +158,8 @@ impl PosixIface {
                     | IfaceFlags::CONNECT_TO_IFACE
                     | IfaceFlags::EVENT_RECV
                     | IfaceFlags::ERRHANDLE_PEER_FAILURE
-                    | IfaceFlags::EP_ORDERED,
+                    | IfaceFlags::EP_ORDERED
+                    | IfaceFlags::AM_KEEP,
                 am: OpLimits {
                     max_short: cap - 8,
                     max_bcopy: cap,
@@ -178,6 +182,7 @@ impl PosixIface {
             rx_index: 0,
             rx_released: 0,
             release_every: (fifo_size as u64 / 4).max(1),
+            kept: NOT_KEPT,
             efd,
             eps: Slab::new(),
             peers: HashMap::new(),
@@ -386,7 +391,10 @@ impl Iface for PosixIface {
         // One message inline (the ping-pong case); a backlog continues in `progress_full`.
         let rx = self.rx.view();
         if let Some(cell) = rx.peek(self.rx_index) {
-            self.deliver(cell, h);
+            if self.deliver(cell, h) {
+                // Kept: the handler acts on it before anything else happens.
+                return 1;
+            }
             n = 1;
             if self.rx.ready(self.rx_index) {
                 n += self.progress_full(h);
@@ -401,13 +409,21 @@ impl Iface for PosixIface {
         n
     }
 
+    fn am_release(&mut self) {
+        if self.kept != NOT_KEPT {
+            self.kept = NOT_KEPT;
+            self.release_due();
+        }
+    }
+
     fn event_fd(&self) -> Option<RawFd> {
         Some(self.efd.as_raw_fd())
     }
 
     fn arm(&mut self) -> UcsResult<()> {
         self.efd.drain();
-        if !self.errors.is_empty()
+        if self.kept != NOT_KEPT
+            || !self.errors.is_empty()
             || self
                 .pending
                 .iter()
@@ -424,6 +440,9 @@ impl Iface for PosixIface {
     }
 }
 
+/// `PosixIface::kept` when no cell is kept.
+const NOT_KEPT: u64 = u64::MAX;
+
 /// A peer wrote a cell whose length does not fit: the cell is skipped.
 #[cold]
 #[inline(never)]
@@ -432,16 +451,39 @@ fn bad_cell(len: u32) {
 }
 
 impl PosixIface {
+    /// Hands one cell to `h` and moves past it; returns true when the handler kept it.
     #[inline(always)]
-    fn deliver(&mut self, cell: Result<(u8, &[u8]), u32>, h: &mut dyn Handler) {
+    fn deliver(&mut self, cell: Result<(u8, &[u8]), u32>, h: &mut dyn Handler) -> bool {
+        // Nothing is held in registers across the handler's call (an empty poll of
+        // `progress` would pay for saving them).
         match cell {
+            Ok((id, data)) if self.kept == NOT_KEPT => {
+                if h.am_keep(id, data) {
+                    // Nothing to release: the batch ends below the kept cell.
+                    self.kept = self.rx_index;
+                    self.rx_index = self.rx_index.wrapping_add(1);
+                    return true;
+                }
+            }
             Ok((id, data)) => h.am(id, data),
             Err(len) => bad_cell(len),
         }
         self.rx_index = self.rx_index.wrapping_add(1);
-        if self.rx_index.wrapping_sub(self.rx_released) >= self.release_every {
-            self.rx.release(self.rx_index);
-            self.rx_released = self.rx_index;
+        self.release_due();
+        false
+    }
+
+    /// Releases the consumed cells (up to the kept one) once a batch of them is due.
+    #[inline(always)]
+    fn release_due(&mut self) {
+        let free = if self.kept == NOT_KEPT {
+            self.rx_index
+        } else {
+            self.kept
+        };
+        if free.wrapping_sub(self.rx_released) >= self.release_every {
+            self.rx.release(free);
+            self.rx_released = free;
         }
     }
 
@@ -454,8 +496,10 @@ impl PosixIface {
             let Some(cell) = rx.peek(self.rx_index) else {
                 break;
             };
-            self.deliver(cell, h);
             n += 1;
+            if self.deliver(cell, h) {
+                break;
+            }
         }
         n
     }
@@ -588,6 +632,81 @@ mod tests {
             iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]),
             Err(Status::InvalidParam)
         );
+    }
+
+    /// Keeps the message with payload `keep` (an 8-byte value), records the others.
+    struct Keeper {
+        keep: u64,
+        kept: Option<(*const u8, usize)>,
+        got: Vec<u64>,
+    }
+    impl Handler for Keeper {
+        fn am(&mut self, _id: u8, data: &[u8]) {
+            self.got
+                .push(u64::from_le_bytes(data[..8].try_into().unwrap()));
+        }
+        fn am_keep(&mut self, id: u8, data: &[u8]) -> bool {
+            if data[..8] == self.keep.to_le_bytes() {
+                self.kept = Some((data.as_ptr(), data.len()));
+                return true;
+            }
+            self.am(id, data);
+            false
+        }
+    }
+
+    #[test]
+    fn kept_message_stays_in_place_until_released() {
+        let cfg = Config {
+            posix_fifo_size: 8,
+            ..Config::default()
+        };
+        let mut iface = PosixIface::open(&cfg).unwrap();
+        assert!(iface.attr().flags.contains(IfaceFlags::AM_KEEP));
+        let (dev, ifa) = (
+            iface.device_address().to_vec(),
+            iface.iface_address().to_vec(),
+        );
+        let ep = iface.ep_connect(&dev, &ifa).unwrap();
+        let mut h = Keeper {
+            keep: 1,
+            kept: None,
+            got: Vec::new(),
+        };
+        iface.am_short(ep, 3, 0, &[]).unwrap();
+        iface.am_short(ep, 3, 1, &[7; 40]).unwrap();
+        iface.am_short(ep, 3, 2, &[]).unwrap();
+        // Progress stops at the kept message: the one after it waits.
+        assert_eq!(iface.progress(&mut h), 2);
+        assert_eq!(h.got, [0]);
+        let (ptr, len) = h.kept.expect("kept");
+        // Later messages are delivered, but the kept cell and those after it are not
+        // released: the producer runs out of cells instead of overwriting it.
+        let mut sent = 3u64;
+        for _ in 0..100 {
+            while iface.am_short(ep, 3, sent + 100, &[9; 40]).is_ok() {
+                sent += 1;
+            }
+            iface.progress(&mut h);
+        }
+        assert_eq!(
+            sent, 8,
+            "every cell but the kept one's is used once, none reused"
+        );
+        assert_eq!(h.got.len(), 7);
+        assert_eq!(
+            iface.arm(),
+            Err(Status::Busy),
+            "no sleeping on a kept message"
+        );
+        // SAFETY: the iface is alive and the message has not been released, so its cell
+        // is mapped and unchanged (what this test checks).
+        let data = unsafe { std::slice::from_raw_parts(ptr, len) };
+        assert_eq!(&data[..8], &1u64.to_le_bytes());
+        assert_eq!(&data[8..], &[7; 40]);
+        iface.am_release();
+        assert!(iface.am_short(ep, 3, 999, &[]).is_ok(), "cells released");
+        iface.am_release(); // nothing kept: no effect
     }
 
     const AM_ID_MAX_TEST: u8 = crate::iface::AM_ID_MAX;
