@@ -19,7 +19,7 @@ use crate::ep::{handle_of, CEp};
 use crate::ops::{CbKind, Outcome, Post};
 use crate::request::Cb;
 use crate::types::*;
-use crate::worker::{AmH, CWorker};
+use crate::worker::{AmH, CAm, CAmData, CWorker};
 use crate::{code, guard, status_ptr};
 
 const DESC_MAGIC: u64 = 0x5275_6378_416d_4421;
@@ -48,9 +48,10 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
         else {
             // No handler: drop the message (and let a rendezvous sender complete).
             match ev.data {
-                AmData::Eager(v) => w.with(|wk| wk.am_recycle(v)),
-                AmData::Rndv(r) => w.with(|wk| wk.am_data_release(r)),
+                CAmData::Eager(v) => w.with(|wk| wk.am_recycle(v)),
+                CAmData::Rndv(r) => w.with(|wk| wk.am_data_release(r)),
             }
+            w.with(|wk| wk.am_recycle(ev.header));
             continue;
         };
         let mut param = ucp_am_recv_param_t {
@@ -68,7 +69,7 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
             hdr.as_ptr().cast::<c_void>()
         };
         match ev.data {
-            AmData::Eager(mut v) => {
+            CAmData::Eager(mut v) => {
                 let persistent = flags & UCP_AM_FLAG_PERSISTENT_DATA != 0;
                 if persistent {
                     param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_DATA;
@@ -86,7 +87,7 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
                     w.with(|wk| wk.am_recycle(v));
                 }
             }
-            AmData::Rndv(r) => {
+            CAmData::Rndv(r) => {
                 param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_RNDV;
                 let len = r.len();
                 let d = Box::into_raw(Box::new(AmDesc {
@@ -101,17 +102,18 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
                 // SAFETY: d is live: only we free it while in_cb is set.
                 let desc = unsafe { &mut *d };
                 desc.in_cb = false;
-                if desc.rndv.is_some() && s == code(Status::InProgress) {
-                    // Kept: freed by ucp_am_recv_data_nbx or ucp_am_data_release.
-                    continue;
+                // Kept (`UCS_INPROGRESS`): freed by ucp_am_recv_data_nbx or
+                // ucp_am_data_release.
+                if desc.rndv.is_none() || s != code(Status::InProgress) {
+                    if let Some(r) = desc.rndv.take() {
+                        w.with(|wk| wk.am_data_release(r));
+                    }
+                    // SAFETY: made by Box::into_raw above; not kept, so freed once here.
+                    unsafe { free_desc(d) };
                 }
-                if let Some(r) = desc.rndv.take() {
-                    w.with(|wk| wk.am_data_release(r));
-                }
-                // SAFETY: made by Box::into_raw above; not kept, so freed once here.
-                unsafe { free_desc(d) };
             }
         }
+        w.with(|wk| wk.am_recycle(hdr));
     }
     n
 }
@@ -199,8 +201,18 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
             }
             i.am[ix] = h.cb.map(|_| h);
             let handler: Option<ucp::AmHandler> = h.cb.map(|_| {
-                Box::new(move |_: &mut ucp::Worker, ev: ucp::AmEvent| {
-                    q.push(ev);
+                Box::new(move |wk: &mut ucp::Worker, ev: ucp::AmEvent| {
+                    // Copied: the application's callback runs after progress returned.
+                    let data = match ev.data {
+                        AmData::Eager(d) => CAmData::Eager(wk.am_buf(d)),
+                        AmData::Rndv(r) => CAmData::Rndv(r),
+                    };
+                    q.push(CAm {
+                        id: ev.id,
+                        header: wk.am_buf(ev.header),
+                        data,
+                        reply_ep: ev.reply_ep,
+                    });
                 }) as ucp::AmHandler
             });
             i.w.am_set_handler(id, handler);

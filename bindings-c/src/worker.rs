@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ucp::{AmEvent, ConnRequest, EpHandle, Worker};
+use ucp::{AmRndv, ConnRequest, EpHandle, Worker};
 use ucs::Status;
 
 use crate::context::{fput, malloc_copy, write_name, CContext};
@@ -78,23 +78,39 @@ pub struct CWorker {
     pub(crate) am_queue: Arc<AmQueue>,
 }
 
+/// An active message copied out of `ucp`'s handler for the application's: the header and
+/// eager data in buffers of the worker's pool.
+#[derive(Debug)]
+pub(crate) struct CAm {
+    pub(crate) id: u16,
+    pub(crate) header: Vec<u8>,
+    pub(crate) data: CAmData,
+    pub(crate) reply_ep: Option<EpHandle>,
+}
+
+#[derive(Debug)]
+pub(crate) enum CAmData {
+    Eager(Vec<u8>),
+    Rndv(AmRndv),
+}
+
 /// Active messages waiting for the application's handlers, with their number readable
 /// without the lock (an idle `ucp_worker_progress` then takes no second lock).
 #[derive(Debug, Default)]
 pub(crate) struct AmQueue {
-    q: Mutex<VecDeque<AmEvent>>,
+    q: Mutex<VecDeque<CAm>>,
     len: std::sync::atomic::AtomicUsize,
 }
 
 impl AmQueue {
-    pub(crate) fn push(&self, ev: AmEvent) {
+    pub(crate) fn push(&self, ev: CAm) {
         let mut q = lock(&self.q);
         q.push_back(ev);
         self.len
             .store(q.len(), std::sync::atomic::Ordering::Release);
     }
 
-    pub(crate) fn pop(&self) -> Option<AmEvent> {
+    pub(crate) fn pop(&self) -> Option<CAm> {
         if self.is_empty() {
             return None;
         }

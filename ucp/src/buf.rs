@@ -403,6 +403,40 @@ pub(crate) fn with_raw<R>(addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> 
     f(unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
 }
 
+/// A received active message that its transport left in place (`uct::Handler::am_keep`):
+/// where its bytes are, for reading them after the transport's `progress` returned.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeptBytes {
+    addr: usize,
+    len: usize,
+}
+
+impl KeptBytes {
+    pub(crate) fn new(b: &[u8]) -> KeptBytes {
+        KeptBytes {
+            addr: b.as_ptr() as usize,
+            len: b.len(),
+        }
+    }
+}
+
+/// Runs `f` on the bytes of a kept active message.
+///
+/// The caller (the worker's AM dispatch) passes only the message its interface kept in the
+/// same `progress` call, before asking that interface to `am_release` it: the `AM_KEEP`
+/// contract keeps the bytes in place and unchanged until then. The interfaces live as long
+/// as the worker, and a worker dropped while `f` runs leaks them instead of unmapping their
+/// memory (`Worker`'s `Drop`); the slice does not outlive the call.
+#[inline(always)]
+pub(crate) fn with_kept<R>(k: KeptBytes, f: impl FnOnce(&[u8]) -> R) -> R {
+    if k.len == 0 {
+        return f(&[]);
+    }
+    // SAFETY: see above: the transport keeps the message in place until am_release, which
+    // comes after `f` returns.
+    f(unsafe { std::slice::from_raw_parts(k.addr as *const u8, k.len) })
+}
+
 /// Copies from address `addr` of this process into `dst`: the target side of a remote get.
 /// Same contract as [`write_raw`].
 pub(crate) fn read_raw(addr: u64, dst: &mut [u8]) {

@@ -134,8 +134,7 @@ impl AmSink {
             0,
             Some(Box::new(move |w: &mut Worker, ev: ucp::AmEvent| {
                 match ev.data {
-                    ucp::AmData::Eager(v) => {
-                        w.am_recycle(v);
+                    ucp::AmData::Eager(_) => {
                         if let Some(reply) = &reply {
                             if w.am_send(ep, 0, &[], reply, Default::default()).is_err() {
                                 failed.fetch_add(1, Ordering::Relaxed);

@@ -518,11 +518,10 @@ fn am(p: &mut Peer, role: &str) -> R<String> {
                 }
                 match ev.data {
                     AmData::Eager(d) => {
-                        if let Err(e) = check(seq, &d) {
+                        if let Err(e) = check(seq, d) {
                             errors.lock().unwrap().push(e);
                         }
                         *count.lock().unwrap() += 1;
-                        w.am_recycle(d);
                     }
                     AmData::Rndv(r) => {
                         let mut b = vec![0u8; r.len()].into_boxed_slice();

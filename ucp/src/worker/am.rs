@@ -17,11 +17,21 @@
 //! data fits the lane's short size: its prefix is the transport's 8-byte short header, so it
 //! goes out through `am_short` with no packing callback.
 //!
-//! Handlers run from [`Worker::progress`] after the transports have been progressed, with
-//! the worker itself as their first argument: a handler may send, reply, or receive
-//! rendezvous data right there. Each event is owned by the handler: keeping its data is
-//! UCX's "persistent data" (`UCP_AM_RECV_ATTR_FLAG_DATA` + returning `UCS_INPROGRESS`);
-//! giving the buffer back with [`Worker::am_recycle`] lets the next message reuse it.
+//! Handlers run from [`Worker::progress`], with the worker itself as their first argument:
+//! a handler may send, reply, or receive rendezvous data right there. As in UCX, eager data
+//! and the user header are lent for the call: a handler that keeps them copies them (UCX's
+//! "persistent data"; [`Worker::am_buf`] makes a pooled copy). A handler should not call
+//! `progress` itself (ucp.h forbids it); if it does, later messages are still delivered.
+//!
+//! Two ways to the handler:
+//! - **In place.** A transport with `AM_KEEP` (posix) offers each message through
+//!   `Handler::am_keep`. An eager AM_USER or AM_USER_SHORT message, when no other message
+//!   waits before it, is kept where it arrived: the transport's `progress` returns, the
+//!   worker runs the handler on the bytes in the transport's receive buffer
+//!   (`Worker::dispatch_kept`), then releases them. No copy, no queue.
+//! - **Queued.** Every other message (other transports, rendezvous announcements, a
+//!   message behind a queued one) is copied into pooled buffers and queued
+//!   (`QueuedAm`); `progress` runs its handler after the transports, lending the copies.
 
 use ucs::wire::Reader;
 use ucs::{Status, UcsResult};
@@ -29,6 +39,7 @@ use uct::MemoryType;
 
 use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
 use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
+use crate::buf::KeptBytes;
 use crate::datatype::{Data, DataState};
 use crate::proto::select::{Op as SelOp, Proto};
 use crate::proto::wire::{self, RtsData};
@@ -77,7 +88,7 @@ pub struct AmRndv {
     sreq: u64,
     length: usize,
     /// Boxed: an arrived rendezvous is rare next to eager messages, and it keeps every
-    /// `AmEvent` small (events are moved through the dispatch queue).
+    /// queued event small.
     rts: Box<RtsData>,
 }
 
@@ -92,25 +103,64 @@ impl AmRndv {
 
 /// The data of an active message.
 #[derive(Debug)]
-pub enum AmData {
-    /// The whole data, arrived with the message.
-    Eager(Vec<u8>),
+pub enum AmData<'a> {
+    /// The whole data, arrived with the message; lent for the handler's call.
+    Eager(&'a [u8]),
     /// Data still at the sender.
     Rndv(AmRndv),
 }
 
-/// An arrived active message, handed to its handler.
+/// An arrived active message, handed to its handler. The header and eager data are lent
+/// for the call.
 #[derive(Debug)]
-pub struct AmEvent {
+pub struct AmEvent<'a> {
     pub id: u16,
-    pub header: Vec<u8>,
-    pub data: AmData,
+    pub header: &'a [u8],
+    pub data: AmData<'a>,
     /// The endpoint to reply on, when the sender asked for one.
     pub reply_ep: Option<EpHandle>,
 }
 
 /// A handler: called with the worker and the event.
-pub type AmHandler = Box<dyn FnMut(&mut Worker, AmEvent) + Send>;
+pub type AmHandler = Box<dyn for<'a> FnMut(&mut Worker, AmEvent<'a>) + Send>;
+
+/// A message waiting for its handler, with its own (pooled) copies of header and data.
+#[derive(Debug)]
+pub(crate) struct QueuedAm {
+    id: u16,
+    header: Vec<u8>,
+    data: QueuedData,
+    reply_ep: Option<EpHandle>,
+}
+
+#[derive(Debug)]
+enum QueuedData {
+    Eager(Vec<u8>),
+    Rndv(AmRndv),
+}
+
+/// A decoded eager AM_USER or AM_USER_SHORT message.
+struct UserMsg<'d> {
+    id: u16,
+    flags: u8,
+    ep: usize,
+    /// The user header's length: `rest` is the user header, then the data.
+    hdr_len: usize,
+    rest: &'d [u8],
+}
+
+/// An eager message its transport kept in place for the handler (`Handler::am_keep`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeptAm {
+    /// The interface that keeps it, to release it after the handler.
+    iface: usize,
+    id: u16,
+    flags: u8,
+    ep: usize,
+    /// The user header's length: `bytes` is the user header, then the data.
+    hdr_len: usize,
+    bytes: KeptBytes,
+}
 
 impl Worker {
     /// Sets (or with `None` removes) the handler of AM id `id`
@@ -297,39 +347,102 @@ impl Worker {
         );
     }
 
-    /// Gives an eager data buffer back for reuse by later messages.
-    pub fn am_recycle(&mut self, mut v: Vec<u8>) {
-        if self.core.am_pool.len() < 64 {
-            v.clear();
-            self.core.am_pool.push(v);
-        }
+    /// A copy of `bytes` in a buffer from the worker's pool: for a handler that keeps a
+    /// message's data past its call. Give it back with [`Worker::am_recycle`] when done.
+    pub fn am_buf(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.core.take_buf(bytes)
     }
 
-    /// Runs the handlers of arrived messages (from `progress`).
+    /// Gives a buffer (from [`Worker::am_buf`] or a stream receive) back for reuse.
+    pub fn am_recycle(&mut self, v: Vec<u8>) {
+        self.core.recycle(v);
+    }
+
+    /// Runs the handler of the message an interface kept in place (from `progress`, right
+    /// after that interface's progress), then lets the interface reuse its memory.
+    #[inline(never)]
+    pub(super) fn dispatch_kept(&mut self) -> usize {
+        let Some(k) = self.core.kept.take() else {
+            return 0;
+        };
+        self.core.stats.am_in_place += 1;
+        crate::buf::with_kept(k.bytes, |b| {
+            let (header, payload) = b.split_at(k.hdr_len);
+            self.run_handler(AmEvent {
+                id: k.id,
+                header,
+                data: AmData::Eager(payload),
+                reply_ep: reply_ep(k.flags, k.ep),
+            });
+        });
+        // After a handler that swapped this worker with another (`mem::swap`), this finds
+        // the other worker, whose interface keeps nothing: releasing is then a no-op.
+        if let Some(iface) = self.ifaces.get_mut(k.iface) {
+            iface.am_release();
+        }
+        1
+    }
+
+    /// Runs the handlers of queued messages (from `progress`).
     pub(super) fn dispatch_am(&mut self) -> usize {
         let mut n = 0;
-        while let Some(ev) = self.core.am_events.pop_front() {
+        while let Some(q) = self.core.am_events.pop_front() {
             n += 1;
-            let i = ev.id as usize;
-            match self.am_handlers.get_mut(i).and_then(Option::take) {
-                Some(mut h) => {
-                    h(self, ev);
-                    // The handler may have replaced itself; keep the newer one.
-                    if let Some(slot) = self.am_handlers.get_mut(i) {
-                        if slot.is_none() {
-                            *slot = Some(h);
-                        }
-                    }
+            let QueuedAm {
+                id,
+                header,
+                data,
+                reply_ep,
+            } = q;
+            let data = match data {
+                QueuedData::Eager(v) => {
+                    self.run_handler(AmEvent {
+                        id,
+                        header: &header,
+                        data: AmData::Eager(&v),
+                        reply_ep,
+                    });
+                    v
                 }
-                None => {
-                    log::warn!("ucp: active message for id {i} without a handler dropped");
-                    if let AmData::Rndv(r) = ev.data {
-                        self.am_data_release(r);
+                QueuedData::Rndv(r) => {
+                    self.run_handler(AmEvent {
+                        id,
+                        header: &header,
+                        data: AmData::Rndv(r),
+                        reply_ep,
+                    });
+                    Vec::new()
+                }
+            };
+            self.core.recycle(data);
+            self.core.recycle(header);
+        }
+        n
+    }
+
+    /// Calls the handler of `ev.id`, or drops the message when there is none.
+    #[inline(always)]
+    fn run_handler(&mut self, ev: AmEvent<'_>) {
+        let i = ev.id as usize;
+        match self.am_handlers.get_mut(i).and_then(Option::take) {
+            Some(mut h) => {
+                self.core.am_depth += 1;
+                h(self, ev);
+                self.core.am_depth = self.core.am_depth.saturating_sub(1);
+                // The handler may have replaced itself; keep the newer one.
+                if let Some(slot) = self.am_handlers.get_mut(i) {
+                    if slot.is_none() {
+                        *slot = Some(h);
                     }
                 }
             }
+            None => {
+                log::warn!("ucp: active message for id {i} without a handler dropped");
+                if let AmData::Rndv(r) = ev.data {
+                    self.am_data_release(r);
+                }
+            }
         }
-        n
     }
 }
 
@@ -404,42 +517,86 @@ impl Core {
         v
     }
 
-    /// An AM_USER message arrived.
-    pub(super) fn on_am_user(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+    fn recycle(&mut self, mut v: Vec<u8>) {
+        if v.capacity() != 0 && self.am_pool.len() < 64 {
+            v.clear();
+            self.am_pool.push(v);
+        }
+    }
+
+    /// Decodes an eager AM_USER or AM_USER_SHORT message.
+    #[inline]
+    fn decode_user<'d>(&self, id: u8, data: &'d [u8]) -> Result<UserMsg<'d>, Option<usize>> {
+        if id == AM_USER_SHORT {
+            let Some((word, payload)) = data.split_first_chunk::<8>() else {
+                return Err(None);
+            };
+            let word = u64::from_le_bytes(*word);
+            return Ok(UserMsg {
+                id: word as u16,
+                flags: (word >> 16) as u8,
+                ep: self.live_ep((word >> 24) as u32)?,
+                hdr_len: 0,
+                rest: payload,
+            });
+        }
         let mut r = Reader::new(data);
-        let (id, flags, ep, hlen) = match (r.u16(), r.u8(), r.u32(), r.u32()) {
+        let (id, flags, ep, hdr_len) = match (r.u16(), r.u8(), r.u32(), r.u32()) {
             (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d as usize),
             _ => return Err(None),
         };
         let ep = self.live_ep(ep)?;
-        let header = r.bytes(hlen).ok_or(Some(ep))?;
-        self.queue_eager(id, flags, ep, header, r.rest());
-        Ok(())
+        let rest = r.rest();
+        if hdr_len > rest.len() {
+            return Err(Some(ep));
+        }
+        Ok(UserMsg {
+            id,
+            flags,
+            ep,
+            hdr_len,
+            rest,
+        })
     }
 
-    /// An AM_USER_SHORT message arrived.
-    pub(super) fn on_am_user_short(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
-        let Some((word, payload)) = data.split_first_chunk::<8>() else {
-            return Err(None);
-        };
-        let word = u64::from_le_bytes(*word);
-        let (id, flags, ep) = (word as u16, (word >> 16) as u8, (word >> 24) as u32);
-        let ep = self.live_ep(ep)?;
-        self.queue_eager(id, flags, ep, &[], payload);
-        Ok(())
-    }
-
-    /// Queues an eager message for its handler, header and data copied into pooled
-    /// buffers; `progress` runs the handlers after the transports.
-    fn queue_eager(&mut self, id: u16, flags: u8, ep: usize, header: &[u8], payload: &[u8]) {
+    /// An eager AM_USER or AM_USER_SHORT message arrived: queued for its handler, header
+    /// and data copied into pooled buffers; `progress` runs the handlers after the
+    /// transports.
+    pub(super) fn on_am_user(&mut self, id: u8, data: &[u8]) -> Result<(), Option<usize>> {
+        let m = self.decode_user(id, data)?;
+        let (header, payload) = m.rest.split_at(m.hdr_len);
         let header = self.take_buf(header);
         let payload = self.take_buf(payload);
-        self.am_events.push_back(AmEvent {
-            id,
+        self.am_events.push_back(QueuedAm {
+            id: m.id,
             header,
-            data: AmData::Eager(payload),
-            reply_ep: reply_ep(flags, ep),
+            data: QueuedData::Eager(payload),
+            reply_ep: reply_ep(m.flags, m.ep),
         });
+        Ok(())
+    }
+
+    /// The same message from a transport that can keep it in place: kept for
+    /// `Worker::dispatch_kept`, which runs its handler right after this transport's
+    /// progress, unless something that arrived before it still waits (a queued message, or
+    /// protocol actions such as the wire-up that lets the handler reply): then it waits
+    /// behind them, queued.
+    #[inline]
+    pub(super) fn keep_am_user(&mut self, id: u8, data: &[u8]) -> Result<bool, Option<usize>> {
+        if self.work || !self.am_events.is_empty() {
+            self.on_am_user(id, data)?;
+            return Ok(false);
+        }
+        let m = self.decode_user(id, data)?;
+        self.kept = Some(KeptAm {
+            iface: self.cur_iface,
+            id: m.id,
+            flags: m.flags,
+            ep: m.ep,
+            hdr_len: m.hdr_len,
+            bytes: KeptBytes::new(m.rest),
+        });
+        Ok(true)
     }
 
     /// An AM_USER_RTS message arrived.
@@ -453,10 +610,10 @@ impl Core {
         let (h, rts) = wire::decode_rts(r.rest()).ok_or(None)?;
         let ep = self.live_ep(h.ep)?;
         let length = usize::try_from(h.total).map_err(|_| Some(ep))?;
-        self.am_events.push_back(AmEvent {
+        self.am_events.push_back(QueuedAm {
             id,
             header,
-            data: AmData::Rndv(AmRndv {
+            data: QueuedData::Rndv(AmRndv {
                 ep,
                 sreq: h.sreq,
                 length,

@@ -31,12 +31,31 @@ impl Handler for Core {
         // The small-message case first, with nothing else inlined around it.
         let ok = match id {
             wire::AM_EAGER => self.on_eager(data),
-            super::am::AM_USER_SHORT => self.on_am_user_short(data),
+            super::am::AM_USER_SHORT => self.on_am_user(id, data),
             _ => self.on_other(id, data),
         };
         if let Err(ep) = ok {
             self.malformed(id, data.len(), ep);
         }
+    }
+
+    /// As `am`, but eager user active messages are kept in place for their handler
+    /// (`Core::keep_am_user`). The same dispatch as `am`, written out again so that the
+    /// tag path pays no extra call.
+    #[inline]
+    fn am_keep(&mut self, id: u8, data: &[u8]) -> bool {
+        let ok = match id {
+            wire::AM_EAGER => self.on_eager(data),
+            super::am::AM_USER_SHORT | super::am::AM_USER => match self.keep_am_user(id, data) {
+                Ok(kept) => return kept,
+                Err(ep) => Err(ep),
+            },
+            _ => self.on_other(id, data),
+        };
+        if let Err(ep) = ok {
+            self.malformed(id, data.len(), ep);
+        }
+        false
     }
 
     fn completion(&mut self, comp: Comp, status: Status) {
@@ -87,7 +106,7 @@ impl Core {
             wire::AM_LAYOUT => self.on_layout(data),
             wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
-            super::am::AM_USER => self.on_am_user(data),
+            super::am::AM_USER => self.on_am_user(id, data),
             super::am::AM_USER_RTS => self.on_am_rts(data),
             super::rma::AM_RMA_PUT | super::rma::AM_RMA_GET | super::rma::AM_RMA_ATOMIC => {
                 self.on_rma_request(id, data)

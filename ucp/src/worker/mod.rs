@@ -95,6 +95,9 @@ pub struct WorkerStats {
     /// Active messages sent eagerly / by rendezvous.
     pub am_eager: u64,
     pub am_rndv: u64,
+    /// Eager active messages whose handler ran on the bytes where they arrived, in the
+    /// transport's receive buffer (no copy, no queue), counted by the receiver.
+    pub am_in_place: u64,
     /// Bytes of structured-layout descriptions sent, and layouts found (or not) in the
     /// receiver's memo cache.
     pub layout_bytes_sent: u64,
@@ -408,8 +411,12 @@ pub(crate) struct Core {
     pub(crate) finished: Vec<ReqId>,
     pub(crate) completions: VecDeque<Completion>,
     /// Active messages waiting for their handlers, and buffers to reuse for them.
-    pub(crate) am_events: VecDeque<am::AmEvent>,
+    pub(crate) am_events: VecDeque<am::QueuedAm>,
     pub(crate) am_pool: Vec<Vec<u8>>,
+    /// The active message an interface kept in place during this `progress` call.
+    pub(crate) kept: Option<am::KeptAm>,
+    /// How many AM handlers of this worker are running (nested when a handler progresses).
+    pub(crate) am_depth: u32,
     /// Mapped regions, and RMA operations waiting to send their messages.
     pub(crate) mems: Slab<rma::MemReg>,
     /// Vectors compiled for iov lists of that shape (`tag::as_vector`).
@@ -443,6 +450,17 @@ pub struct Worker {
     has_event_fd: bool,
     sock: listener::Sockets,
     am_handlers: Vec<Option<am::AmHandler>>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if self.core.am_depth > 0 {
+            // Dropped from inside one of its own AM handlers (moved out with `mem::swap`):
+            // that handler may still read a message kept in an interface's receive memory,
+            // so the interfaces are leaked rather than closed.
+            std::mem::forget(std::mem::take(&mut self.ifaces));
+        }
+    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -554,6 +572,8 @@ impl Worker {
             completions: VecDeque::new(),
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
+            kept: None,
+            am_depth: 0,
             mems: Slab::new(),
             mappings: HashMap::new(),
             shm_regions: 0,
@@ -642,12 +662,14 @@ impl Worker {
         let mut n = if self.core.tick.is_multiple_of(IDLE_POLL_EVERY) {
             self.progress_all_ifaces()
         } else {
-            let Worker { ifaces, core, .. } = self;
             let mut n = 0;
-            for i in 0..core.active.len() {
-                let i = usize::from(core.active[i]);
-                core.cur_iface = i;
-                n += ifaces[i].progress(core);
+            for k in 0..self.core.active.len() {
+                let i = usize::from(self.core.active[k]);
+                self.core.cur_iface = i;
+                n += self.ifaces[i].progress(&mut self.core);
+                if self.core.kept.is_some() {
+                    n += self.dispatch_kept();
+                }
             }
             n
         };
@@ -667,6 +689,9 @@ impl Worker {
             let k = self.ifaces[i].progress(&mut self.core);
             if k > 0 {
                 self.core.mark_active(i);
+            }
+            if self.core.kept.is_some() {
+                n += self.dispatch_kept();
             }
             n += k;
         }

@@ -902,6 +902,174 @@ fn serialized_thread_mode_through_a_mutex() {
     }
 }
 
+/// Over shared memory an eager active message's handler runs on the bytes where they
+/// arrived. Such a handler may call `progress` itself (ucp.h forbids it, we survive it):
+/// the later messages are still delivered, through the queue, and the bytes it holds stay
+/// unchanged meanwhile. Over tcp every message is a queued copy. Header and data arrive
+/// intact either way, and `am_buf` keeps a copy past the handler.
+#[test]
+fn active_messages_run_in_place_and_survive_nested_progress() {
+    use super::am::{AmData, AmSendParams};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+    const LATER: u64 = 40;
+    for tls in ["posix,cma", "tcp"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        let later = Arc::new(AtomicU64::new(0));
+        let bad = Arc::new(AtomicU64::new(0));
+        {
+            let (later, bad) = (Arc::clone(&later), Arc::clone(&bad));
+            b.am_set_handler(
+                2,
+                Some(Box::new(move |_: &mut Worker, ev: super::am::AmEvent| {
+                    let n = later.fetch_add(1, Ordering::Relaxed);
+                    let ok = matches!(ev.data, AmData::Eager(d) if d == pattern(64, n as u8));
+                    if !ok {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                })),
+            );
+        }
+        // One message first, so the wire-up is finished when the real ones arrive.
+        let warm = pattern(64, 0);
+        a.am_send(ab, 2, &[], &contig(&warm), AmSendParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |_, _| later.load(Ordering::Relaxed) == 1);
+        later.store(0, Ordering::Relaxed);
+
+        // (header, data as first seen, data after the nested progress, the am_buf copy)
+        type Seen = Arc<Mutex<Option<(Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>)>>>;
+        let seen: Seen = Default::default();
+        {
+            let (seen, later) = (Arc::clone(&seen), Arc::clone(&later));
+            b.am_set_handler(
+                1,
+                Some(Box::new(move |w: &mut Worker, ev: super::am::AmEvent| {
+                    let AmData::Eager(d) = ev.data else {
+                        panic!("eager data came by rendezvous");
+                    };
+                    let first = d.to_vec();
+                    let start = std::time::Instant::now();
+                    while later.load(Ordering::Relaxed) < LATER {
+                        w.progress();
+                        assert!(start.elapsed().as_secs() < 10, "later messages stuck");
+                    }
+                    let copy = w.am_buf(d);
+                    *seen.lock().unwrap() = Some((ev.header.to_vec(), first, d.to_vec(), copy));
+                })),
+            );
+        }
+        let (hdr, data) = (pattern(24, 7), pattern(200, 9));
+        a.am_send(ab, 1, &hdr, &contig(&data), AmSendParams::default())
+            .unwrap();
+        let later_data: Vec<Vec<u8>> = (0..LATER).map(|i| pattern(64, i as u8)).collect();
+        for d in &later_data {
+            // Every message is in b's receive buffer before b looks at the first.
+            while a
+                .am_send(ab, 2, &[], &contig(d), AmSendParams::default())
+                .unwrap()
+                .is_some()
+            {
+                a.progress();
+            }
+        }
+        let in_place = b.stats().am_in_place;
+        drive(&mut a, &mut b, |_, _| seen.lock().unwrap().is_some());
+        let (h, first, after, copy) = seen.lock().unwrap().take().unwrap();
+        assert_eq!(h, hdr, "{tls}");
+        assert_eq!(first, data, "{tls}");
+        assert_eq!(
+            after, data,
+            "{tls}: kept bytes changed during nested progress"
+        );
+        assert_eq!(copy, data, "{tls}");
+        assert_eq!(later.load(Ordering::Relaxed), LATER);
+        assert_eq!(
+            bad.load(Ordering::Relaxed),
+            0,
+            "{tls}: later message corrupted"
+        );
+        let ran_in_place = b.stats().am_in_place - in_place;
+        if tls.starts_with("posix") {
+            // The first in place; those behind it, delivered inside its handler, queued.
+            assert_eq!(ran_in_place, 1, "{tls}");
+        } else {
+            assert_eq!(ran_in_place, 0, "{tls}");
+        }
+        // After the nested round, messages run in place again.
+        let before = b.stats().am_in_place;
+        a.am_send(ab, 2, &[], &contig(&later_data[0]), AmSendParams::default())
+            .unwrap();
+        later.store(0, Ordering::Relaxed);
+        drive(&mut a, &mut b, |_, _| later.load(Ordering::Relaxed) == 1);
+        let expect = u64::from(tls.starts_with("posix"));
+        assert_eq!(b.stats().am_in_place - before, expect, "{tls}");
+    }
+}
+
+/// A handler that swaps its worker out (`mem::swap`) and drops it: the message it holds
+/// lies in the dropped worker's shared-memory receive buffer, which must stay mapped until
+/// the handler is done with it (the worker leaks its interfaces instead of closing them).
+#[test]
+fn worker_dropped_inside_its_own_handler_keeps_the_message_readable() {
+    use super::am::{AmData, AmSendParams};
+    use std::sync::Mutex;
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let c = ctx("posix,cma");
+    let spare = Arc::new(Mutex::new(Some(Worker::new(&c).unwrap())));
+    // In-place handler runs before the message.
+    let before = Arc::new(Mutex::new(0u64));
+    // (handler ran in place, the data read after the drop)
+    type Read = Arc<Mutex<Option<(bool, Vec<u8>)>>>;
+    let read: Read = Default::default();
+    {
+        let (spare, read, before) = (Arc::clone(&spare), Arc::clone(&read), Arc::clone(&before));
+        b.am_set_handler(
+            1,
+            Some(Box::new(move |w: &mut Worker, ev: super::am::AmEvent| {
+                let AmData::Eager(d) = ev.data else {
+                    panic!("eager data came by rendezvous");
+                };
+                let in_place = w.stats().am_in_place == *before.lock().unwrap() + 1;
+                if let Some(mut other) = spare.lock().unwrap().take() {
+                    std::mem::swap(w, &mut other);
+                    drop(other);
+                }
+                *read.lock().unwrap() = Some((in_place, d.to_vec()));
+            })),
+        );
+    }
+    // Wire-up first: a message that arrives while it is under way waits in the queue.
+    let warm = Arc::new(Mutex::new(false));
+    {
+        let warm = Arc::clone(&warm);
+        b.am_set_handler(
+            2,
+            Some(Box::new(move |_: &mut Worker, _: super::am::AmEvent| {
+                *warm.lock().unwrap() = true;
+            })),
+        );
+    }
+    a.am_send(ab, 2, &[], &contig(&[1]), AmSendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |_, _| *warm.lock().unwrap());
+    *before.lock().unwrap() = b.stats().am_in_place;
+    let data = pattern(100, 3);
+    a.am_send(ab, 1, &[], &contig(&data), AmSendParams::default())
+        .unwrap();
+    let start = std::time::Instant::now();
+    while read.lock().unwrap().is_none() {
+        a.progress();
+        b.progress();
+        assert!(start.elapsed().as_secs() < 10, "timed out");
+    }
+    let (in_place, got) = read.lock().unwrap().take().unwrap();
+    assert!(in_place, "the message did not run in place: nothing tested");
+    assert_eq!(got, data);
+    // `b` is now the spare worker; it works.
+    assert_eq!(b.progress(), 0);
+}
+
 /// Messages with no user header and short data go as AM_USER_SHORT: id, data, the reply
 /// endpoint and a reply from the handler arrive as with the long form, for ids past one
 /// byte too.
@@ -924,10 +1092,12 @@ fn headerless_short_active_messages_keep_id_data_and_reply_endpoint() {
                         panic!("short data came by rendezvous");
                     };
                     if let Some(ep) = ev.reply_ep {
-                        let r = w.am_send(ep, 5, &[], &contig(&d), AmSendParams::default());
+                        let r = w.am_send(ep, 5, &[], &contig(d), AmSendParams::default());
                         assert!(r.unwrap().is_none());
                     }
-                    got.lock().unwrap().push((ev.id, d, ev.reply_ep.is_some()));
+                    got.lock()
+                        .unwrap()
+                        .push((ev.id, d.to_vec(), ev.reply_ep.is_some()));
                 })),
             );
         }
@@ -938,7 +1108,7 @@ fn headerless_short_active_messages_keep_id_data_and_reply_endpoint() {
                 5,
                 Some(Box::new(move |_w: &mut Worker, ev: super::am::AmEvent| {
                     if let AmData::Eager(d) = ev.data {
-                        echoes.lock().unwrap().push(d);
+                        echoes.lock().unwrap().push(d.to_vec());
                     }
                 })),
             );
@@ -1008,13 +1178,15 @@ fn active_messages_eager_rendezvous_reply_and_persistent_data() {
                         assert!(r.is_none());
                     }
                     match ev.data {
-                        AmData::Eager(d) => got.lock().unwrap().push((ev.header, d)),
+                        AmData::Eager(d) => {
+                            got.lock().unwrap().push((ev.header.to_vec(), d.to_vec()))
+                        }
                         AmData::Rndv(r) => {
                             let mut buf = vec![0u8; r.len()].into_boxed_slice();
                             // SAFETY: the box is kept in `pending` until the receive completes.
                             let data = Data::Contig(unsafe { Buf::from_mut_slice(&mut buf) });
                             let id = w.am_recv_data(r, &data, RecvParams::default()).unwrap();
-                            pending.lock().unwrap().push((id, ev.header, buf));
+                            pending.lock().unwrap().push((id, ev.header.to_vec(), buf));
                         }
                     }
                 })),
