@@ -40,8 +40,8 @@ impl Handler for Core {
     }
 
     /// As `am`, but eager user active messages are kept in place for their handler
-    /// (`Core::keep_am_user`). The same dispatch as `am`, written out again so that the
-    /// tag path pays no extra call.
+    /// (`Core::keep_am_user`). The same dispatch as `am`, written out again: the tag path
+    /// then pays no extra call.
     #[inline]
     fn am_keep(&mut self, id: u8, data: &[u8]) -> bool {
         let ok = match id {

@@ -465,12 +465,25 @@ impl PosixIface {
                     return true;
                 }
             }
-            Ok((id, data)) => h.am(id, data),
+            Ok((id, data)) => {
+                self.deliver_behind_kept(id, data, h);
+                return false;
+            }
             Err(len) => bad_cell(len),
         }
         self.rx_index = self.rx_index.wrapping_add(1);
         self.release_due();
         false
+    }
+
+    /// A message behind a kept one (a handler progressing from inside the kept message's
+    /// handler): handed over to be copied; nothing is released. Out of line, so that the
+    /// common path holds fewer registers.
+    #[cold]
+    #[inline(never)]
+    fn deliver_behind_kept(&mut self, id: u8, data: &[u8], h: &mut dyn Handler) {
+        h.am(id, data);
+        self.rx_index = self.rx_index.wrapping_add(1);
     }
 
     /// Releases the consumed cells (up to the kept one) once a batch of them is due.
