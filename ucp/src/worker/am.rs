@@ -152,14 +152,13 @@ struct UserMsg<'d> {
 /// An eager message its transport kept in place for the handler (`Handler::am_keep`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct KeptAm {
-    /// The interface that keeps it, to release it after the handler.
-    iface: usize,
-    id: u16,
-    flags: u8,
-    ep: usize,
-    /// The user header's length: `bytes` is the user header, then the data.
-    hdr_len: usize,
     bytes: KeptBytes,
+    reply_ep: Option<EpHandle>,
+    /// The user header's length: `bytes` is the user header, then the data.
+    hdr_len: u32,
+    id: u16,
+    /// The interface that keeps it, to release it after the handler.
+    iface: u8,
 }
 
 impl Worker {
@@ -367,17 +366,17 @@ impl Worker {
         };
         self.core.stats.am_in_place += 1;
         crate::buf::with_kept(k.bytes, |b| {
-            let (header, payload) = b.split_at(k.hdr_len);
+            let (header, payload) = b.split_at(k.hdr_len as usize);
             self.run_handler(AmEvent {
                 id: k.id,
                 header,
                 data: AmData::Eager(payload),
-                reply_ep: reply_ep(k.flags, k.ep),
+                reply_ep: k.reply_ep,
             });
         });
         // After a handler that swapped this worker with another (`mem::swap`), this finds
         // the other worker, whose interface keeps nothing: releasing is then a no-op.
-        if let Some(iface) = self.ifaces.get_mut(k.iface) {
+        if let Some(iface) = self.ifaces.get_mut(usize::from(k.iface)) {
             iface.am_release();
         }
         1
@@ -589,12 +588,13 @@ impl Core {
         }
         let m = self.decode_user(id, data)?;
         self.kept = Some(KeptAm {
-            iface: self.cur_iface,
-            id: m.id,
-            flags: m.flags,
-            ep: m.ep,
-            hdr_len: m.hdr_len,
             bytes: KeptBytes::new(m.rest),
+            reply_ep: reply_ep(m.flags, m.ep),
+            // Both fit: at most 255 interfaces (`Worker::new`), and the header length was
+            // checked against a message that fits one transport buffer.
+            hdr_len: m.hdr_len as u32,
+            id: m.id,
+            iface: self.cur_iface as u8,
         });
         Ok(true)
     }
