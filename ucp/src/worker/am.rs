@@ -393,27 +393,21 @@ impl Worker {
                 data,
                 reply_ep,
             } = q;
-            let data = match data {
-                QueuedData::Eager(v) => {
-                    self.run_handler(AmEvent {
-                        id,
-                        header: &header,
-                        data: AmData::Eager(&v),
-                        reply_ep,
-                    });
-                    v
-                }
-                QueuedData::Rndv(r) => {
-                    self.run_handler(AmEvent {
-                        id,
-                        header: &header,
-                        data: AmData::Rndv(r),
-                        reply_ep,
-                    });
-                    Vec::new()
-                }
+            let (buf, rndv) = match data {
+                QueuedData::Eager(v) => (v, None),
+                QueuedData::Rndv(r) => (Vec::new(), Some(r)),
             };
-            self.core.recycle(data);
+            let data = match rndv {
+                Some(r) => AmData::Rndv(r),
+                None => AmData::Eager(&buf),
+            };
+            self.run_handler(AmEvent {
+                id,
+                header: &header,
+                data,
+                reply_ep,
+            });
+            self.core.recycle(buf);
             self.core.recycle(header);
         }
         n
