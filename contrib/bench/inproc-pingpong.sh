@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The software cost of the 8-byte tag path, Rucx beside UCX 1.22, in one go.
+# The software cost of the small-message paths, Rucx beside UCX 1.22, in one go.
 #
 #   contrib/bench/inproc-pingpong.sh [-r RUNS] [-n ITERS] [-c CPU]
 #
-# Each program runs two workers in one process and one thread, ping-ponging 8-byte tag
-# messages over shared memory (UCX_TLS=posix): `ucp/examples/tag_pingpong.rs` for Rucx,
-# `contrib/bench/ucx-tag-pingpong.c` (the same loop, step for step, built here against the
-# UCX 1.22 wheel's headers) for UCX. No step waits on another core, so the time per round
-# trip (two sends, two receives, the progress calls) is the instruction and cache cost of
-# the tag path alone: the part of the two-process `tag_lat` that software can change. Both
-# run pinned to CPU (default 1), interleaved run by run; printed: every run, the medians,
-# and Rucx / UCX (below 1.0: Rucx is cheaper).
+# Each program runs two workers in one process and one thread over shared memory
+# (UCX_TLS=posix), with the same loop for both libraries, step for step:
+#   tag    8-byte tag ping-pong: `ucp/examples/tag_pingpong.rs`, `ucx-tag-pingpong.c`
+#   am     8-byte active-message ping-pong, answered from the handler:
+#          `ucp/examples/am_pingpong.rs`, `ucx-am-pingpong.c`
+#   empty  one progress call that finds nothing (ITERS x 10 calls):
+#          `ucp/examples/empty_progress.rs`, `ucx-empty-progress.c`
+# No step waits on another core, so the time per round trip (two sends, two receives, the
+# progress calls) is the instruction and cache cost of the path alone: the part of the
+# two-process latency that software can change. The empty poll is the length of a polling
+# loop's turn: a message waits, on average, half of one to be seen. All run pinned to CPU
+# (default 1), interleaved run by run; printed: every run, the medians, and Rucx / UCX
+# (below 1.0: Rucx is cheaper).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=5 iters=2000000 cpu=1
@@ -25,26 +30,36 @@ root="$(sed -n 's/^D=//p' "$UCX122_PERFTEST")"
 [ -f "$root/include/ucp/api/ucp.h" ] || { echo "inproc-pingpong.sh: no ucp.h under $root/include" >&2; exit 1; }
 out="target/bench"
 mkdir -p "$out"
-cc -O2 -Wall -I"$root/include" contrib/bench/ucx-tag-pingpong.c -L"$root/lib" -lucp -lucs \
-  -Wl,-rpath,"$root/lib" -o "$out/ucx-tag-pingpong"
-cargo build --release -q -p ucp --example tag_pingpong
+for prog in tag-pingpong am-pingpong empty-progress; do
+  cc -O2 -Wall -I"$root/include" "contrib/bench/ucx-$prog.c" -L"$root/lib" -lucp -lucs \
+    -Wl,-rpath,"$root/lib" -o "$out/ucx-$prog"
+done
+cargo build --release -q -p ucp --example tag_pingpong --example am_pingpong --example empty_progress
 
+# ucx_run PROGRAM ITERS / rucx_run EXAMPLE ITERS: the first number the program prints.
 ucx_run() {
   UCX_TLS=posix LD_LIBRARY_PATH="$root/lib" UCX_MODULE_DIR="$root/lib/ucx" \
-    taskset -c "$cpu" "$out/ucx-tag-pingpong" "$iters" | awk '{print $1}'
+    taskset -c "$cpu" "$out/ucx-$1" "$2" | awk '{print $1}'
 }
 rucx_run() {
-  UCX_TLS=posix taskset -c "$cpu" target/release/examples/tag_pingpong "$iters" | awk '{print $1}'
+  UCX_TLS=posix taskset -c "$cpu" "target/release/examples/$1" "$2" | awk '{print $1}'
 }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
-r=() u=()
-for i in $(seq "$runs"); do
-  a=$(rucx_run) b=$(ucx_run)
-  r+=("$a") u+=("$b")
-  echo "run $i: rucx $a ns, ucx1.22 $b ns per round trip"
-done
-mr=$(printf '%s\n' "${r[@]}" | median)
-mu=$(printf '%s\n' "${u[@]}" | median)
-printf 'median: rucx %s ns, ucx1.22 %s ns per round trip; rucx/ucx1.22 %.2f\n' "$mr" "$mu" \
-  "$(awk -v a="$mr" -v b="$mu" 'BEGIN {print a / b}')"
+# case_ NAME RUCX_EXAMPLE UCX_PROGRAM ITERS UNIT: RUNS interleaved runs of each, the medians.
+case_() {
+  local name=$1 rex=$2 uprog=$3 n=$4 unit=$5 a b mr mu
+  local -a r=() u=()
+  for i in $(seq "$runs"); do
+    a=$(rucx_run "$rex" "$n") b=$(ucx_run "$uprog" "$n")
+    r+=("$a") u+=("$b")
+    echo "$name run $i: rucx $a ns, ucx1.22 $b ns $unit"
+  done
+  mr=$(printf '%s\n' "${r[@]}" | median)
+  mu=$(printf '%s\n' "${u[@]}" | median)
+  printf '%s median: rucx %s ns, ucx1.22 %s ns %s; rucx/ucx1.22 %.2f\n' "$name" "$mr" "$mu" "$unit" \
+    "$(awk -v a="$mr" -v b="$mu" 'BEGIN {print a / b}')"
+}
+case_ tag tag_pingpong tag-pingpong "$iters" "per round trip"
+case_ am am_pingpong am-pingpong "$iters" "per round trip"
+case_ empty empty_progress empty-progress "$((iters * 10))" "per call"

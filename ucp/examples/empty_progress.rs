@@ -1,0 +1,35 @@
+//! The cost of one `progress` call that finds nothing, on a worker with a wired
+//! shared-memory endpoint: the length of every polling loop's turn. A message that lands
+//! while the loop runs waits, on average, half a turn to be seen.
+//!
+//! `cargo run --release -p ucp --example empty_progress [ITERS]`; compared with UCX by
+//! `contrib/bench/inproc-pingpong.sh`.
+
+use std::time::Instant;
+
+use ucp::{Context, Worker};
+
+fn main() {
+    std::env::set_var(
+        "UCX_TLS",
+        std::env::var("UCX_TLS").unwrap_or("posix".into()),
+    );
+    let iters: u64 = std::env::args()
+        .nth(1)
+        .map_or(10_000_000, |s| s.parse().unwrap());
+    let ctx = Context::from_env().unwrap();
+    let mut a = Worker::new(&ctx).unwrap();
+    let b = Worker::new(&ctx).unwrap();
+    let _ep = a.ep_create(b.address()).unwrap();
+    for _ in 0..10_000 {
+        a.progress();
+    }
+    let t = Instant::now();
+    let mut n = 0;
+    for _ in 0..iters {
+        n += a.progress();
+    }
+    assert_eq!(n, 0, "nothing was sent, yet progress reported events");
+    let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+    println!("{ns:.2} ns per empty progress ({iters} calls)");
+}
