@@ -190,20 +190,31 @@ impl FifoView {
     /// Producer: claims a cell, lets `fill` write at most `data_cap()` bytes of data into
     /// it (returning the length), and publishes it with `am_id`. Returns `None` when the
     /// FIFO is full. Returns `Some(true)` when the consumer asked to be woken.
+    ///
+    /// `tail_seen` is this producer's last reading of `tail` (0 at first). `tail` only
+    /// grows, so every cell below a stale reading is free as well: the shared line is read
+    /// again only when the FIFO looks full by the old reading. Otherwise the first send
+    /// after each batch release by the consumer would wait for that line to come over from
+    /// the consumer's core.
     #[inline(always)]
     pub(crate) fn push(
         &self,
+        tail_seen: &mut u64,
         am_id: u8,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> Option<(usize, bool)> {
         let head = self.ctl_atomic64(OFF_HEAD);
-        let tail = self.ctl_atomic64(OFF_TAIL);
         let mut cur = head.load(Ordering::Relaxed);
         let h = loop {
             let h = cur & !ARMED;
-            let t = tail.load(Ordering::Acquire);
-            if h.wrapping_sub(t) & !ARMED >= self.size {
-                return None;
+            if h.wrapping_sub(*tail_seen) & !ARMED >= self.size {
+                // The acquire orders the consumer's reads of the cells it released before
+                // our writes into them (cells below any earlier reading were ordered by
+                // that reading's acquire).
+                *tail_seen = self.ctl_atomic64(OFF_TAIL).load(Ordering::Acquire);
+                if h.wrapping_sub(*tail_seen) & !ARMED >= self.size {
+                    return None;
+                }
             }
             // Claiming also clears ARMED: this producer then owes the consumer a signal.
             match head.compare_exchange_weak(
@@ -219,7 +230,7 @@ impl FifoView {
         let wake = cur & ARMED != 0;
         let cell = self.cell(h);
         // SAFETY: we own cell `h` until we publish it: the consumer released it (h - tail <
-        // size at claim time) and no other producer can claim the same index.
+        // size at claim time, by a reading of tail no newer than the real one) and no other producer can claim the same index.
         let data = unsafe { std::slice::from_raw_parts_mut(cell.add(CELL_HDR), self.data_cap()) };
         let len = fill(data).min(self.data_cap());
         // SAFETY: header word of our claimed cell (len in the low half, am id above it:
@@ -289,10 +300,11 @@ mod tests {
         let seg = Segment::create(segment_len(4, 128)).unwrap();
         let f = Fifo::init(seg, 4, 128);
         let mut next = 0u64;
+        let mut seen = 0;
         for round in 0..10u8 {
             for i in 0..4u8 {
                 let (n, _) = f
-                    .push(i, |b| {
+                    .push(&mut seen, i, |b| {
                         b[0] = round;
                         b[1] = i;
                         2
@@ -300,7 +312,7 @@ mod tests {
                     .unwrap();
                 assert_eq!(n, 2);
             }
-            assert!(f.push(9, |_| 0).is_none(), "full");
+            assert!(f.push(&mut seen, 9, |_| 0).is_none(), "full");
             for i in 0..4u8 {
                 let (id, d) = f.peek(next).unwrap().unwrap();
                 assert_eq!((id, d), (i, &[round, i][..]));
@@ -312,18 +324,48 @@ mod tests {
     }
 
     #[test]
+    fn producers_read_tail_only_when_the_fifo_looks_full() {
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let (mut a, mut b) = (0, 0);
+        for _ in 0..4 {
+            assert!(f.push(&mut a, 1, |_| 0).is_some());
+        }
+        assert_eq!(a, 0, "no reading while the old one shows room");
+        assert!(f.push(&mut a, 1, |_| 0).is_none(), "full");
+        let _ = (f.peek(0), f.peek(1));
+        f.release(2);
+        assert!(
+            f.push(&mut a, 1, |_| 0).is_some(),
+            "a looks again, sees room"
+        );
+        assert_eq!(a, 2);
+        assert!(
+            f.push(&mut b, 1, |_| 0).is_some(),
+            "a second producer, never read"
+        );
+        assert_eq!(b, 2);
+        assert!(
+            f.push(&mut a, 1, |_| 0).is_none(),
+            "full again: a stale reading never claims an unreleased cell"
+        );
+        assert_eq!(f.peek(5).map(|c| c.map(|(id, _)| id)), Some(Ok(1)));
+        assert!(f.peek(6).is_none());
+    }
+
+    #[test]
     fn arm_sees_waiting_cell_and_wakes_producer() {
         let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let mut seen = 0;
         assert!(f.arm(0));
-        let (_, wake) = f.push(1, |_| 0).unwrap();
+        let (_, wake) = f.push(&mut seen, 1, |_| 0).unwrap();
         assert!(wake);
-        let (_, wake) = f.push(1, |_| 0).unwrap();
+        let (_, wake) = f.push(&mut seen, 1, |_| 0).unwrap();
         assert!(!wake, "only the first producer after arm signals");
         assert!(!f.arm(0), "a claimed cell is waiting");
         let _ = f.peek(0);
         let _ = f.peek(1);
         assert!(f.arm(2), "all consumed");
-        let (_, wake) = f.push(1, |_| 0).unwrap();
+        let (_, wake) = f.push(&mut seen, 1, |_| 0).unwrap();
         assert!(wake);
     }
 

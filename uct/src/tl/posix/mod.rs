@@ -52,6 +52,8 @@ struct PosixEp {
     peer: Arc<PeerFifo>,
     failed: Option<Status>,
     reported: bool,
+    /// The peer FIFO's `tail` as this endpoint last read it (`FifoView::push`).
+    tail_seen: u64,
 }
 
 /// Parsed interface address.
@@ -245,9 +247,20 @@ impl PosixIface {
     }
 
     #[inline]
-    fn push(&self, ep: EpId, id: u8, fill: impl FnOnce(&mut [u8]) -> usize) -> UcsResult<usize> {
-        let e = self.ep(ep)?;
-        match e.fifo.push(id, fill) {
+    fn push(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> UcsResult<usize> {
+        let e = match self.eps.get_mut(ep.index()) {
+            Some(e @ PosixEp { failed: None, .. }) => e,
+            Some(PosixEp {
+                failed: Some(st), ..
+            }) => return Err(*st),
+            None => return Err(Status::InvalidParam),
+        };
+        match e.fifo.push(&mut e.tail_seen, id, fill) {
             None => Err(Status::NoResource),
             Some((len, wake)) => {
                 if wake {
@@ -315,6 +328,7 @@ impl Iface for PosixIface {
             peer,
             failed: None,
             reported: false,
+            tail_seen: 0,
         }) as u32))
     }
 
