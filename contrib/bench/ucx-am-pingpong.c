@@ -3,18 +3,13 @@
  * active-message path per round trip. The loop is the one of Rucx's
  * ucp/examples/am_pingpong.rs, step for step. Built and run by
  * contrib/bench/inproc-pingpong.sh against UCX 1.22's headers. */
-#include <ucp/api/ucp.h>
-#include <stdio.h>
+#include "ucx-two-workers.h"
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 static ucp_ep_h answer_ep;
 static char sa[8] = {1}, sb[8] = {2};
 static volatile unsigned long got;
 static int failed;
-
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
 
 /* Worker a's handler: counts answers. */
 static ucs_status_t on_answer(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
@@ -41,26 +36,10 @@ static ucs_status_t on_ping(void *arg, const void *hdr, size_t hlen, void *data,
 
 int main(int argc, char **argv) {
     long iters = argc > 1 ? atol(argv[1]) : 1000000;
-    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_AM};
-    ucp_config_t *cfg; ucp_context_h ctx;
-    if (ucp_config_read(NULL, NULL, &cfg) != UCS_OK || ucp_init(&p, cfg, &ctx) != UCS_OK) {
-        fprintf(stderr, "ucp_init failed\n");
-        return 1;
-    }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = UCS_THREAD_MODE_SINGLE};
-    ucp_worker_h a, b;
-    if (ucp_worker_create(ctx, &wp, &a) != UCS_OK || ucp_worker_create(ctx, &wp, &b) != UCS_OK) {
-        fprintf(stderr, "ucp_worker_create failed\n");
-        return 1;
-    }
-    ucp_address_t *aa, *ba; size_t al, bl;
-    ucp_worker_get_address(a, &aa, &al); ucp_worker_get_address(b, &ba, &bl);
-    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS};
+    ucp_worker_h w[2];
     ucp_ep_h ea;
-    ep.address = ba;
-    if (ucp_ep_create(a, &ep, &ea) != UCS_OK) return 1;
-    ep.address = aa;
-    if (ucp_ep_create(b, &ep, &answer_ep) != UCS_OK) return 1;
+    if (two_workers(UCP_FEATURE_AM, w, &ea, &answer_ep)) return 1;
+    ucp_worker_h a = w[0], b = w[1];
     ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
                                  .id = 0};
     hp.cb = on_answer;

@@ -230,7 +230,8 @@ impl FifoView {
         let wake = cur & ARMED != 0;
         let cell = self.cell(h);
         // SAFETY: we own cell `h` until we publish it: the consumer released it (h - tail <
-        // size at claim time, by a reading of tail no newer than the real one) and no other producer can claim the same index.
+        // size at claim time, by a reading of tail no newer than the real one) and no
+        // other producer can claim the same index.
         let data = unsafe { std::slice::from_raw_parts_mut(cell.add(CELL_HDR), self.data_cap()) };
         let len = fill(data).min(self.data_cap());
         // SAFETY: header word of our claimed cell (len in the low half, am id above it:

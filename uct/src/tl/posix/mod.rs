@@ -246,6 +246,16 @@ impl PosixIface {
         }
     }
 
+    /// `ep`, for the send path, which updates the endpoint's `tail_seen`.
+    #[inline]
+    fn ep_mut(&mut self, ep: EpId) -> UcsResult<&mut PosixEp> {
+        let e = self.eps.get_mut(ep.index()).ok_or(Status::InvalidParam)?;
+        match e.failed {
+            None => Ok(e),
+            Some(st) => Err(st),
+        }
+    }
+
     #[inline]
     fn push(
         &mut self,
@@ -253,13 +263,7 @@ impl PosixIface {
         id: u8,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> UcsResult<usize> {
-        let e = match self.eps.get_mut(ep.index()) {
-            Some(e @ PosixEp { failed: None, .. }) => e,
-            Some(PosixEp {
-                failed: Some(st), ..
-            }) => return Err(*st),
-            None => return Err(Status::InvalidParam),
-        };
+        let e = self.ep_mut(ep)?;
         match e.fifo.push(&mut e.tail_seen, id, fill) {
             None => Err(Status::NoResource),
             Some((len, wake)) => {
