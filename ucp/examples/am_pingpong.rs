@@ -10,19 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ucp::{AmData, AmEvent, Context, Data, Worker};
+use ucp::{AmData, AmEvent, Data, Worker};
+
+mod common;
 
 fn main() {
-    std::env::set_var(
-        "UCX_TLS",
-        std::env::var("UCX_TLS").unwrap_or("posix".into()),
-    );
-    let iters: u64 = std::env::args()
-        .nth(1)
-        .map_or(1_000_000, |s| s.parse().unwrap());
-    let ctx = Context::from_env().unwrap();
-    let mut a = Worker::new(&ctx).unwrap();
-    let mut b = Worker::new(&ctx).unwrap();
+    let (mut a, mut b, iters) = common::two_workers(1_000_000);
     let ea = a.ep_create(b.address()).unwrap();
     let eb = b.ep_create(a.address()).unwrap();
     let sa = Box::leak(Box::new([0u8; 8]));

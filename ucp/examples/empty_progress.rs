@@ -7,19 +7,10 @@
 
 use std::time::Instant;
 
-use ucp::{Context, Worker};
+mod common;
 
 fn main() {
-    std::env::set_var(
-        "UCX_TLS",
-        std::env::var("UCX_TLS").unwrap_or("posix".into()),
-    );
-    let iters: u64 = std::env::args()
-        .nth(1)
-        .map_or(10_000_000, |s| s.parse().unwrap());
-    let ctx = Context::from_env().unwrap();
-    let mut a = Worker::new(&ctx).unwrap();
-    let b = Worker::new(&ctx).unwrap();
+    let (mut a, b, iters) = common::two_workers(10_000_000);
     let _ep = a.ep_create(b.address()).unwrap();
     for _ in 0..10_000 {
         a.progress();

@@ -8,20 +8,13 @@
 
 use std::time::Instant;
 
-use ucp::{Context, Data, RecvParams, SendParams, Worker};
+use ucp::{Data, RecvParams, SendParams};
 use ucs::Status;
 
+mod common;
+
 fn main() {
-    std::env::set_var(
-        "UCX_TLS",
-        std::env::var("UCX_TLS").unwrap_or("posix".into()),
-    );
-    let iters: u64 = std::env::args()
-        .nth(1)
-        .map_or(1_000_000, |s| s.parse().unwrap());
-    let ctx = Context::from_env().unwrap();
-    let mut a = Worker::new(&ctx).unwrap();
-    let mut b = Worker::new(&ctx).unwrap();
+    let (mut a, mut b, iters) = common::two_workers(1_000_000);
     let ea = a.ep_create(b.address()).unwrap();
     let eb = b.ep_create(a.address()).unwrap();
     let mut sa = [0u8; 8];
