@@ -38,7 +38,7 @@ use ucs::{Status, UcsResult};
 use uct::MemoryType;
 
 use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
-use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
+use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker, NO_IFACE};
 use crate::buf::KeptBytes;
 use crate::datatype::{Data, DataState};
 use crate::proto::select::{Op as SelOp, Proto};
@@ -359,7 +359,7 @@ impl Worker {
 
     /// Runs the handler of the message an interface kept in place (from `progress`, right
     /// after that interface's progress), then lets the interface reuse its memory.
-    #[inline(never)]
+    #[inline(always)]
     pub(super) fn dispatch_kept(&mut self) -> usize {
         let Some(k) = self.core.kept.take() else {
             return 0;
@@ -374,11 +374,16 @@ impl Worker {
                 reply_ep: k.reply_ep,
             });
         });
-        // After a handler that swapped this worker with another (`mem::swap`), this finds
-        // the other worker, whose interface keeps nothing: releasing is then a no-op.
-        if let Some(iface) = self.ifaces.get_mut(usize::from(k.iface)) {
-            iface.am_release();
+        // The interface reuses the message's memory once the next `progress` starts: the
+        // release is not on the way from this message to the next one the program sends
+        // (the reply, in a ping-pong). After a handler that swapped this worker with
+        // another (`mem::swap`), this marks the other worker, whose interface keeps
+        // nothing: releasing is then a no-op.
+        if self.core.release_owed != NO_IFACE {
+            // A handler that progressed kept and handled another message of its own.
+            self.release_owed();
         }
+        self.core.release_owed = k.iface;
         1
     }
 

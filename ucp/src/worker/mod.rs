@@ -419,6 +419,9 @@ pub(crate) struct Core {
     pub(crate) am_pool: Vec<Vec<u8>>,
     /// The active message an interface kept in place during this `progress` call.
     pub(crate) kept: Option<am::KeptAm>,
+    /// The interface whose kept message's handler has returned: released at the start of
+    /// the next `progress` (or `arm`), off the path from a message to the reply it causes.
+    pub(crate) release_owed: u8,
     /// How many AM handlers of this worker are running (nested when a handler progresses).
     pub(crate) am_depth: u32,
     /// Mapped regions, and RMA operations waiting to send their messages.
@@ -579,6 +582,7 @@ impl Worker {
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
             kept: None,
+            release_owed: NO_IFACE,
             am_depth: 0,
             mems: Slab::new(),
             mappings: HashMap::new(),
@@ -678,6 +682,9 @@ impl Worker {
             && self.core.am_events.is_empty()
             && !self.sock.active()
         {
+            if self.core.release_owed != NO_IFACE {
+                self.release_owed();
+            }
             let i = usize::from(one);
             self.core.cur_iface = i;
             let mut n = self.ifaces[i].progress(&mut self.core);
@@ -696,6 +703,9 @@ impl Worker {
     /// the idle interfaces.
     #[inline(never)]
     fn progress_general(&mut self) -> usize {
+        if self.core.release_owed != NO_IFACE {
+            self.release_owed();
+        }
         let mut n = if self.core.tick.is_multiple_of(IDLE_POLL_EVERY) {
             self.progress_all_ifaces()
         } else {
@@ -714,6 +724,16 @@ impl Worker {
             n += self.progress_protocols();
         }
         n
+    }
+
+    /// Lets the interface whose kept message was handled reuse its memory.
+    #[cold]
+    #[inline(never)]
+    fn release_owed(&mut self) {
+        let i = std::mem::replace(&mut self.core.release_owed, NO_IFACE);
+        if let Some(iface) = self.ifaces.get_mut(usize::from(i)) {
+            iface.am_release();
+        }
     }
 
     /// Progresses every interface, the idle ones too; one that delivered something joins
@@ -847,6 +867,9 @@ impl Worker {
     /// Prepares for sleeping on `event_fd` (`ucp_worker_arm`): `Err(Busy)` means there is
     /// work already; progress instead of sleeping.
     pub fn arm(&mut self) -> UcsResult<()> {
+        if self.core.release_owed != NO_IFACE {
+            self.release_owed();
+        }
         if self.core.work
             || !self.core.completions.is_empty()
             || !self.core.ep_errors.is_empty()

@@ -1007,6 +1007,90 @@ fn active_messages_run_in_place_and_survive_nested_progress() {
     }
 }
 
+/// The cell of a message handled in place is given back to the sender by the receiver's
+/// next `progress` (or `arm`), not inside the handler's dispatch: many FIFOs' worth of
+/// in-place messages, each answered from its handler, flow without a stall, and a worker
+/// that has just run a handler arms without `Busy` from the cell it still holds.
+#[test]
+fn in_place_messages_are_released_by_the_next_progress_or_arm() {
+    use super::am::{AmData, AmSendParams};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let got = Arc::new(AtomicU64::new(0));
+    let answers = Arc::new(AtomicU64::new(0));
+    {
+        let got = Arc::clone(&got);
+        b.am_set_handler(
+            1,
+            Some(Box::new(move |w: &mut Worker, ev: super::am::AmEvent| {
+                let AmData::Eager(d) = ev.data else {
+                    panic!("eager data came by rendezvous");
+                };
+                let n = got.fetch_add(1, Ordering::Relaxed);
+                assert_eq!(d, pattern(16, n as u8));
+                let ep = ev.reply_ep.expect("the sender asked for a reply endpoint");
+                let r = w
+                    .am_send(ep, 2, &[], &contig(&[n as u8]), AmSendParams::default())
+                    .unwrap();
+                assert!(r.is_none(), "a one-byte answer completes at once");
+            })),
+        );
+    }
+    {
+        let answers = Arc::clone(&answers);
+        a.am_set_handler(
+            2,
+            Some(Box::new(move |_: &mut Worker, ev: super::am::AmEvent| {
+                let n = answers.fetch_add(1, Ordering::Relaxed);
+                assert!(matches!(ev.data, AmData::Eager(d) if d == [n as u8]));
+            })),
+        );
+    }
+    let reply = AmSendParams {
+        reply: true,
+        ..Default::default()
+    };
+    // Wire-up first, so the messages below run in place.
+    let warm = pattern(16, 0);
+    a.am_send(ab, 1, &[], &contig(&warm), reply).unwrap();
+    drive(&mut a, &mut b, |_, _| answers.load(Ordering::Relaxed) == 1);
+    let before = b.stats().am_in_place;
+    const N: u64 = 1000; // about 16 times the FIFO
+    for i in 1..=N {
+        let data = pattern(16, i as u8);
+        assert!(a
+            .am_send(ab, 1, &[], &contig(&data), reply)
+            .unwrap()
+            .is_none());
+        drive(&mut a, &mut b, |_, _| {
+            answers.load(Ordering::Relaxed) == i + 1
+        });
+    }
+    assert_eq!(got.load(Ordering::Relaxed), N + 1);
+    assert_eq!(
+        b.stats().am_in_place - before,
+        N,
+        "every message ran in place"
+    );
+    // One more, and b stops progressing as soon as its handler has run: b still holds the
+    // message's cell, and arming gives it back instead of answering Busy for it.
+    let last = pattern(16, (N + 1) as u8);
+    assert!(a
+        .am_send(ab, 1, &[], &contig(&last), reply)
+        .unwrap()
+        .is_none());
+    let start = std::time::Instant::now();
+    while got.load(Ordering::Relaxed) < N + 2 {
+        b.progress();
+        assert!(start.elapsed().as_secs() < 10, "timed out");
+    }
+    assert_eq!(
+        b.arm(),
+        Ok(()),
+        "arm is busy with the cell of a finished handler"
+    );
+}
+
 /// A handler that swaps its worker out (`mem::swap`) and drops it: the message it holds
 /// lies in the dropped worker's shared-memory receive buffer, which must stay mapped until
 /// the handler is done with it (the worker leaks its interfaces instead of closing them).
