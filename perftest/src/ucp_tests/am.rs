@@ -98,12 +98,16 @@ pub(super) fn am_bw(
 
 /// What handler 0 of the AM tests shares with the test loop: the messages counted, the
 /// failures, and the rendezvous receives the handler started (with their number, so the
-/// loop takes the lock only when there are some).
-struct AmSink {
-    count: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    pending: Arc<Mutex<Vec<ReqId>>>,
-    npending: Arc<AtomicU64>,
+/// loop takes the lock only when there are some). One allocation, so the polling loop
+/// reaches all of it through one pointer.
+struct AmSink(Arc<Shared>);
+
+#[derive(Default)]
+struct Shared {
+    count: AtomicU64,
+    failed: AtomicU64,
+    npending: AtomicU64,
+    pending: Mutex<Vec<ReqId>>,
 }
 
 /// Adds one to a counter only the progressing thread writes: a plain store, not a locked
@@ -117,18 +121,8 @@ impl AmSink {
     /// the handler (as UCX's perftest does) when given; rendezvous data is received into
     /// `into` and counted by `wait_for` once it has arrived.
     fn install(s: &mut Side, into: Data, reply: Option<Data>) -> AmSink {
-        let sink = AmSink {
-            count: Arc::default(),
-            failed: Arc::default(),
-            pending: Arc::default(),
-            npending: Arc::default(),
-        };
-        let (count, failed, pending, npending) = (
-            Arc::clone(&sink.count),
-            Arc::clone(&sink.failed),
-            Arc::clone(&sink.pending),
-            Arc::clone(&sink.npending),
-        );
+        let sink = AmSink(Arc::default());
+        let sh = Arc::clone(&sink.0);
         let ep = s.ep;
         s.worker.am_set_handler(
             0,
@@ -137,18 +131,18 @@ impl AmSink {
                     ucp::AmData::Eager(_) => {
                         if let Some(reply) = &reply {
                             if w.am_send(ep, 0, &[], reply, Default::default()).is_err() {
-                                failed.fetch_add(1, Ordering::Relaxed);
+                                sh.failed.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        bump(&count);
+                        bump(&sh.count);
                     }
                     ucp::AmData::Rndv(r) => match w.am_recv_data(r, &into, RecvParams::default()) {
                         Ok(id) => {
-                            pending.lock().expect("not poisoned").push(id);
-                            npending.fetch_add(1, Ordering::Release);
+                            sh.pending.lock().expect("not poisoned").push(id);
+                            sh.npending.fetch_add(1, Ordering::Release);
                         }
                         Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
+                            sh.failed.fetch_add(1, Ordering::Relaxed);
                         }
                     },
                 }
@@ -159,6 +153,10 @@ impl AmSink {
 
     /// Progresses until `n` messages are counted. A rendezvous message counts once its
     /// data is in; `answer`, when given, is then sent back.
+    ///
+    /// The handler runs only inside `progress`, so failures are looked for only after a
+    /// poll that handled something, and all the counters sit behind one pointer: the
+    /// loop's turn is two loads beside an empty `progress`.
     fn wait_for(
         &self,
         s: &mut Side,
@@ -166,23 +164,23 @@ impl AmSink {
         oob: &Oob,
         answer: Option<&Data>,
     ) -> Result<(), Error> {
-        while self.count.load(Ordering::Relaxed) < n {
-            if self.failed.load(Ordering::Relaxed) > 0 {
+        let sh = &*self.0;
+        while sh.count.load(Ordering::Relaxed) < n {
+            if s.progress_n(oob)? != 0 && sh.failed.load(Ordering::Relaxed) > 0 {
                 return Err(Error::Peer(
                     "an active-message receive or answer failed".into(),
                 ));
             }
-            s.progress(oob)?;
-            if self.npending.load(Ordering::Acquire) == 0 {
+            if sh.npending.load(Ordering::Acquire) == 0 {
                 continue;
             }
             let done: Vec<ReqId> = {
-                let mut p = self.pending.lock().expect("not poisoned");
+                let mut p = sh.pending.lock().expect("not poisoned");
                 let (d, rest): (Vec<ReqId>, Vec<ReqId>) = p
                     .iter()
                     .partition(|&&id| s.worker.request_status(id) != Status::InProgress);
                 *p = rest;
-                self.npending.fetch_sub(d.len() as u64, Ordering::Release);
+                sh.npending.fetch_sub(d.len() as u64, Ordering::Release);
                 d
             };
             for id in done {
@@ -196,7 +194,7 @@ impl AmSink {
                         s.wait(r, oob)?;
                     }
                 }
-                bump(&self.count);
+                bump(&sh.count);
             }
         }
         Ok(())
