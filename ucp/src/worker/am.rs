@@ -38,7 +38,7 @@ use ucs::{Status, UcsResult};
 use uct::MemoryType;
 
 use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
-use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker, NO_IFACE};
+use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
 use crate::buf::KeptBytes;
 use crate::datatype::{Data, DataState};
 use crate::proto::select::{Op as SelOp, Proto};
@@ -379,10 +379,9 @@ impl Worker {
         // (the reply, in a ping-pong). After a handler that swapped this worker with
         // another (`mem::swap`), this marks the other worker, whose interface keeps
         // nothing: releasing is then a no-op.
-        if self.core.release_owed != NO_IFACE {
-            // A handler that progressed kept and handled another message of its own.
-            self.release_owed();
-        }
+        // (Owed already when the handler progressed and handled a kept message of another
+        // interface.)
+        self.release_if_owed();
         self.core.release_owed = k.iface;
         1
     }

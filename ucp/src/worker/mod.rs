@@ -682,9 +682,7 @@ impl Worker {
             && self.core.am_events.is_empty()
             && !self.sock.active()
         {
-            if self.core.release_owed != NO_IFACE {
-                self.release_owed();
-            }
+            self.release_if_owed();
             let i = usize::from(one);
             self.core.cur_iface = i;
             let mut n = self.ifaces[i].progress(&mut self.core);
@@ -703,9 +701,7 @@ impl Worker {
     /// the idle interfaces.
     #[inline(never)]
     fn progress_general(&mut self) -> usize {
-        if self.core.release_owed != NO_IFACE {
-            self.release_owed();
-        }
+        self.release_if_owed();
         let mut n = if self.core.tick.is_multiple_of(IDLE_POLL_EVERY) {
             self.progress_all_ifaces()
         } else {
@@ -726,7 +722,14 @@ impl Worker {
         n
     }
 
-    /// Lets the interface whose kept message was handled reuse its memory.
+    /// Lets the interface whose kept message was handled, if any, reuse its memory.
+    #[inline(always)]
+    fn release_if_owed(&mut self) {
+        if self.core.release_owed != NO_IFACE {
+            self.release_owed();
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn release_owed(&mut self) {
@@ -867,9 +870,7 @@ impl Worker {
     /// Prepares for sleeping on `event_fd` (`ucp_worker_arm`): `Err(Busy)` means there is
     /// work already; progress instead of sleeping.
     pub fn arm(&mut self) -> UcsResult<()> {
-        if self.core.release_owed != NO_IFACE {
-            self.release_owed();
-        }
+        self.release_if_owed();
         if self.core.work
             || !self.core.completions.is_empty()
             || !self.core.ep_errors.is_empty()
