@@ -138,7 +138,7 @@ impl Buf {
     }
 
     /// Runs `f` on the region as a slice (for sends that hand it to a transport).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with_slice<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         // SAFETY: the constructor's contract keeps `len` bytes at `ptr` valid and unwritten
         // by others while the operation runs (and `ptr` non-null and aligned for u8 when
@@ -147,8 +147,19 @@ impl Buf {
         f(s)
     }
 
+    /// Copies `src` to the start of the region, inline for the few bytes of a short
+    /// message (`ucs::wire::copy`). Panics when `src` is longer than the region.
+    #[inline(always)]
+    pub(crate) fn copy_in(&self, src: &[u8]) {
+        assert!(src.len() <= self.len, "write outside Buf");
+        // SAFETY: as for `with_mut_slice`; the slice covers the first src.len() <= len
+        // bytes and does not outlive this call.
+        let d = unsafe { std::slice::from_raw_parts_mut(self.ptr, src.len()) };
+        ucs::wire::copy(d, src);
+    }
+
     /// Runs `f` on the region as a mutable slice (for receives that unpack into it).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with_mut_slice<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         // SAFETY: the constructor's contract reserves the region for the operation it was
         // given to (a receive: nobody else reads or writes it); the slice does not outlive

@@ -80,6 +80,20 @@ struct Expected<R> {
     user: R,
 }
 
+/// A receive posted while no other was waiting, held outside the slab and the lists until a
+/// second receive is posted beside it: the common case of one receive posted ahead of its
+/// message is then matched with one comparison.
+#[derive(Debug)]
+struct Lone<R> {
+    tag: Tag,
+    mask: TagMask,
+    seq: u64,
+    user: R,
+}
+
+/// The `RecvHandle::key` of a receive posted as the lone one (wherever it lives now).
+const LONE: usize = NIL;
+
 #[derive(Debug)]
 struct Unexpected<T> {
     info: TagInfo,
@@ -114,6 +128,13 @@ fn unexp_all<T>(e: &mut Unexpected<T>) -> &mut Links {
 /// message descriptors of type `T`.
 #[derive(Debug)]
 pub struct TagMatcher<T, R> {
+    /// The only posted receive, when there is exactly one and it was posted alone; while
+    /// it is here, `exp` is empty.
+    lone: Option<Lone<R>>,
+    /// The slab key a lone receive moved to when a second receive was posted (its handle
+    /// names it by `LONE` and its seq). At most one such receive is waiting at a time:
+    /// another lone one needs an empty `exp`.
+    moved: usize,
     exp: Slab<Expected<R>>,
     /// Full-mask receives, per tag, in post order. Never holds an empty list.
     exp_hash: TagTable,
@@ -152,6 +173,8 @@ impl<T, R> TagMatcher<T, R> {
     /// messages before it allocates.
     pub fn with_capacity(expected: usize, unexpected: usize) -> Self {
         TagMatcher {
+            lone: None,
+            moved: NIL,
             exp: Slab::with_capacity(expected),
             exp_hash: TagTable::with_capacity(expected),
             exp_wild: List::EMPTY,
@@ -168,7 +191,7 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Number of posted receives waiting for a message.
     pub fn expected_len(&self) -> usize {
-        self.exp.len()
+        self.exp.len() + usize::from(self.lone.is_some())
     }
 
     /// Number of unexpected messages waiting for a receive (not counting probed ones).
@@ -198,19 +221,45 @@ impl<T, R> TagMatcher<T, R> {
 
         let seq = self.exp_seq;
         self.exp_seq += 1;
+        if self.exp.is_empty() {
+            if self.lone.is_none() {
+                self.lone = Some(Lone {
+                    tag,
+                    mask: tag_mask,
+                    seq,
+                    user,
+                });
+                return PostResult::Queued(RecvHandle { key: LONE, seq });
+            }
+            self.unlone();
+        }
+        let key = self.queue_expected(tag, tag_mask, seq, user);
+        PostResult::Queued(RecvHandle { key, seq })
+    }
+
+    /// Moves the lone receive into the slab and its list, ahead of a second receive.
+    #[inline(never)]
+    fn unlone(&mut self) {
+        if let Some(l) = self.lone.take() {
+            self.moved = self.queue_expected(l.tag, l.mask, l.seq, l.user);
+        }
+    }
+
+    /// Adds a receive (posted as number `seq`) behind the others of its list.
+    fn queue_expected(&mut self, tag: Tag, mask: TagMask, seq: u64, user: R) -> usize {
         let key = self.exp.insert(Expected {
             tag,
-            mask: tag_mask,
+            mask,
             seq,
             links: Links::UNLINKED,
             user,
         });
-        if tag_mask == TAG_MASK_FULL {
+        if mask == TAG_MASK_FULL {
             self.exp_hash.push_back(tag, &mut self.exp, key, exp_links);
         } else {
             self.exp_wild.push_back(&mut self.exp, key, exp_links);
         }
-        PostResult::Queued(RecvHandle { key, seq })
+        key
     }
 
     /// A message from `sender` with tag `tag` and total length `length` has arrived (its
@@ -228,13 +277,8 @@ impl<T, R> TagMatcher<T, R> {
             length,
             sender,
         };
-        if let Some(key) = self.find_expected(tag) {
-            let e = self.take_expected(key);
-            return ArriveResult::Matched(Match {
-                info,
-                msg,
-                user: e.user,
-            });
+        if let Some(user) = self.match_expected(tag) {
+            return ArriveResult::Matched(Match { info, msg, user });
         }
 
         let seq = self.unexp_seq;
@@ -256,9 +300,16 @@ impl<T, R> TagMatcher<T, R> {
     /// expected message straight from the transport's buffer: takes and returns the oldest
     /// posted receive matching `tag`. When it returns `None`, the caller stores the message
     /// with `arrive`, which then finds no expected match either (nothing changed between).
-    #[inline]
+    #[inline(always)]
     pub fn match_expected(&mut self, tag: Tag) -> Option<R> {
-        // The common case: no wildcard receives, and the tag's bucket found once.
+        // The commonest case: the one receive posted, alone.
+        if let Some(l) = &self.lone {
+            if tag_matches(tag, l.tag, l.mask) {
+                return self.lone.take().map(|l| l.user);
+            }
+            return None;
+        }
+        // Next: no wildcard receives, and the tag's bucket found once.
         if self.exp_wild.is_empty() {
             let slot = self.exp_hash.slot_of(tag)?;
             let key = self.exp_hash.pop_front_at(slot, &mut self.exp, exp_links);
@@ -314,8 +365,16 @@ impl<T, R> TagMatcher<T, R> {
     /// Cancels a posted receive that has not matched yet (`ucp_request_cancel`), giving its
     /// user data back. `None` when it already matched or was cancelled.
     pub fn cancel(&mut self, recv: RecvHandle) -> Option<R> {
-        match self.exp.get(recv.key) {
-            Some(e) if e.seq == recv.seq => Some(self.take_expected(recv.key).user),
+        let mut key = recv.key;
+        if key == LONE {
+            if self.lone.as_ref().is_some_and(|l| l.seq == recv.seq) {
+                return self.lone.take().map(|l| l.user);
+            }
+            // Moved since (or matched: then the seq below does not agree).
+            key = self.moved;
+        }
+        match self.exp.get(key) {
+            Some(e) if e.seq == recv.seq => Some(self.take_expected(key).user),
             _ => None,
         }
     }
@@ -418,6 +477,10 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Checks every structural invariant; panics with a description on the first broken one.
     pub(super) fn check_invariants(&self) {
+        if let Some(l) = &self.lone {
+            assert!(self.exp.is_empty(), "a lone receive beside queued ones");
+            assert!(l.seq < self.exp_seq, "lone receive from the future");
+        }
         // Expected: every entry is on exactly the list its mask says, lists are in
         // ascending seq order and doubly linked consistently.
         let mut seen = 0;

@@ -224,6 +224,48 @@ fn cancel_posted_receive() {
 }
 
 #[test]
+fn lone_receive_is_matched_moved_and_cancelled() {
+    let mut m = M::new();
+    // Posted alone: matched (also with a mask) and cancelled in place.
+    let a = queued(m.post_recv(7, !1, 1));
+    assert_eq!(m.expected_len(), 1);
+    assert_eq!(m.arrive(S0, 9, 0, 10), ArriveResult::Unexpected);
+    assert_eq!(matched_arrive(m.arrive(S0, 6, 0, 11)).user, 1);
+    assert_eq!(m.cancel(a), None, "matched already");
+    assert_eq!(matched_post(m.post_recv(9, FULL, 0)).msg, 10);
+    let b = queued(m.post_recv(5, FULL, 2));
+    assert_eq!(m.cancel(b), Some(2));
+    assert_eq!(m.cancel(b), None);
+    assert_eq!(m.expected_len(), 0);
+    m.check_invariants();
+    // A second receive moves the lone one into the queues, ahead of it; its handle still
+    // cancels it there.
+    let c = queued(m.post_recv(4, FULL, 3));
+    let d = queued(m.post_recv(4, FULL, 4));
+    let e = queued(m.post_recv(0, 0, 5));
+    m.check_invariants();
+    assert_eq!(m.cancel(c), Some(3));
+    assert_eq!(m.cancel(c), None);
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 12)).user, 4);
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 13)).user, 5);
+    assert_eq!((m.cancel(d), m.cancel(e)), (None, None));
+    // Moved and matched: a stale handle, even once its slab slot holds a newer receive.
+    let f = queued(m.post_recv(8, FULL, 6));
+    let g = queued(m.post_recv(8, FULL, 7));
+    assert_eq!(matched_arrive(m.arrive(S0, 8, 0, 14)).user, 6);
+    let h = queued(m.post_recv(8, FULL, 8));
+    assert_eq!(m.cancel(f), None);
+    assert_eq!((m.cancel(g), m.cancel(h)), (Some(7), Some(8)));
+    assert_eq!(m.expected_len(), 0);
+    // The older lone wildcard beats a newer exact receive once moved.
+    queued(m.post_recv(0, 0, 9));
+    queued(m.post_recv(1, FULL, 10));
+    assert_eq!(matched_arrive(m.arrive(S0, 1, 0, 15)).user, 9);
+    assert_eq!(matched_arrive(m.arrive(S0, 1, 0, 16)).user, 10);
+    m.check_invariants();
+}
+
+#[test]
 fn stale_recv_handle_after_slot_reuse() {
     let mut m = M::new();
     let a = queued(m.post_recv(1, FULL, 1));

@@ -127,7 +127,8 @@ impl Core {
         }
     }
 
-    #[inline]
+    /// Inlined into `am` and `am_keep`: one call fewer on the small-message path.
+    #[inline(always)]
     fn on_eager(&mut self, data: &[u8]) -> Res {
         if data.len() < wire::EAGER_HDR {
             return Err(None);

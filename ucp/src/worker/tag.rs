@@ -1032,7 +1032,7 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
 }
 
 /// A whole eager message for receive `id`.
-#[inline]
+#[inline(always)]
 pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u8]) {
     let Some(r) = core.reqs.get_mut(id) else {
         return;
@@ -1043,7 +1043,7 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
     let status = match &mut rv.data {
         // The common case, a contiguous buffer that holds the message, copies inline.
         DataState::Contig(b) if payload.len() <= b.len() => {
-            b.with_mut_slice(|d| ucs::wire::copy(&mut d[..payload.len()], payload));
+            b.copy_in(payload);
             Status::Ok
         }
         d => match d.unpack(0, payload) {
