@@ -111,20 +111,51 @@ pub fn process_alive(pid: i32) -> bool {
         return false;
     }
     // A zombie still answers kill(0): read its state.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => match s.rfind(')') {
+    let mut buf = [0u8; STAT_BUF];
+    match read_stat(pid, &mut buf) {
+        Some(s) => match s.rfind(')') {
             Some(i) => !matches!(s.as_bytes().get(i + 2), Some(b'Z') | Some(b'X')),
             None => true,
         },
-        Err(_) => false,
+        None => false,
+    }
+}
+
+/// Enough of /proc/PID/stat for its first 22 fields (the line is a few hundred bytes).
+const STAT_BUF: usize = 1024;
+
+/// The start of /proc/PID/stat, read into `buf` without allocating (the liveness checks
+/// run periodically from transports' `progress`). `None` when it cannot be read.
+fn read_stat(pid: i32, buf: &mut [u8; STAT_BUF]) -> Option<&str> {
+    use std::io::{Read, Write};
+    let mut path = [0u8; 32];
+    let mut w = &mut path[..];
+    write!(w, "/proc/{pid}/stat").ok()?;
+    let n = 32 - w.len();
+    // A path this short goes to open(2) through a stack buffer.
+    let mut f = std::fs::File::open(std::str::from_utf8(&path[..n]).ok()?).ok()?;
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(k) => len += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    // A line cut inside a multi-byte character of the name: keep the valid part.
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(s) => Some(s),
+        Err(e) => std::str::from_utf8(&buf[..e.valid_up_to()]).ok(),
     }
 }
 
 /// The process start time in clock ticks (field 22 of /proc/PID/stat): with the pid it
 /// names a process uniquely, so a recycled pid is not mistaken for the old peer.
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
+    let mut buf = [0u8; STAT_BUF];
+    let s = read_stat(pid, &mut buf)?;
+    let rest = s.get(s.rfind(')')? + 2..)?;
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
@@ -156,7 +187,15 @@ mod tests {
     fn liveness() {
         let me = std::process::id() as i32;
         assert!(process_alive(me));
-        assert!(process_start_time(me).is_some());
+        // Field 22, as a plain read of the whole file gives it.
+        let stat = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
+        let field22: u64 = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .nth(19)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(process_start_time(me), Some(field22));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         child.wait().unwrap();

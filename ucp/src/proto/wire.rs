@@ -44,7 +44,16 @@
 //! A decoder returns `None` for anything short, oversized or out of range; the worker then
 //! closes the endpoint the message came from (when it can tell) and logs it.
 
+use smallvec::SmallVec;
 use ucs::wire::{Reader, Writer};
+
+/// A packed memory key as it travels in rendezvous messages: held inline up to 80 bytes
+/// (the keys of the memory lanes without hardware, with a shared-memory window, take 71),
+/// so decoding one allocates nothing.
+pub type KeyBytes = SmallVec<[u8; 80]>;
+
+/// The remote segments of a rendezvous: held inline up to 4 (a contiguous buffer is one).
+pub type Segs = SmallVec<[RemoteSeg; 4]>;
 
 pub const AM_WIREUP: u8 = 1;
 pub const AM_EAGER: u8 = 2;
@@ -181,38 +190,37 @@ impl ShmWindow {
 /// shared memory, its window.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RndvKey {
-    pub mkey: Vec<u8>,
+    pub mkey: KeyBytes,
     pub shm: Option<ShmWindow>,
 }
 
 const SHM_WINDOW_LEN: usize = 4 + 4 + 8 + 8 + 8 + 8;
+const _: () = assert!(2 + uct::md::RKEY_PACKED_LEN + 1 + SHM_WINDOW_LEN <= 80);
 
 impl RndvKey {
-    pub fn encode(&self) -> Vec<u8> {
-        let n = 2 + self.mkey.len() + 1 + self.shm.map_or(0, |_| SHM_WINDOW_LEN);
-        let w = Writer::with_capacity(n)
-            .u16(self.mkey.len() as u16)
-            .bytes(&self.mkey);
+    pub fn encode(&self) -> KeyBytes {
+        let mut k = KeyBytes::new();
+        k.extend_from_slice(&(self.mkey.len() as u16).to_le_bytes());
+        k.extend_from_slice(&self.mkey);
         match self.shm {
-            None => w.u8(0).buf,
+            None => k.push(0),
             Some(s) => {
-                w.u8(1)
-                    .u32(s.pid)
-                    .u32(s.fd)
-                    .u64(s.nonce)
-                    .u64(s.seg_len)
-                    .u64(s.base)
-                    .u64(s.len)
-                    .buf
+                k.push(1);
+                k.extend_from_slice(&s.pid.to_le_bytes());
+                k.extend_from_slice(&s.fd.to_le_bytes());
+                for v in [s.nonce, s.seg_len, s.base, s.len] {
+                    k.extend_from_slice(&v.to_le_bytes());
+                }
             }
         }
+        k
     }
 
     /// Decodes a key; a window must fit its file (`len <= seg_len`, no address overflow).
     pub fn decode(buf: &[u8]) -> Option<RndvKey> {
         let mut r = Reader::new(buf);
         let n = r.u16()? as usize;
-        let mkey = r.bytes(n)?.to_vec();
+        let mkey = KeyBytes::from_slice(r.bytes(n)?);
         let shm = match r.u8()? {
             0 => None,
             1 => {
@@ -237,15 +245,15 @@ impl RndvKey {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RtsData {
     Get {
-        rkey: Vec<u8>,
-        segs: Vec<RemoteSeg>,
+        rkey: KeyBytes,
+        segs: Segs,
         /// The sender will write a tail of the data if asked (mode GET_HELP).
         help: bool,
     },
     Am,
     Put,
     GetLayout {
-        rkey: Vec<u8>,
+        rkey: KeyBytes,
         origin: u64,
         hash: u128,
         layout: Option<Vec<u8>>,
@@ -332,7 +340,7 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
                 _ => return None,
             };
             RtsData::GetLayout {
-                rkey,
+                rkey: KeyBytes::from_vec(rkey),
                 origin,
                 hash,
                 layout,
@@ -349,14 +357,14 @@ pub fn decode_rts(buf: &[u8]) -> Option<(FirstHdr, RtsData)> {
 
 /// Reads `rkey_len rkey nseg segs` to the end of `r`; the lengths must add up to `total`
 /// when given.
-fn read_segs(r: &mut Reader, total: Option<u64>) -> Option<(Vec<u8>, Vec<RemoteSeg>)> {
+fn read_segs(r: &mut Reader, total: Option<u64>) -> Option<(KeyBytes, Segs)> {
     let n = r.u16()? as usize;
-    let rkey = r.bytes(n)?.to_vec();
+    let rkey = KeyBytes::from_slice(r.bytes(n)?);
     let nseg = r.u32()? as usize;
     if nseg > MAX_RTS_SEGS || r.remaining() != nseg * 16 {
         return None;
     }
-    let mut segs = Vec::with_capacity(nseg);
+    let mut segs = Segs::with_capacity(nseg);
     let mut sum = 0u64;
     for _ in 0..nseg {
         let s = RemoteSeg {
@@ -390,7 +398,7 @@ pub fn encode_rtr_put(ep: u32, sreq: u64, rreq: u64, rkey: &[u8], segs: &[Remote
 }
 
 /// An RTR_PUT: `(ep, sreq, rreq, rkey, segments)`.
-pub type RtrPut = (u32, u64, u64, Vec<u8>, Vec<RemoteSeg>);
+pub type RtrPut = (u32, u64, u64, KeyBytes, Segs);
 
 /// Decodes an RTR_PUT. The caller checks that its segments add up to the message length.
 pub fn decode_rtr_put(buf: &[u8]) -> Option<RtrPut> {
@@ -424,7 +432,7 @@ pub fn encode_rtr_split(
 }
 
 /// An RTR_SPLIT: `(ep, sreq, rreq, offset, rkey, segments)`.
-pub type RtrSplit = (u32, u64, u64, u64, Vec<u8>, Vec<RemoteSeg>);
+pub type RtrSplit = (u32, u64, u64, u64, KeyBytes, Segs);
 
 /// Decodes an RTR_SPLIT. The caller checks that its segments add up to the message length
 /// less `offset`.
@@ -444,7 +452,7 @@ pub struct RtrSplitLayout {
     pub sreq: u64,
     pub rreq: u64,
     pub offset: u64,
-    pub rkey: Vec<u8>,
+    pub rkey: KeyBytes,
     pub origin: u64,
     pub layout: Vec<u8>,
 }
@@ -469,7 +477,7 @@ impl RtrSplitLayout {
         let mut r = Reader::new(buf);
         let (ep, sreq, rreq, offset) = (r.u32()?, r.u64()?, r.u64()?, r.u64()?);
         let n = r.u16()? as usize;
-        let rkey = r.bytes(n)?.to_vec();
+        let rkey = KeyBytes::from_slice(r.bytes(n)?);
         let origin = r.u64()?;
         let n = r.u32()? as usize;
         let layout = r.bytes(n)?.to_vec();
@@ -566,7 +574,7 @@ mod tests {
     #[test]
     fn rndv_key_round_trip_and_checks() {
         let plain = RndvKey {
-            mkey: vec![9; 12],
+            mkey: smallvec::smallvec![9; 12],
             shm: None,
         };
         let b = plain.encode();
@@ -581,11 +589,12 @@ mod tests {
             len: 1000,
         };
         let k = RndvKey {
-            mkey: vec![1, 2, 3],
+            mkey: smallvec::smallvec![1, 2, 3],
             shm: Some(w),
         };
         let b = k.encode();
-        assert_eq!(b.len(), b.capacity(), "sized up front");
+        assert_eq!(b.len(), 2 + 3 + 1 + SHM_WINDOW_LEN);
+        assert!(!b.spilled(), "held inline");
         assert_eq!(RndvKey::decode(&b), Some(k.clone()));
         // Every truncation, and a trailing byte, is refused.
         for n in 0..b.len() {
@@ -606,7 +615,7 @@ mod tests {
             },
         ] {
             let b = RndvKey {
-                mkey: vec![],
+                mkey: smallvec::smallvec![],
                 shm: Some(bad),
             }
             .encode();
@@ -631,7 +640,7 @@ mod tests {
             sreq: 2,
             rreq: 3,
             offset: 4096,
-            rkey: vec![7; 9],
+            rkey: smallvec::smallvec![7; 9],
             origin: 0x1000,
             layout: vec![1, 2, 3, 4, 5],
         };
@@ -648,10 +657,11 @@ mod tests {
 
     fn plain_bytes() -> Vec<u8> {
         RndvKey {
-            mkey: vec![5],
+            mkey: smallvec::smallvec![5],
             shm: None,
         }
         .encode()
+        .to_vec()
     }
 
     #[test]
@@ -664,8 +674,8 @@ mod tests {
             total: 30,
         };
         let d = RtsData::Get {
-            rkey: vec![1, 2, 3],
-            segs: vec![
+            rkey: smallvec::smallvec![1, 2, 3],
+            segs: smallvec::smallvec![
                 RemoteSeg { addr: 100, len: 10 },
                 RemoteSeg { addr: 200, len: 20 },
             ],
@@ -675,8 +685,8 @@ mod tests {
         assert_eq!(decode_rts(&b), Some((h, d)));
         // The same with the sender's offer to write a tail.
         let d = RtsData::Get {
-            rkey: vec![1, 2, 3],
-            segs: vec![RemoteSeg { addr: 100, len: 30 }],
+            rkey: smallvec::smallvec![1, 2, 3],
+            segs: smallvec::smallvec![RemoteSeg { addr: 100, len: 30 }],
             help: true,
         };
         let b = encode_rts(&h, &d);
@@ -691,8 +701,8 @@ mod tests {
         let bad = encode_rts(
             &FirstHdr { total: 31, ..h },
             &RtsData::Get {
-                rkey: vec![],
-                segs: vec![RemoteSeg { addr: 0, len: 30 }],
+                rkey: smallvec::smallvec![],
+                segs: smallvec::smallvec![RemoteSeg { addr: 0, len: 30 }],
                 help: false,
             },
         );
@@ -701,8 +711,8 @@ mod tests {
         let wrap = encode_rts(
             &FirstHdr { total: 2, ..h },
             &RtsData::Get {
-                rkey: vec![],
-                segs: vec![RemoteSeg {
+                rkey: smallvec::smallvec![],
+                segs: smallvec::smallvec![RemoteSeg {
                     addr: u64::MAX,
                     len: 2,
                 }],
@@ -718,7 +728,7 @@ mod tests {
         let b = encode_rtr_put(1, 2, 3, &[9, 9], &segs);
         assert_eq!(
             decode_rtr_put(&b),
-            Some((1, 2, 3, vec![9, 9], segs.to_vec()))
+            Some((1, 2, 3, smallvec::smallvec![9, 9], Segs::from_slice(&segs)))
         );
         for n in 0..b.len() {
             assert_eq!(decode_rtr_put(&b[..n]), None);
@@ -727,14 +737,21 @@ mod tests {
         assert_eq!(b.len(), b.capacity());
         assert_eq!(
             decode_rtr_split(&b),
-            Some((1, 2, 3, 4096, vec![9], segs.to_vec()))
+            Some((
+                1,
+                2,
+                3,
+                4096,
+                smallvec::smallvec![9],
+                Segs::from_slice(&segs)
+            ))
         );
         for n in 0..b.len() {
             assert_eq!(decode_rtr_split(&b[..n]), None);
         }
         for (layout, help) in [(None, false), (Some(vec![7u8; 33]), false), (None, true)] {
             let d = RtsData::GetLayout {
-                rkey: vec![1; 28],
+                rkey: smallvec::smallvec![1; 28],
                 origin: 0x1000,
                 hash: u128::MAX - 5,
                 layout,

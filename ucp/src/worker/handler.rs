@@ -418,7 +418,7 @@ impl Core {
                 s.rreq = Some(m.rreq);
                 s.put = Some(Box::new(super::PutTarget {
                     rkey: m.rkey,
-                    segs: Vec::new(),
+                    segs: crate::proto::wire::Segs::new(),
                     layout: Some((m.origin, canon)),
                     offset: m.offset as usize,
                 }));

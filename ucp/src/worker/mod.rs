@@ -168,8 +168,8 @@ pub(crate) enum Ctrl {
     RtrPut {
         sreq: u64,
         rreq: u64,
-        rkey: Vec<u8>,
-        segs: Vec<crate::proto::wire::RemoteSeg>,
+        rkey: crate::proto::wire::KeyBytes,
+        segs: crate::proto::wire::Segs,
     },
     /// Split rendezvous: the receiver reads the bytes before `offset`, the sender writes
     /// the rest into `segs`.
@@ -177,8 +177,8 @@ pub(crate) enum Ctrl {
         sreq: u64,
         rreq: u64,
         offset: u64,
-        rkey: Vec<u8>,
-        segs: Vec<crate::proto::wire::RemoteSeg>,
+        rkey: crate::proto::wire::KeyBytes,
+        segs: crate::proto::wire::Segs,
     },
     /// Split rendezvous of a receiver whose data is a layout: the sender writes the bytes
     /// from `offset` on into that layout (`layout`, encoded, placed at `origin`).
@@ -186,7 +186,7 @@ pub(crate) enum Ctrl {
         sreq: u64,
         rreq: u64,
         offset: u64,
-        rkey: Vec<u8>,
+        rkey: crate::proto::wire::KeyBytes,
         origin: u64,
         layout: Vec<u8>,
     },
@@ -307,8 +307,8 @@ pub(crate) struct SendOp {
 pub(crate) struct PutTarget {
     /// The receiver's packed key and segments, or its layout placed at an origin (RTR_SPLIT_LAYOUT;
     /// `segs` is then empty).
-    pub(crate) rkey: Vec<u8>,
-    pub(crate) segs: Vec<crate::proto::wire::RemoteSeg>,
+    pub(crate) rkey: crate::proto::wire::KeyBytes,
+    pub(crate) segs: crate::proto::wire::Segs,
     pub(crate) layout: Option<(u64, crate::dt::Canon)>,
     /// The message offset of the first byte written (0 for a put rendezvous).
     pub(crate) offset: usize,

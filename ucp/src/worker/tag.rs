@@ -601,7 +601,11 @@ pub(super) fn push_send(
                 && total >= split_thresh
                 && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
             s.split_offered = help;
-            let rkey = RndvKey { mkey, shm }.encode();
+            let rkey = RndvKey {
+                mkey: wire::KeyBytes::from_vec(mkey),
+                shm,
+            }
+            .encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
@@ -658,7 +662,11 @@ pub(super) fn push_send(
             };
             // Worker-allocated shared memory: the receiver may map it and copy directly.
             let shm = rma::shm_window(mems, *shm_regions, lo, hi);
-            let rkey = RndvKey { mkey, shm }.encode();
+            let rkey = RndvKey {
+                mkey: wire::KeyBytes::from_vec(mkey),
+                shm,
+            }
+            .encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
@@ -1222,7 +1230,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             hash,
             help,
             ..
-        }) => (rkey, Vec::new(), Some((origin, hash)), help),
+        }) => (rkey, wire::Segs::new(), Some((origin, hash)), help),
         _ => return,
     };
     let Some((ep, sreq)) = r.peer else { return };
@@ -1424,7 +1432,7 @@ fn start_split(
     let md = ifaces[lane.iface].md();
     let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
     let rkey = RndvKey {
-        mkey: md.mkey_pack(&m),
+        mkey: md.mkey_pack(&m).into(),
         shm: core.shm_window(lo, hi),
     }
     .encode();
@@ -1465,7 +1473,7 @@ fn start_split_layout(
     let md = ifaces[lane.iface].md();
     let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
     let rkey = RndvKey {
-        mkey: md.mkey_pack(&m),
+        mkey: md.mkey_pack(&m).into(),
         shm: Some(shm),
     }
     .encode();
@@ -1526,7 +1534,7 @@ fn send_split(
 }
 
 /// The non-empty regions of `iov`, as a peer addresses them.
-fn remote_segs(iov: &[Iov]) -> Vec<RemoteSeg> {
+fn remote_segs(iov: &[Iov]) -> wire::Segs {
     iov.iter()
         .filter(|v| v.length > 0)
         .map(|v| RemoteSeg {
@@ -1545,9 +1553,9 @@ fn span_of(segs: &[RemoteSeg]) -> Option<(u64, u64)> {
 }
 
 /// The first `n` bytes of a remote segment list.
-fn head_of(segs: &[RemoteSeg], n: usize) -> Vec<RemoteSeg> {
+fn head_of(segs: &[RemoteSeg], n: usize) -> wire::Segs {
     let mut left = n as u64;
-    let mut out = Vec::with_capacity(segs.len());
+    let mut out = wire::Segs::with_capacity(segs.len());
     for g in segs {
         if left == 0 {
             break;
@@ -1585,7 +1593,15 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
                 .ok()
                 .map(|m| {
                     let mkey = md.mkey_pack(&m);
-                    (l.iface, m, RndvKey { mkey, shm }.encode())
+                    (
+                        l.iface,
+                        m,
+                        RndvKey {
+                            mkey: mkey.into(),
+                            shm,
+                        }
+                        .encode(),
+                    )
                 })
         }
         _ => None,
