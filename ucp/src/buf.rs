@@ -122,19 +122,20 @@ impl Buf {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
-    /// Copies `src` to offset `off`. Panics when the range is outside the buffer.
-    #[inline]
+    /// Copies `src` to offset `off`; the few bytes of a short message are moved inline
+    /// (`ucs::wire::copy`), not through a `memcpy` call. Panics when the range is outside
+    /// the buffer.
+    #[inline(always)]
     pub fn write_at(&self, off: usize, src: &[u8]) {
         assert!(
             off <= self.len && src.len() <= self.len - off,
             "write outside Buf"
         );
-        if src.is_empty() {
-            return;
-        }
-        // SAFETY: the range is inside the region, which the constructor's contract keeps
-        // valid and reserved for this operation; src is a distinct Rust slice.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
+        // SAFETY: the range is inside the region (checked above), which the constructor's
+        // contract keeps valid and reserved for this operation; src is a distinct Rust
+        // slice, and the slice made here does not outlive this call.
+        let d = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), src.len()) };
+        ucs::wire::copy(d, src);
     }
 
     /// Runs `f` on the region as a slice (for sends that hand it to a transport).
@@ -147,19 +148,8 @@ impl Buf {
         f(s)
     }
 
-    /// Copies `src` to the start of the region, inline for the few bytes of a short
-    /// message (`ucs::wire::copy`). Panics when `src` is longer than the region.
-    #[inline(always)]
-    pub(crate) fn copy_in(&self, src: &[u8]) {
-        assert!(src.len() <= self.len, "write outside Buf");
-        // SAFETY: as for `with_mut_slice`; the slice covers the first src.len() <= len
-        // bytes and does not outlive this call.
-        let d = unsafe { std::slice::from_raw_parts_mut(self.ptr, src.len()) };
-        ucs::wire::copy(d, src);
-    }
-
     /// Runs `f` on the region as a mutable slice (for receives that unpack into it).
-    #[inline(always)]
+    #[inline]
     pub(crate) fn with_mut_slice<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         // SAFETY: the constructor's contract reserves the region for the operation it was
         // given to (a receive: nobody else reads or writes it); the slice does not outlive

@@ -602,7 +602,7 @@ pub(super) fn push_send(
                 && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
             s.split_offered = help;
             let rkey = RndvKey {
-                mkey: wire::KeyBytes::from_vec(mkey),
+                mkey: mkey.into(),
                 shm,
             }
             .encode();
@@ -663,7 +663,7 @@ pub(super) fn push_send(
             // Worker-allocated shared memory: the receiver may map it and copy directly.
             let shm = rma::shm_window(mems, *shm_regions, lo, hi);
             let rkey = RndvKey {
-                mkey: wire::KeyBytes::from_vec(mkey),
+                mkey: mkey.into(),
                 shm,
             }
             .encode();
@@ -1051,7 +1051,7 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
     let status = match &mut rv.data {
         // The common case, a contiguous buffer that holds the message, copies inline.
         DataState::Contig(b) if payload.len() <= b.len() => {
-            b.copy_in(payload);
+            b.write_at(0, payload);
             Status::Ok
         }
         d => match d.unpack(0, payload) {
