@@ -59,6 +59,14 @@ pub const TABLE: &[ConfigVar] = &[
               max_bcopy is this minus 16.",
     },
     ConfigVar {
+        name: "POSIX_POLL_BACKOFF",
+        default: "16",
+        doc: "Empty polls of a posix receive FIFO in a row after which each further empty poll \
+              pauses once (x86 `pause`), so a waiting consumer rereads the cell the producer is \
+              about to write less often and leaves its core's sibling thread the pipeline; \
+              'inf' never pauses. (Rucx only.)",
+    },
+    ConfigVar {
         name: "TCP_SEG_SIZE",
         default: "64k",
         doc: "Largest tcp active-message payload (max_bcopy and max_zcopy).",
@@ -275,6 +283,7 @@ pub struct Config {
     pub log_level: LogLevel,
     pub posix_fifo_size: usize,
     pub posix_seg_size: usize,
+    pub posix_poll_backoff: usize,
     pub tcp_seg_size: usize,
     pub tcp_sndbuf: AutoSize,
     pub tcp_rcvbuf: AutoSize,
@@ -448,6 +457,7 @@ impl Config {
             let (v, n) = get("POSIX_SEG_SIZE");
             return Err(bad(n, &v, "must be a multiple of 64 between 128 and 16m"));
         }
+        let posix_poll_backoff = size("POSIX_POLL_BACKOFF")?;
         let tcp_seg = size("TCP_SEG_SIZE")?;
         if !(64..=(1 << 30)).contains(&tcp_seg) {
             let (v, n) = get("TCP_SEG_SIZE");
@@ -513,6 +523,7 @@ impl Config {
             log_level,
             posix_fifo_size: fifo,
             posix_seg_size: seg,
+            posix_poll_backoff,
             tcp_seg_size: tcp_seg,
             tcp_sndbuf: auto_size("TCP_SNDBUF")?,
             tcp_rcvbuf: auto_size("TCP_RCVBUF")?,
@@ -549,6 +560,10 @@ impl Config {
             "LOG_LEVEL" => self.log_level.to_string(),
             "POSIX_FIFO_SIZE" => self.posix_fifo_size.to_string(),
             "POSIX_SEG_SIZE" => self.posix_seg_size.to_string(),
+            "POSIX_POLL_BACKOFF" => match self.posix_poll_backoff {
+                usize::MAX => "inf".to_string(),
+                n => n.to_string(),
+            },
             "TCP_SEG_SIZE" => self.tcp_seg_size.to_string(),
             "TCP_SNDBUF" => self.tcp_sndbuf.to_string(),
             "TCP_RCVBUF" => self.tcp_rcvbuf.to_string(),
@@ -670,6 +685,13 @@ mod tests {
         assert_eq!(c.rndv_thresh, AutoSize::Bytes(16384));
         assert_eq!(c.zcopy_thresh, AutoSize::Bytes(usize::MAX));
         assert_eq!(c.value_of("ZCOPY_THRESH").unwrap(), "inf");
+        assert_eq!(Config::default().posix_poll_backoff, 16);
+        let c = cfg(&[("POSIX_POLL_BACKOFF", "inf")]).unwrap();
+        assert_eq!(c.posix_poll_backoff, usize::MAX);
+        assert_eq!(c.value_of("POSIX_POLL_BACKOFF").unwrap(), "inf");
+        let c = cfg(&[("POSIX_POLL_BACKOFF", "0")]).unwrap();
+        assert_eq!(c.value_of("POSIX_POLL_BACKOFF").unwrap(), "0");
+        assert!(cfg(&[("POSIX_POLL_BACKOFF", "often")]).is_err());
     }
 
     #[test]

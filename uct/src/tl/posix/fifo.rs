@@ -189,7 +189,8 @@ impl FifoView {
 
     /// Producer: claims a cell, lets `fill` write at most `data_cap()` bytes of data into
     /// it (returning the length), and publishes it with `am_id`. Returns `None` when the
-    /// FIFO is full. Returns `Some(true)` when the consumer asked to be woken.
+    /// FIFO is full; otherwise the length, whether the consumer asked to be woken, and the
+    /// address of the cell the next push will most likely claim (for [`prefetch_write`]).
     ///
     /// `tail_seen` is this producer's last reading of `tail` (0 at first). `tail` only
     /// grows, so every cell below a stale reading is free as well: the shared line is read
@@ -202,7 +203,7 @@ impl FifoView {
         tail_seen: &mut u64,
         am_id: u8,
         fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Option<(usize, bool)> {
+    ) -> Option<(usize, bool, usize)> {
         let head = self.ctl_atomic64(OFF_HEAD);
         let mut cur = head.load(Ordering::Relaxed);
         let h = loop {
@@ -242,7 +243,7 @@ impl FifoView {
                 .write(len as u64 | u64::from(am_id) << 32)
         };
         self.seq(cell).store(h.wrapping_add(1), Ordering::Release);
-        Some((len, wake))
+        Some((len, wake, self.cell(h.wrapping_add(1)) as usize))
     }
 
     /// Consumer: true when the cell at `index` has been published.
@@ -292,6 +293,26 @@ impl FifoView {
     }
 }
 
+/// Asks the core for the cache line at `addr` in a state it may write (x86 `prefetchw`),
+/// without waiting for it. A hint: it never faults, whatever the address, and has no
+/// effect on what memory holds.
+#[inline(always)]
+pub(crate) fn prefetch_write(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetchw` reads no register but its operand, writes nothing, and never
+    // faults, even on an unmapped address.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above for `prfm pstl1keep` (prefetch for store into L1).
+    unsafe {
+        std::arch::asm!("prfm pstl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = addr;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,7 +325,7 @@ mod tests {
         let mut seen = 0;
         for round in 0..10u8 {
             for i in 0..4u8 {
-                let (n, _) = f
+                let (n, _, _) = f
                     .push(&mut seen, i, |b| {
                         b[0] = round;
                         b[1] = i;
@@ -321,6 +342,30 @@ mod tests {
                 f.release(next);
             }
             assert!(f.peek(next).is_none());
+        }
+    }
+
+    #[test]
+    fn push_names_the_next_cell_and_its_prefetch_is_only_a_hint() {
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let mut seen = 0;
+        // Addresses that are not mapped, or not ours, must not fault: a hint only.
+        for addr in [0, 64, usize::MAX & !63, 0x7fff_ffff_f000] {
+            prefetch_write(addr);
+        }
+        for i in 0..6u64 {
+            let (_, _, next) = f
+                .push(&mut seen, 1, |b| {
+                    b[0] = i as u8;
+                    1
+                })
+                .unwrap();
+            assert_eq!(next, f.cell(i + 1) as usize, "the cell after {i}, wrapping");
+            prefetch_write(next);
+            // Prefetching the next cell changes nothing in it or in the one just written.
+            assert!(f.peek(i + 1).is_none());
+            assert_eq!(f.peek(i).unwrap().unwrap(), (1, &[i as u8][..]));
+            f.release(i + 1);
         }
     }
 
@@ -358,15 +403,15 @@ mod tests {
         let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
         let mut seen = 0;
         assert!(f.arm(0));
-        let (_, wake) = f.push(&mut seen, 1, |_| 0).unwrap();
+        let (_, wake, _) = f.push(&mut seen, 1, |_| 0).unwrap();
         assert!(wake);
-        let (_, wake) = f.push(&mut seen, 1, |_| 0).unwrap();
+        let (_, wake, _) = f.push(&mut seen, 1, |_| 0).unwrap();
         assert!(!wake, "only the first producer after arm signals");
         assert!(!f.arm(0), "a claimed cell is waiting");
         let _ = f.peek(0);
         let _ = f.peek(1);
         assert!(f.arm(2), "all consumed");
-        let (_, wake) = f.push(&mut seen, 1, |_| 0).unwrap();
+        let (_, wake, _) = f.push(&mut seen, 1, |_| 0).unwrap();
         assert!(wake);
     }
 

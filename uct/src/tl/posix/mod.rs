@@ -123,6 +123,12 @@ pub struct PosixIface {
     check_interval_ns: u64,
     next_check: u64,
     progress_calls: u32,
+    /// The address of the cell the last send will most likely claim next in its peer's
+    /// FIFO, or 0: prefetched for writing when a message arrives (see `progress`).
+    next_tx: usize,
+    /// Empty polls in a row, and how many of them may pass before each further one pauses.
+    idle_polls: u32,
+    poll_backoff: u32,
 }
 
 impl PosixIface {
@@ -193,6 +199,9 @@ impl PosixIface {
             check_interval_ns: cfg.error_check_interval_ns.max(1_000_000),
             next_check: 0,
             progress_calls: 0,
+            next_tx: 0,
+            idle_polls: 0,
+            poll_backoff: u32::try_from(cfg.posix_poll_backoff).unwrap_or(u32::MAX),
         })
     }
 
@@ -266,12 +275,13 @@ impl PosixIface {
         let e = self.ep_mut(ep)?;
         match e.fifo.push(&mut e.tail_seen, id, fill) {
             None => Err(Status::NoResource),
-            Some((len, wake)) => {
+            Some((len, wake, next)) => {
                 if wake {
                     if let Some(fd) = &e.peer.wake {
                         let _ = ucs::wakeup::signal_raw(fd.as_raw_fd());
                     }
                 }
+                self.next_tx = next;
                 Ok(len)
             }
         }
@@ -338,6 +348,8 @@ impl Iface for PosixIface {
 
     fn ep_destroy(&mut self, ep: EpId) {
         if let Some(e) = self.eps.try_remove(ep.index()) {
+            // The peer's segment may be unmapped below: no prefetch of its cells.
+            self.next_tx = 0;
             self.pending.retain(|(p, _)| *p != ep);
             self.errors.retain(|(p, _)| *p != ep);
             // Unmap the peer when this was its last endpoint.
@@ -409,6 +421,14 @@ impl Iface for PosixIface {
         // One message inline (the ping-pong case); a backlog continues in `progress_full`.
         let rx = self.rx.view();
         if let Some(cell) = rx.peek(self.rx_index) {
+            // A message that arrives is often answered: ask for the line of the cell the
+            // answer will take now, so that its ownership travels while the message is
+            // handled instead of after the answer's first store (the peer has that line
+            // in its cache: it polls it). A wrong guess costs the peer one miss on a cell
+            // it is polling anyway.
+            if self.next_tx != 0 {
+                fifo::prefetch_write(self.next_tx);
+            }
             if self.deliver(cell, h) {
                 // Kept: the handler acts on it before anything else happens.
                 return 1;
@@ -416,6 +436,18 @@ impl Iface for PosixIface {
             n = 1;
             if self.rx.ready(self.rx_index) {
                 n += self.progress_full(h);
+            }
+            self.idle_polls = 0;
+        } else {
+            // A caller polling in a loop is spin-waiting: after a few empty polls in a row,
+            // pause between them (UCX_POSIX_POLL_BACKOFF). Each reread of the cell takes its
+            // line back from a producer that has just claimed it for writing (the prefetch
+            // above, on the peer's side), which costs that producer another ownership round
+            // trip before its stores land; on a core shared by two hardware threads, a loop
+            // that never pauses also slows the sibling (docs/benchmarks.md, stop 21).
+            self.idle_polls = self.idle_polls.saturating_add(1);
+            if self.idle_polls > self.poll_backoff {
+                std::hint::spin_loop();
             }
         }
         if self.progress_calls.is_multiple_of(1024)
