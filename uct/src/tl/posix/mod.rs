@@ -123,8 +123,9 @@ pub struct PosixIface {
     check_interval_ns: u64,
     next_check: u64,
     progress_calls: u32,
-    /// The address of the cell the last send will most likely claim next in its peer's
-    /// FIFO, or 0: prefetched for writing when a message arrives (see `progress`).
+    /// The address of the cell the next send to the last peer sent to will most likely
+    /// claim, or 0: prefetched for writing when the next message arrives, then 0 again
+    /// (see `progress`).
     next_tx: usize,
     /// Empty polls in a row, and how many of them may pass before each further one pauses.
     idle_polls: u32,
@@ -424,10 +425,12 @@ impl Iface for PosixIface {
             // A message that arrives is often answered: ask for the line of the cell the
             // answer will take now, so that its ownership travels while the message is
             // handled instead of after the answer's first store (the peer has that line
-            // in its cache: it polls it). A wrong guess costs the peer one miss on a cell
-            // it is polling anyway.
+            // in its cache: it polls it). A wrong guess takes the line from whoever writes
+            // or polls that cell next, so the guess is spent on the first arrival after a
+            // send: at most one stray line transfer per message sent.
             if self.next_tx != 0 {
                 fifo::prefetch_write(self.next_tx);
+                self.next_tx = 0;
             }
             if self.deliver(cell, h) {
                 // Kept: the handler acts on it before anything else happens.
