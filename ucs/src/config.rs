@@ -62,9 +62,8 @@ pub const TABLE: &[ConfigVar] = &[
         name: "POSIX_POLL_BACKOFF",
         default: "16",
         doc: "Empty polls of a posix receive FIFO in a row after which each further empty poll \
-              pauses once (x86 `pause`), so a waiting consumer rereads the cell the producer is \
-              about to write less often and leaves its core's sibling thread the pipeline; \
-              'inf' never pauses. (Rucx only.)",
+              pauses once (x86 `pause`), so a waiting consumer rereads less often the cell a \
+              producer is about to write; 'inf' never pauses. (Rucx only.)",
     },
     ConfigVar {
         name: "TCP_SEG_SIZE",

@@ -446,8 +446,7 @@ impl Iface for PosixIface {
             // pause between them (UCX_POSIX_POLL_BACKOFF). Each reread of the cell takes its
             // line back from a producer that has just claimed it for writing (the prefetch
             // above, on the peer's side), which costs that producer another ownership round
-            // trip before its stores land; on a core shared by two hardware threads, a loop
-            // that never pauses also slows the sibling (docs/benchmarks.md, stop 21).
+            // trip before its stores land (docs/benchmarks.md, stop 21).
             self.idle_polls = self.idle_polls.saturating_add(1);
             if self.idle_polls > self.poll_backoff {
                 std::hint::spin_loop();
