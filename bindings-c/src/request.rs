@@ -203,7 +203,10 @@ pub(crate) unsafe fn alloc(
 }
 
 /// Completes a request: records the status and info, calls its callback, and releases it
-/// when the application freed it already. Called with no worker lock held.
+/// when the application freed it already. A request freed before it completed is released
+/// without its callback (`ucp.h`: "the callback will not be invoked"): the application may
+/// have recycled whatever the callback would touch, as OpenMPI's `MPI_Request_free` does.
+/// Called with no worker lock held.
 ///
 /// # Safety
 /// `h` is a live header whose operation has finished and which is completed only once.
@@ -213,7 +216,13 @@ pub(crate) unsafe fn complete(h: *mut ReqHdr, status: Status, info: ucp_tag_recv
     let hd = unsafe { &mut *h };
     hd.info = info;
     hd.status.store(code(status), Ordering::Relaxed);
-    hd.flags.fetch_or(F_DONE | F_IN_CB, Ordering::AcqRel);
+    let prev = hd.flags.fetch_or(F_DONE | F_IN_CB, Ordering::AcqRel);
+    if prev & F_RELEASED != 0 {
+        // SAFETY: completed now and freed before: nobody else releases it (`free` saw it
+        // running), and this is the one completion.
+        unsafe { release(h) };
+        return;
+    }
     let req = user_ptr(h);
     let st = code(status);
     let ud = hd.user_data;

@@ -34,6 +34,8 @@
 //! which describes its bytes by their canonical encoding placed at `origin` instead of a
 //! segment list.
 //! WIREUP       kind:u8 uuid:u64 src_ep:u32 dst_ep:u32 addr_len:u32 addr
+//!              (kind 1 REQ carries the sender's address; 2 REP answers it; 3 CLOSE says the
+//!              sender closed `src_ep`, so the receiver's `dst_ep` ends without a failure)
 //! ```
 //!
 //! The `rkey` of RTS, RTR_PUT and RTR_SPLIT is a [`RndvKey`]: `mkey_len:u16 mkey has:u8
@@ -525,6 +527,9 @@ pub fn decode_ack(buf: &[u8]) -> Option<(u32, u64, i8)> {
 /// Wire-up message kinds.
 pub const WIREUP_REQ: u8 = 1;
 pub const WIREUP_REP: u8 = 2;
+/// The sender closed its endpoint `src_ep` (paired with our `dst_ep`): a clean close, not
+/// a failure.
+pub const WIREUP_CLOSE: u8 = 3;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wireup {
@@ -550,7 +555,7 @@ impl Wireup {
     pub fn decode(buf: &[u8]) -> Option<Wireup> {
         let mut r = Reader::new(buf);
         let kind = r.u8()?;
-        if kind != WIREUP_REQ && kind != WIREUP_REP {
+        if !matches!(kind, WIREUP_REQ | WIREUP_REP | WIREUP_CLOSE) {
             return None;
         }
         let w = Wireup {
@@ -782,8 +787,14 @@ mod tests {
         };
         assert_eq!(Wireup::decode(&w.encode()), Some(w.clone()));
         let mut b = w.encode();
-        b[0] = 3;
+        b[0] = 4;
         assert_eq!(Wireup::decode(&b), None);
+        let close = Wireup {
+            kind: WIREUP_CLOSE,
+            addr: Vec::new(),
+            ..w
+        };
+        assert_eq!(Wireup::decode(&close.encode()), Some(close));
         let mut f = [0u8; EAGER_MIDDLE_HDR];
         let fh = FragHdr {
             ep: 1,

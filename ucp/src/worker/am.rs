@@ -38,6 +38,7 @@ use ucs::{Status, UcsResult};
 use uct::MemoryType;
 
 use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
+use super::handler::{Bad, Res};
 use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
 use crate::buf::KeptBytes;
 use crate::datatype::{Data, DataState};
@@ -332,6 +333,7 @@ impl Worker {
             return Ok(id);
         }
         start_rndv_recv(core, id, info, rndv.ep, rndv.sreq, *rndv.rts);
+        self.answer_now();
         Ok(id)
     }
 
@@ -344,6 +346,7 @@ impl Worker {
                 status: Status::Ok,
             },
         );
+        self.answer_now();
     }
 
     /// A copy of `bytes` in a buffer from the worker's pool: for a handler that keeps a
@@ -523,10 +526,10 @@ impl Core {
 
     /// Decodes an eager AM_USER or AM_USER_SHORT message.
     #[inline]
-    fn decode_user<'d>(&self, id: u8, data: &'d [u8]) -> Result<UserMsg<'d>, Option<usize>> {
+    fn decode_user<'d>(&self, id: u8, data: &'d [u8]) -> Result<UserMsg<'d>, Bad> {
         if id == AM_USER_SHORT {
             let Some((word, payload)) = data.split_first_chunk::<8>() else {
-                return Err(None);
+                return Err(Bad::Malformed(None));
             };
             let word = u64::from_le_bytes(*word);
             return Ok(UserMsg {
@@ -540,12 +543,12 @@ impl Core {
         let mut r = Reader::new(data);
         let (id, flags, ep, hdr_len) = match (r.u16(), r.u8(), r.u32(), r.u32()) {
             (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d as usize),
-            _ => return Err(None),
+            _ => return Err(Bad::Malformed(None)),
         };
         let ep = self.live_ep(ep)?;
         let rest = r.rest();
         if hdr_len > rest.len() {
-            return Err(Some(ep));
+            return Err(Bad::Malformed(Some(ep)));
         }
         Ok(UserMsg {
             id,
@@ -559,7 +562,7 @@ impl Core {
     /// An eager AM_USER or AM_USER_SHORT message arrived: queued for its handler, header
     /// and data copied into pooled buffers; `progress` runs the handlers after the
     /// transports.
-    pub(super) fn on_am_user(&mut self, id: u8, data: &[u8]) -> Result<(), Option<usize>> {
+    pub(super) fn on_am_user(&mut self, id: u8, data: &[u8]) -> Res {
         let m = self.decode_user(id, data)?;
         let (header, payload) = m.rest.split_at(m.hdr_len);
         let header = self.take_buf(header);
@@ -579,7 +582,7 @@ impl Core {
     /// protocol actions such as the wire-up that lets the handler reply): then it waits
     /// behind them, queued.
     #[inline]
-    pub(super) fn keep_am_user(&mut self, id: u8, data: &[u8]) -> Result<bool, Option<usize>> {
+    pub(super) fn keep_am_user(&mut self, id: u8, data: &[u8]) -> Result<bool, Bad> {
         if self.work || !self.am_events.is_empty() {
             self.on_am_user(id, data)?;
             return Ok(false);
@@ -598,16 +601,16 @@ impl Core {
     }
 
     /// An AM_USER_RTS message arrived.
-    pub(super) fn on_am_rts(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+    pub(super) fn on_am_rts(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (id, flags, hlen) = match (r.u16(), r.u8(), r.u32()) {
             (Some(a), Some(b), Some(c)) => (a, b, c as usize),
-            _ => return Err(None),
+            _ => return Err(Bad::Malformed(None)),
         };
-        let header = r.bytes(hlen).ok_or(None)?.to_vec();
-        let (h, rts) = wire::decode_rts(r.rest()).ok_or(None)?;
+        let header = r.bytes(hlen).ok_or(Bad::Malformed(None))?.to_vec();
+        let (h, rts) = wire::decode_rts(r.rest()).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(h.ep)?;
-        let length = usize::try_from(h.total).map_err(|_| Some(ep))?;
+        let length = usize::try_from(h.total).map_err(|_| Bad::Malformed(Some(ep)))?;
         self.am_events.push_back(QueuedAm {
             id,
             header,

@@ -11,7 +11,7 @@ use ucs::Status;
 use uct::{Comp, EpId, Handler};
 
 use super::tag::{deliver, finish_recv, on_completion, recv_eager, start_rndv_recv};
-use super::wireup::fail_ep;
+use super::wireup::{fail_ep, Failure};
 use super::{Core, FragBuf, FragTarget, Op, Unexp, COMP_FLUSH};
 use crate::address::WorkerAddress;
 use crate::proto::select::Proto;
@@ -68,23 +68,31 @@ impl Handler for Core {
 
     fn ep_error(&mut self, ep: EpId, status: Status) {
         if let Some(&idx) = self.uct_eps.get(&(self.cur_iface, ep)) {
-            fail_ep(self, idx, status, true);
+            fail_ep(self, idx, status, Failure::Error);
         }
     }
 }
 
-/// `Err(Some(ep))`: malformed, from endpoint `ep`; `Err(None)`: malformed, sender unknown.
-type Res = Result<(), Option<usize>>;
+/// Why a protocol message was not acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bad {
+    /// Addressed to an endpoint that is closed or failed: a message that crossed the close
+    /// (a wire-up reply, an acknowledgement). Dropped quietly and counted.
+    Late,
+    /// Malformed or inconsistent; from endpoint `ep` when the message names a live one.
+    Malformed(Option<usize>),
+}
+
+pub(super) type Res = Result<(), Bad>;
 
 impl Core {
     /// Checks that `ep` names a live endpoint of ours.
-    pub(super) fn live_ep(&self, ep: u32) -> Result<usize, Option<usize>> {
+    pub(super) fn live_ep(&self, ep: u32) -> Result<usize, Bad> {
         let i = ep as usize;
         match self.eps.get(i) {
             Some(e) if e.failed.is_none() => Ok(i),
-            // Late messages for a failed or closed endpoint are dropped quietly.
-            Some(_) => Err(None),
-            None => Err(None),
+            // Closed (its slot is free) or failed: late, not malformed.
+            _ => Err(Bad::Late),
         }
     }
 
@@ -113,17 +121,25 @@ impl Core {
             }
             super::rma::AM_RMA_REPLY => self.on_rma_reply(data),
             super::stream::AM_STREAM => self.on_stream(data),
-            _ => Err(None),
+            _ => Err(Bad::Malformed(None)),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn malformed(&mut self, id: u8, len: usize, ep: Option<usize>) {
-        self.stats.malformed += 1;
-        log::warn!("ucp: malformed protocol message (am id {id}, {len} bytes)");
-        if let Some(ep) = ep {
-            fail_ep(self, ep, Status::IoError, true);
+    fn malformed(&mut self, id: u8, len: usize, why: Bad) {
+        match why {
+            Bad::Late => {
+                self.stats.late += 1;
+                log::debug!("ucp: message for a closed endpoint dropped (am id {id}, {len} bytes)");
+            }
+            Bad::Malformed(ep) => {
+                self.stats.malformed += 1;
+                log::warn!("ucp: malformed protocol message (am id {id}, {len} bytes)");
+                if let Some(ep) = ep {
+                    fail_ep(self, ep, Status::IoError, Failure::Error);
+                }
+            }
         }
     }
 
@@ -131,9 +147,9 @@ impl Core {
     #[inline(always)]
     fn on_eager(&mut self, data: &[u8]) -> Res {
         if data.len() < wire::EAGER_HDR {
-            return Err(None);
+            return Err(Bad::Malformed(None));
         }
-        let tag = u64::from_le_bytes(data[..8].try_into().map_err(|_| None)?);
+        let tag = u64::from_le_bytes(data[..8].try_into().map_err(|_| Bad::Malformed(None))?);
         let payload = &data[8..];
         let info = TagInfo {
             sender_tag: tag,
@@ -174,7 +190,7 @@ impl Core {
         let mut r = Reader::new(data);
         let (tag, ep, sreq) = match (r.u64(), r.u32(), r.u64()) {
             (Some(t), Some(e), Some(s)) => (t, e, s),
-            _ => return Err(None),
+            _ => return Err(Bad::Malformed(None)),
         };
         let ep = self.live_ep(ep)?;
         let payload = r.rest();
@@ -205,14 +221,14 @@ impl Core {
 
     fn on_first(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
-        let h = FirstHdr::read(&mut r).ok_or(None)?;
+        let h = FirstHdr::read(&mut r).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(h.ep)?;
         let payload = r.rest();
         if h.total > MAX_EAGER_TOTAL || (payload.len() as u64) >= h.total {
-            return Err(Some(ep));
+            return Err(Bad::Malformed(Some(ep)));
         }
         if self.frags.contains_key(&(ep, h.sreq)) {
-            return Err(Some(ep));
+            return Err(Bad::Malformed(Some(ep)));
         }
         let total = h.total as usize;
         let info = TagInfo {
@@ -253,18 +269,18 @@ impl Core {
 
     fn on_middle(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
-        let h = FragHdr::read(&mut r).ok_or(None)?;
+        let h = FragHdr::read(&mut r).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(h.ep)?;
         let payload = r.rest();
         let key = (ep, h.req);
-        let target = *self.frags.get(&key).ok_or(Some(ep))?;
-        let off = usize::try_from(h.offset).map_err(|_| Some(ep))?;
+        let target = *self.frags.get(&key).ok_or(Bad::Malformed(Some(ep)))?;
+        let off = usize::try_from(h.offset).map_err(|_| Bad::Malformed(Some(ep)))?;
         match target {
             FragTarget::Unexpected(f) => {
-                let fb = self.unexp_frags.get_mut(f).ok_or(Some(ep))?;
-                let end = off.checked_add(payload.len()).ok_or(Some(ep))?;
+                let fb = self.unexp_frags.get_mut(f).ok_or(Bad::Malformed(Some(ep)))?;
+                let end = off.checked_add(payload.len()).ok_or(Bad::Malformed(Some(ep)))?;
                 if end > fb.buf.len() || off != fb.received {
-                    return Err(Some(ep));
+                    return Err(Bad::Malformed(Some(ep)));
                 }
                 fb.buf[off..end].copy_from_slice(payload);
                 fb.received = end;
@@ -277,9 +293,9 @@ impl Core {
                     self.frags.remove(&key);
                     return Ok(());
                 };
-                let end = off.checked_add(payload.len()).ok_or(Some(ep))?;
+                let end = off.checked_add(payload.len()).ok_or(Bad::Malformed(Some(ep)))?;
                 if end > rv.expect || off != rv.received {
-                    return Err(Some(ep));
+                    return Err(Bad::Malformed(Some(ep)));
                 }
                 if let Err(s) = rv.data.unpack(off, payload) {
                     rv.status = s;
@@ -299,12 +315,12 @@ impl Core {
             (data.len() >= 12).then(|| u32::from_le_bytes([data[8], data[9], data[10], data[11]]));
         let (h, rts) = match wire::decode_rts(data) {
             Some(x) => x,
-            None => return Err(ep_hint.and_then(|e| self.live_ep(e).ok())),
+            None => return Err(Bad::Malformed(ep_hint.and_then(|e| self.live_ep(e).ok()))),
         };
         let ep = self.live_ep(h.ep)?;
         let info = TagInfo {
             sender_tag: h.tag,
-            length: usize::try_from(h.total).map_err(|_| Some(ep))?,
+            length: usize::try_from(h.total).map_err(|_| Bad::Malformed(Some(ep)))?,
             sender: SenderId(ep as u64),
         };
         if let Some(id) = self.matcher.match_expected(h.tag) {
@@ -324,7 +340,7 @@ impl Core {
     }
 
     fn on_rtr(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(None)?;
+        let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -335,7 +351,7 @@ impl Core {
             {
                 s.rreq = Some(rreq);
             }
-            _ => return Err(Some(ep)),
+            _ => return Err(Bad::Malformed(Some(ep))),
         }
         self.requeue(ep, id);
         Ok(())
@@ -354,7 +370,7 @@ impl Core {
     }
 
     fn on_rtr_put(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, rreq, rkey, segs) = wire::decode_rtr_put(data).ok_or(None)?;
+        let (ep, sreq, rreq, rkey, segs) = wire::decode_rtr_put(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -372,7 +388,7 @@ impl Core {
                     offset: 0,
                 }));
             }
-            _ => return Err(Some(ep)),
+            _ => return Err(Bad::Malformed(Some(ep))),
         }
         self.requeue(ep, id);
         Ok(())
@@ -381,7 +397,7 @@ impl Core {
     /// The receiver of our split rendezvous reads the head and asks us to write the tail
     /// (from `offset`) into its segments; its ACK follows when its reads are done.
     fn on_rtr_split(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, rreq, offset, rkey, segs) = wire::decode_rtr_split(data).ok_or(None)?;
+        let (ep, sreq, rreq, offset, rkey, segs) = wire::decode_rtr_split(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -397,7 +413,7 @@ impl Core {
                     offset: offset as usize,
                 }));
             }
-            _ => return Err(Some(ep)),
+            _ => return Err(Bad::Malformed(Some(ep))),
         }
         self.requeue(ep, id);
         Ok(())
@@ -406,13 +422,13 @@ impl Core {
     /// As [`on_rtr_split`](Self::on_rtr_split), for a receiver that describes its data by
     /// its layout: the tail goes into that layout's packed bytes from `offset` on.
     fn on_rtr_split_layout(&mut self, data: &[u8]) -> Res {
-        let m = wire::RtrSplitLayout::decode(data).ok_or(None)?;
+        let m = wire::RtrSplitLayout::decode(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(m.ep)?;
         let id = ReqId(m.sreq);
         let canon = crate::dt::Canon::decode(&m.layout)
             .ok()
             .filter(crate::dt::Canon::is_ordered)
-            .ok_or(Some(ep))?;
+            .ok_or(Bad::Malformed(Some(ep)))?;
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Send(s)) if takes_split(s, ep, m.offset) && canon.size() >= s.total as u64 => {
                 s.rreq = Some(m.rreq);
@@ -423,7 +439,7 @@ impl Core {
                     offset: m.offset as usize,
                 }));
             }
-            _ => return Err(Some(ep)),
+            _ => return Err(Bad::Malformed(Some(ep))),
         }
         self.requeue(ep, id);
         Ok(())
@@ -431,14 +447,14 @@ impl Core {
 
     /// The receiver of our layout rendezvous evicted the layout: send it again.
     fn on_layout_miss(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(None)?;
+        let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let bytes = match self.reqs.get(ReqId(sreq)).map(|r| &r.state) {
             Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvGet => match &s.data {
                 crate::datatype::DataState::Layout(l) => l.dt.encoded().to_vec(),
-                _ => return Err(Some(ep)),
+                _ => return Err(Bad::Malformed(Some(ep))),
             },
-            _ => return Err(Some(ep)),
+            _ => return Err(Bad::Malformed(Some(ep))),
         };
         self.stats.layout_bytes_sent += bytes.len() as u64;
         self.queue_ctrl(ep, super::Ctrl::Layout { rreq, bytes });
@@ -450,7 +466,7 @@ impl Core {
         let mut r = Reader::new(data);
         let (ep, rreq) = match (r.u32(), r.u64()) {
             (Some(e), Some(q)) => (e, q),
-            _ => return Err(None),
+            _ => return Err(Bad::Malformed(None)),
         };
         let ep = self.live_ep(ep)?;
         let id = ReqId(rreq);
@@ -458,20 +474,20 @@ impl Core {
             Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
                 match rv.rndv.as_ref().and_then(|x| x.rts.as_ref()) {
                     Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
-                    _ => return Err(Some(ep)),
+                    _ => return Err(Bad::Malformed(Some(ep))),
                 }
             }
-            _ => return Err(Some(ep)),
+            _ => return Err(Bad::Malformed(Some(ep))),
         };
         self.learn_layout(ep, hash, r.rest())
-            .map_err(|_| Some(ep))?;
+            .map_err(|_| Bad::Malformed(Some(ep)))?;
         self.gets.push_back(id);
         self.work = true;
         Ok(())
     }
 
     fn on_fin(&mut self, data: &[u8]) -> Res {
-        let (ep, rreq, status) = wire::decode_ack(data).ok_or(None)?;
+        let (ep, rreq, status) = wire::decode_ack(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(rreq);
         match self.reqs.get(id).map(|r| &r.state) {
@@ -483,22 +499,22 @@ impl Core {
                 super::tag::on_fin(self, id, status);
                 Ok(())
             }
-            _ => Err(Some(ep)),
+            _ => Err(Bad::Malformed(Some(ep))),
         }
     }
 
     fn on_rndv_data(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
-        let h = FragHdr::read(&mut r).ok_or(None)?;
+        let h = FragHdr::read(&mut r).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(h.ep)?;
         let payload = r.rest();
         let id = ReqId(h.req);
-        let off = usize::try_from(h.offset).map_err(|_| Some(ep))?;
+        let off = usize::try_from(h.offset).map_err(|_| Bad::Malformed(Some(ep)))?;
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
-                let end = off.checked_add(payload.len()).ok_or(Some(ep))?;
+                let end = off.checked_add(payload.len()).ok_or(Bad::Malformed(Some(ep)))?;
                 if end > rv.expect || off != rv.received {
-                    return Err(Some(ep));
+                    return Err(Bad::Malformed(Some(ep)));
                 }
                 if let Err(s) = rv.data.unpack(off, payload) {
                     rv.status = s;
@@ -513,12 +529,12 @@ impl Core {
             // A receive that was completed early (truncation) still gets the stream the
             // sender had already started: drop it.
             Some(Op::Done { .. }) => Ok(()),
-            _ => Err(Some(ep)),
+            _ => Err(Bad::Malformed(Some(ep))),
         }
     }
 
     fn on_ack(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, status) = wire::decode_ack(data).ok_or(None)?;
+        let (ep, sreq, status) = wire::decode_ack(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -545,25 +561,34 @@ impl Core {
                 }
                 Ok(())
             }
-            _ => Err(Some(ep)),
+            _ => Err(Bad::Malformed(Some(ep))),
         }
     }
 
     fn on_wireup(&mut self, data: &[u8]) -> Res {
-        let w = Wireup::decode(data).ok_or(None)?;
+        let w = Wireup::decode(data).ok_or(Bad::Malformed(None))?;
         match w.kind {
             wire::WIREUP_REQ => {
-                let addr = WorkerAddress::decode(&w.addr).map_err(|_| None)?;
+                let addr = WorkerAddress::decode(&w.addr).map_err(|_| Bad::Malformed(None))?;
                 if addr.uuid != w.uuid {
-                    return Err(None);
+                    return Err(Bad::Malformed(None));
                 }
                 self.accepts.push_back((w, addr));
                 self.work = true;
             }
             _ => {
                 let ep = self.live_ep(w.dst_ep)?;
-                if self.eps[ep].remote_uuid != w.uuid {
-                    return Err(Some(ep));
+                let e = &self.eps[ep];
+                // Another worker's endpoint in that slot: ours closed, the slot was reused.
+                if e.remote_uuid != w.uuid {
+                    return Err(Bad::Late);
+                }
+                if w.kind == wire::WIREUP_CLOSE {
+                    if e.remote_id != Some(w.src_ep) {
+                        return Err(Bad::Late);
+                    }
+                    fail_ep(self, ep, Status::ConnectionReset, Failure::PeerClosed);
+                    return Ok(());
                 }
                 self.eps[ep].remote_id = Some(w.src_ep);
                 self.mark_ready(ep);

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use ucs::{Status, UcsResult};
 
-use super::wireup::{fail_ep, new_ep};
+use super::wireup::{fail_ep, new_ep, Failure};
 use super::{EpHandle, Worker};
 use crate::address::WorkerAddress;
 
@@ -269,7 +269,7 @@ fn poll_pending(w: &mut Worker) {
             Some(v) => {
                 sock.pending.swap_remove(i);
                 if let Err(s) = v {
-                    fail_ep(core, ep, s, true);
+                    fail_ep(core, ep, s, Failure::Error);
                 }
             }
         }

@@ -107,6 +107,9 @@ pub struct WorkerStats {
     pub rma_mapped: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
+    /// Protocol messages dropped because their endpoint was closed or had failed (they
+    /// crossed the close).
+    pub late: u64,
 }
 
 /// A transport interface as the core knows it.
@@ -468,6 +471,14 @@ impl Drop for Worker {
             // that handler may still read a message kept in an interface's receive memory,
             // so the interfaces are leaked rather than closed.
             std::mem::forget(std::mem::take(&mut self.ifaces));
+            return;
+        }
+        // Endpoints the application left open are closed as `ep_close` would: their peers
+        // learn of it and end theirs without a failure.
+        let open: Vec<usize> = self.core.eps.iter().map(|(i, _)| i).collect();
+        let Worker { ifaces, core, .. } = self;
+        for ep in open {
+            wireup::destroy_ep(ifaces, core, ep);
         }
     }
 }

@@ -30,6 +30,7 @@ use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
 use uct::{Done, IfaceFlags, MemH, RemoteKey};
 
+use super::handler::{Bad, Res};
 use super::{Core, Ctrl, EpHandle, Op, Worker};
 use crate::buf::{self, Buf};
 use crate::datatype::{Data, DataState};
@@ -816,11 +817,11 @@ impl Core {
     }
 
     /// RMA_PUT / RMA_GET / RMA_ATOMIC arrived: execute after the checks, and reply.
-    pub(super) fn on_rma_request(&mut self, am: u8, data: &[u8]) -> Result<(), Option<usize>> {
+    pub(super) fn on_rma_request(&mut self, am: u8, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (ep, req, slot, nonce, addr) = match (r.u32(), r.u64(), r.u32(), r.u64(), r.u64()) {
             (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
-            _ => return Err(None),
+            _ => return Err(Bad::Malformed(None)),
         };
         let ep = self.live_ep(ep)?;
         let (status, offset, payload) = match am {
@@ -837,7 +838,7 @@ impl Core {
             AM_RMA_GET => {
                 let (len, off) = match (r.u32(), r.u64()) {
                     (Some(l), Some(o)) if r.is_empty() => (l as usize, o),
-                    _ => return Err(Some(ep)),
+                    _ => return Err(Bad::Malformed(Some(ep))),
                 };
                 match self.target(slot, nonce, addr, len as u64) {
                     Ok(a) => {
@@ -851,11 +852,11 @@ impl Core {
             _ => {
                 let (op, size, value, compare) = match (r.u8(), r.u8(), r.u64(), r.u64()) {
                     (Some(a), Some(b), Some(c), Some(d)) if r.is_empty() => (a, b, c, d),
-                    _ => return Err(Some(ep)),
+                    _ => return Err(Bad::Malformed(Some(ep))),
                 };
-                let op = AtomicOp::from_u8(op).ok_or(Some(ep))?;
+                let op = AtomicOp::from_u8(op).ok_or(Bad::Malformed(Some(ep)))?;
                 if (size != 4 && size != 8) || !addr.is_multiple_of(u64::from(size)) {
-                    return Err(Some(ep));
+                    return Err(Bad::Malformed(Some(ep)));
                 }
                 match self.target(slot, nonce, addr, u64::from(size)) {
                     Ok(a) => {
@@ -882,20 +883,20 @@ impl Core {
     }
 
     /// RMA_REPLY arrived for one of our operations.
-    pub(super) fn on_rma_reply(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+    pub(super) fn on_rma_reply(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (ep, req, offset, status) = match (r.u32(), r.u64(), r.u64(), r.u8()) {
             (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d as i8),
-            _ => return Err(None),
+            _ => return Err(Bad::Malformed(None)),
         };
         let ep = self.live_ep(ep)?;
         let payload = r.rest();
         let id = ReqId(req);
         let Some(Op::Rma(o)) = self.reqs.get_mut(id).map(|r| &mut r.state) else {
-            return Err(Some(ep));
+            return Err(Bad::Malformed(Some(ep)));
         };
         if o.ep != ep || o.replies == 0 {
-            return Err(Some(ep));
+            return Err(Bad::Malformed(Some(ep)));
         }
         o.replies -= 1;
         let status = Status::from_code(status).unwrap_or(Status::IoError);
@@ -904,12 +905,12 @@ impl Core {
         } else {
             match o.kind {
                 RmaKind::Get => {
-                    let off = usize::try_from(offset).map_err(|_| Some(ep))?;
+                    let off = usize::try_from(offset).map_err(|_| Bad::Malformed(Some(ep)))?;
                     if off
                         .checked_add(payload.len())
                         .is_none_or(|end| end > o.total)
                     {
-                        return Err(Some(ep));
+                        return Err(Bad::Malformed(Some(ep)));
                     }
                     if let Err(s) = o.data.unpack(off, payload) {
                         o.status = s;
@@ -917,10 +918,10 @@ impl Core {
                 }
                 RmaKind::Atomic => {
                     if payload.len() != 8 {
-                        return Err(Some(ep));
+                        return Err(Bad::Malformed(Some(ep)));
                     }
                     if let Some(b) = o.reply_buf {
-                        let old = u64::from_le_bytes(payload.try_into().map_err(|_| Some(ep))?);
+                        let old = u64::from_le_bytes(payload.try_into().map_err(|_| Bad::Malformed(Some(ep)))?);
                         if o.atomic.1 == 4 {
                             b.write_at(0, &(old as u32).to_ne_bytes());
                         } else {

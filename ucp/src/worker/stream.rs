@@ -14,6 +14,7 @@
 use ucs::{Status, UcsResult};
 
 use super::tag::new_recv;
+use super::handler::{Bad, Res};
 use super::{Core, EpHandle, Op, Worker};
 use crate::datatype::Data;
 use crate::proto::select::Proto;
@@ -144,9 +145,9 @@ impl Worker {
 
 impl Core {
     /// STREAM arrived.
-    pub(super) fn on_stream(&mut self, data: &[u8]) -> Result<(), Option<usize>> {
+    pub(super) fn on_stream(&mut self, data: &[u8]) -> Res {
         if data.len() < STREAM_HDR {
-            return Err(None);
+            return Err(Bad::Malformed(None));
         }
         let ep = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
         let ep = self.live_ep(ep)?;

@@ -249,10 +249,24 @@ impl Worker {
         tag_mask: u64,
         p: RecvParams,
     ) -> UcsResult<ReqId> {
-        if let Data::Iov(_) = data {
-            return Ok(self.tag_recv_iov(data, tag, tag_mask, p));
+        let id = if let Data::Iov(_) = data {
+            self.tag_recv_iov(data, tag, tag_mask, p)
+        } else {
+            post_recv(&mut self.core, data, tag, tag_mask, p)
+        };
+        if self.core.work {
+            self.answer_now();
         }
-        Ok(post_recv(&mut self.core, data, tag, tag_mask, p))
+        Ok(id)
+    }
+
+    /// Sends what matching a posted receive queued (a synchronous send's acknowledgement, a
+    /// rendezvous request) before the posting call returns, as UCX does: the application
+    /// may not call into the library again for a long time, and the sender waits for it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn answer_now(&mut self) {
+        self.run_actions();
     }
 
     /// [`tag_recv`](Self::tag_recv) into an iov list, which may become a vector layout.
@@ -293,6 +307,9 @@ impl Worker {
         match core.matcher.msg_recv(msg, id) {
             Ok(m) => {
                 deliver(core, m.info, m.msg, id);
+                if self.core.work {
+                    self.answer_now();
+                }
                 Ok(id)
             }
             Err(id) => {

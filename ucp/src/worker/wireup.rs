@@ -551,9 +551,31 @@ pub(super) fn flush_completion(core: &mut Core, id: ReqId) {
     }
 }
 
-/// Removes an endpoint and its transport endpoints.
+/// Removes an endpoint and its transport endpoints. A paired endpoint that has not failed
+/// tells its peer first (`WIREUP_CLOSE`), so the peer's endpoint ends quietly instead of
+/// failing when this process exits; the notice is best effort (a full FIFO drops it).
 pub(super) fn destroy_ep(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usize) {
-    fail_ep(core, ep, Status::Canceled, false);
+    if let Some(e) = core.eps.get(ep) {
+        if let (None, Some(dst)) = (e.failed, e.remote_id) {
+            let m = Wireup {
+                kind: wire::WIREUP_CLOSE,
+                uuid: core.uuid,
+                src_ep: ep as u32,
+                dst_ep: dst,
+                addr: Vec::new(),
+            }
+            .encode();
+            let lane = e.am;
+            let r = ifaces[lane.iface].am_bcopy(lane.ep, wire::AM_WIREUP, &mut |buf| {
+                buf[..m.len()].copy_from_slice(&m);
+                m.len()
+            });
+            if let Err(s) = r {
+                log::debug!("ucp: close notice to the peer of ep {ep} not sent: {s}");
+            }
+        }
+    }
+    fail_ep(core, ep, Status::Canceled, Failure::Closed);
     let Some(e) = core.eps.try_remove(ep) else {
         return;
     };
@@ -567,9 +589,22 @@ pub(super) fn destroy_ep(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usi
     }
 }
 
+/// How an endpoint ended, for [`fail_ep`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Closed by this side: nothing is reported.
+    Closed,
+    /// The peer closed its endpoint cleanly (`WIREUP_CLOSE`): reported to the error
+    /// handler, logged only at debug level.
+    PeerClosed,
+    /// A transport error, a dead peer, a malformed message: reported, and logged as a
+    /// warning when operations were lost with it.
+    Error,
+}
+
 /// Fails every operation that depends on `ep` with `status`, once, and reports the
-/// failure when `report`.
-pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, report: bool) {
+/// failure as `how` says.
+pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) {
     let Some(e) = core.eps.get_mut(ep) else {
         return;
     };
@@ -577,18 +612,24 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, report: bool) 
         return;
     }
     e.failed = Some(status);
+    let queued = e.queue.len() + e.stream_recvs.len();
     e.queue.clear();
     e.stream_recvs.clear();
-    if report {
-        log::warn!("ucp: endpoint {ep} failed: {status}");
-        core.ep_errors.push_back((EpHandle(ep as u32), status));
-    }
     let victims = core.reqs.ids_where(|op| match op {
         Op::Send(s) => s.ep == ep,
         Op::Recv(r) => r.peer.is_some_and(|(e, _)| e == ep),
         Op::Rma(o) => o.ep == ep,
         _ => false,
     });
+    let lost = queued + victims.len();
+    if how != Failure::Closed {
+        if how == Failure::Error && lost > 0 {
+            log::warn!("ucp: endpoint {ep} failed: {status} ({lost} operations ended with it)");
+        } else {
+            log::debug!("ucp: endpoint {ep} ended ({how:?}, {status}, {lost} operations)");
+        }
+        core.ep_errors.push_back((EpHandle(ep as u32), status));
+    }
     for id in victims {
         core.complete(id, status, None);
     }
