@@ -57,21 +57,29 @@ fn compile(mpicc: &Path, name: &str) -> PathBuf {
     exe
 }
 
-/// `mpirun -np <np>` of `exe` over our library, killed after `limit`; returns (ok, stdout,
+/// Which `libucp.so.0` an MPI program runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lib {
+    Rucx,
+    /// Debian's UCX 1.13, which OpenMPI links by default.
+    Ucx113,
+}
+
+/// `mpirun -np <np>` of `exe` over `lib`, killed after `limit`; returns (ok, stdout,
 /// stderr).
 fn mpirun(
     mpirun: &Path,
     np: usize,
     osc: bool,
     exe: &Path,
+    lib: Lib,
     limit: Duration,
 ) -> (bool, String, String) {
-    let lib = common::libucp_dir();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi");
     let name = exe.file_name().unwrap().to_string_lossy().to_string();
     let (outp, errp) = (
-        dir.join(format!("{name}.out")),
-        dir.join(format!("{name}.err")),
+        dir.join(format!("{name}-{lib:?}.out")),
+        dir.join(format!("{name}-{lib:?}.err")),
     );
     let mut c = Command::new(mpirun);
     c.args([
@@ -88,10 +96,14 @@ fn mpirun(
     if osc {
         c.args(["--mca", "osc", "ucx"]);
     }
-    c.args(["-x", "LD_LIBRARY_PATH", "-x", "RUCX_ANNOUNCE"])
-        .arg(exe)
-        .env("LD_LIBRARY_PATH", &lib)
-        .env("RUCX_ANNOUNCE", "1")
+    if lib == Lib::Rucx {
+        c.args(["-x", "LD_LIBRARY_PATH", "-x", "RUCX_ANNOUNCE"])
+            .env("LD_LIBRARY_PATH", common::libucp_dir())
+            .env("RUCX_ANNOUNCE", "1");
+    } else {
+        c.env_remove("LD_LIBRARY_PATH");
+    }
+    c.arg(exe)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
@@ -119,16 +131,28 @@ fn mpirun(
     (ok, std::fs::read_to_string(&outp).unwrap_or_default(), err)
 }
 
-/// Runs program `name` on `np` ranks and checks its success line and our announcements.
+/// Runs program `name` on `np` ranks over our library and checks its success line, our
+/// announcements (`procs` processes: the ranks, and any they spawn), and that nothing was
+/// logged as a warning (a clean run and a clean finalize are quiet).
 fn run(name: &str, np: usize, osc: bool) {
+    run_procs(name, np, np, osc)
+}
+
+fn run_procs(name: &str, np: usize, procs: usize, osc: bool) {
     let Some((cc, run)) = tools() else { return };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = compile(&cc, name);
-    let (ok, out, err) = mpirun(&run, np, osc, &exe, Duration::from_secs(60));
+    let (ok, out, err) = mpirun(&run, np, osc, &exe, Lib::Rucx, Duration::from_secs(60));
     let all = format!("{out}\n{err}");
     assert!(
         ok && out.contains(&format!("{name}: OK")),
         "{name} (-np {np}) failed:\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let warnings: Vec<&str> = all.lines().filter(|l| l.contains("] WARN ")).collect();
+    assert!(
+        warnings.is_empty(),
+        "{name} (-np {np}) logged warnings:\n{}",
+        warnings.join("\n")
     );
     // Every rank's process loaded Rucx's libucp (osc ucx makes a second context: count pids).
     let pids: BTreeSet<&str> = all
@@ -139,10 +163,27 @@ fn run(name: &str, np: usize, osc: bool) {
         .collect();
     assert_eq!(
         pids.len(),
-        np,
-        "{name}: expected {np} Rucx announcements (one per rank), got {pids:?}:\n{all}"
+        procs,
+        "{name}: expected {procs} Rucx announcements (one per process), got {pids:?}:\n{all}"
     );
     eprintln!("{name}: {}", out.trim());
+}
+
+/// Runs `name` over Debian's UCX 1.13 first (the program must pass there: it encodes what
+/// UCX does), then over ours.
+fn run_beside_ucx(name: &str, np: usize) {
+    let Some((cc, launcher)) = tools() else { return };
+    {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let exe = compile(&cc, name);
+        let (ok, out, err) = mpirun(&launcher, np, false, &exe, Lib::Ucx113, Duration::from_secs(60));
+        assert!(
+            ok && out.contains(&format!("{name}: OK")),
+            "{name} over UCX 1.13 failed, so it does not encode UCX's behaviour:\n{out}\n{err}"
+        );
+        eprintln!("{name} over UCX 1.13: {}", out.trim());
+    }
+    run(name, np, false);
 }
 
 /// Blocking, non-blocking and synchronous sends, 0 B .. 64 MiB, data checked both ways.
@@ -174,4 +215,26 @@ fn mpi_alltoall_4_ranks() {
 #[test]
 fn mpi_rma_osc_ucx() {
     run("rma", 2, true);
+}
+
+/// Issue 22, fault 1: `MPI_Request_free` on an `MPI_Issend` that may still be active (one
+/// process, `MPI_COMM_SELF`, 20 rounds with `MPI_Mprobe` + `MPI_Imrecv`): no callback may
+/// run after `ucp_request_free` (it crashed on the second round).
+#[test]
+fn mpi_request_free_on_an_active_issend() {
+    run_beside_ucx("issend_free", 1);
+}
+
+/// Issue 22, fault 2: a receiver that matches a waiting synchronous message and then stays
+/// out of MPI does not hold up the sender (it took the receiver's whole sleep).
+#[test]
+fn mpi_issend_completes_while_the_receiver_sleeps() {
+    run_beside_ucx("issend_ack", 2);
+}
+
+/// Issue 22, teardown: spawn, disconnect, children finalize while the parent progresses;
+/// nobody logs a warning.
+#[test]
+fn mpi_spawn_disconnect_is_quiet() {
+    run_procs("spawn", 1, 3, false);
 }
