@@ -22,5 +22,13 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# UCX 1.22 (the PyPI wheel libucx-cu13), beside Debian's 1.13, for the C ABI contract suite
+# (bindings-c/tests/contract.rs).
+if source contrib/bench/ucx-env.sh; then
+  export RUCX_UCX122_LIB="${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}/libucx/lib"
+else
+  echo "test-all: UCX 1.22 could not be installed; the contract suite runs without it" >&2
+fi
+
 cargo build --workspace --all-targets
 cargo test --workspace

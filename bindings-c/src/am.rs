@@ -356,10 +356,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
         let Some(r) = (unsafe { take_desc(data_desc) }) else {
             return status_ptr(Status::InvalidParam);
         };
-        let rp = ucp::RecvParams {
-            user_data: 0,
-            notify: false,
-        };
+        let rp = ucp::RecvParams::default();
         p.run_out(w, |wk| wk.am_recv_data(r, &d, rp).map(Outcome::Req))
     })
 }

@@ -273,10 +273,20 @@ pub unsafe extern "C" fn ucp_ep_create(
 }
 
 /// Closes `ep`: removes the handle and posts the close.
-fn close(e: &CEp, w: &CWorker, post: Post) -> ucs_status_ptr_t {
+fn close(e: &CEp, w: &CWorker, post: Post, force: bool) -> ucs_status_ptr_t {
     let h = e.h;
     let p = w.with_inner(|i| i.eps.remove(&h.0));
-    let r = post.run(w, |wk| wk.ep_close(h).map(Some));
+    let r = if force {
+        // Completes at once; what was outstanding reports UCS_ERR_CANCELED from the next
+        // progress.
+        status_ptr(
+            w.with(|wk| wk.ep_close_force(h))
+                .err()
+                .unwrap_or(Status::Ok),
+        )
+    } else {
+        post.run(w, |wk| wk.ep_close(h).map(Some))
+    };
     if let Some(p) = p {
         // SAFETY: removed from the map, so freed once; the application may not use the
         // handle after closing it.
@@ -297,7 +307,12 @@ pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut c_void, mode: c_uint) -> ucs_s
         if mode != UCP_EP_CLOSE_MODE_FORCE && mode != UCP_EP_CLOSE_MODE_FLUSH {
             return status_ptr(Status::InvalidParam);
         }
-        close(e, w, Post::legacy(Cb::None))
+        close(
+            e,
+            w,
+            Post::legacy(Cb::None),
+            mode == UCP_EP_CLOSE_MODE_FORCE,
+        )
     })
 }
 
@@ -315,7 +330,11 @@ pub unsafe extern "C" fn ucp_ep_close_nbx(
         };
         // SAFETY: forwarded contract.
         match unsafe { Post::nbx(param, CbKind::Send) } {
-            Ok(p) => close(e, w, p),
+            Ok(p) if p.flags & !UCP_EP_CLOSE_FLAG_FORCE != 0 => status_ptr(Status::InvalidParam),
+            Ok(p) => {
+                let force = p.flags & UCP_EP_CLOSE_FLAG_FORCE != 0;
+                close(e, w, p, force)
+            }
             Err(s) => status_ptr(s),
         }
     })

@@ -46,8 +46,10 @@ pub(crate) struct Post {
     cb: Cb,
     user_data: *mut c_void,
     user_req: *mut c_void,
+    /// `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`: a request even for an immediate completion.
     no_imm: bool,
-    recv: bool,
+    /// `UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL`: complete at once or fail with NO_RESOURCE.
+    pub(crate) force_imm: bool,
     recv_info: RecvInfo,
     pub(crate) datatype: ucp_datatype_t,
     pub(crate) flags: u32,
@@ -62,7 +64,7 @@ impl Post {
             user_data: std::ptr::null_mut(),
             user_req: std::ptr::null_mut(),
             no_imm: false,
-            recv: false,
+            force_imm: false,
             recv_info: RecvInfo::None,
             datatype: 1 << UCP_DATATYPE_SHIFT,
             flags: 0,
@@ -71,10 +73,10 @@ impl Post {
     }
 
     /// A `_nb` receive: its request is returned (and its callback called) even when it
-    /// completes at once.
+    /// completes at once (UCX posts them with `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`).
     fn legacy_recv(cb: Cb, dt: ucp_datatype_t) -> Post {
         Post {
-            recv: true,
+            no_imm: true,
             datatype: dt,
             ..Post::legacy(cb)
         }
@@ -146,7 +148,7 @@ impl Post {
                 std::ptr::null_mut()
             },
             no_imm: field(UCP_OP_ATTR_FLAG_NO_IMM_CMPL),
-            recv: kind != CbKind::Send,
+            force_imm: field(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL),
             recv_info,
             datatype: if field(UCP_OP_ATTR_FIELD_DATATYPE) {
                 p.datatype
@@ -230,7 +232,7 @@ impl Post {
             RecvInfo::Len(p) => unsafe { *p = info.length },
             RecvInfo::None => {}
         }
-        let want_req = self.no_imm || (self.recv && matches!(self.recv_info, RecvInfo::None));
+        let want_req = self.no_imm;
         if !want_req && self.user_req.is_null() {
             return if s == Status::Ok {
                 std::ptr::null_mut()
@@ -268,12 +270,14 @@ const fn send_p(sync: bool) -> SendParams {
         sync,
         user_data: 0,
         notify: false,
+        force_imm: false,
     }
 }
 
 const RECV_P: RecvParams = RecvParams {
     user_data: 0,
     notify: false,
+    force_imm: false,
 };
 
 macro_rules! ep_or_ret {
@@ -327,7 +331,11 @@ fn tag_send(
     let (e, w) = ep_or_ret!(ep);
     let d = data_or_ret!(buffer, count, post.datatype);
     let h = e.h;
-    post.run(w, |wk| wk.tag_send(h, &d, tag, send_p(sync)))
+    let p = SendParams {
+        force_imm: post.force_imm,
+        ..send_p(sync)
+    };
+    post.run(w, |wk| wk.tag_send(h, &d, tag, p))
 }
 
 /// # Safety
@@ -408,7 +416,11 @@ fn tag_recv(
 ) -> ucs_status_ptr_t {
     let w = worker_or_ret!(worker);
     let d = data_or_ret!(buffer, count, post.datatype);
-    post.run(w, |wk| wk.tag_recv(&d, tag, mask, RECV_P).map(Some))
+    let p = RecvParams {
+        force_imm: post.force_imm,
+        ..RECV_P
+    };
+    post.run(w, |wk| wk.tag_recv(&d, tag, mask, p).map(Some))
 }
 
 /// # Safety
@@ -602,7 +614,6 @@ pub unsafe extern "C" fn ucp_stream_recv_nb(
         }
         let mut p = Post::legacy(Cb::Stream(cb));
         p.datatype = datatype;
-        p.recv = true;
         p.recv_info = RecvInfo::Len(length);
         stream_recv(
             ep,

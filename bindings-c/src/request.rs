@@ -32,6 +32,8 @@ pub(crate) const F_RELEASED: u32 = 2;
 pub(crate) const F_IN_CB: u32 = 4;
 /// Memory owned by the application.
 pub(crate) const F_USER: u32 = 8;
+/// Released with the deprecated `ucp_request_release`, which keeps the callback.
+pub(crate) const F_KEEP_CB: u32 = 16;
 
 /// What to call on completion.
 #[derive(Clone, Copy, Debug)]
@@ -203,10 +205,11 @@ pub(crate) unsafe fn alloc(
 }
 
 /// Completes a request: records the status and info, calls its callback, and releases it
-/// when the application freed it already. A request freed before it completed is released
-/// without its callback (`ucp.h`: "the callback will not be invoked"): the application may
-/// have recycled whatever the callback would touch, as OpenMPI's `MPI_Request_free` does.
-/// Called with no worker lock held.
+/// when the application freed it already. A request freed (`ucp_request_free`) before it
+/// completed is released without its callback (`ucp.h`: "no further notifications or
+/// callbacks will be invoked"): the application may have recycled whatever the callback
+/// would touch, as OpenMPI's `MPI_Request_free` does. The deprecated
+/// `ucp_request_release` keeps the callback, as in UCX. Called with no worker lock held.
 ///
 /// # Safety
 /// `h` is a live header whose operation has finished and which is completed only once.
@@ -217,7 +220,7 @@ pub(crate) unsafe fn complete(h: *mut ReqHdr, status: Status, info: ucp_tag_recv
     hd.info = info;
     hd.status.store(code(status), Ordering::Relaxed);
     let prev = hd.flags.fetch_or(F_DONE | F_IN_CB, Ordering::AcqRel);
-    if prev & F_RELEASED != 0 {
+    if prev & (F_RELEASED | F_KEEP_CB) == F_RELEASED {
         // SAFETY: completed now and freed before: nobody else releases it (`free` saw it
         // running), and this is the one completion.
         unsafe { release(h) };
@@ -275,14 +278,19 @@ fn status_of(h: *mut ReqHdr) -> (Status, ucp_tag_recv_info_t) {
     (s, hd.info)
 }
 
-/// `ucp_request_free` / `ucp_request_release`.
-fn free(req: *mut c_void) {
+/// `ucp_request_free` (`keep_cb` false) / `ucp_request_release` (true).
+fn free(req: *mut c_void, keep_cb: bool) {
     // SAFETY: the application passes a request pointer of ours (checked by magic).
     let Some(h) = (unsafe { hdr_of(req) }) else {
         return;
     };
+    let set = if keep_cb {
+        F_RELEASED | F_KEEP_CB
+    } else {
+        F_RELEASED
+    };
     // SAFETY: live header.
-    let prev = unsafe { (*h).flags.fetch_or(F_RELEASED, Ordering::AcqRel) };
+    let prev = unsafe { (*h).flags.fetch_or(set, Ordering::AcqRel) };
     if prev & F_RELEASED != 0 {
         return;
     }
@@ -371,14 +379,14 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> std::
 /// `request` is NULL or a request pointer of this library not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
-    guard((), || free(request))
+    guard((), || free(request, false))
 }
 
 /// # Safety
 /// As for [`ucp_request_free`].
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_release(request: *mut c_void) {
-    guard((), || free(request))
+    guard((), || free(request, true))
 }
 
 /// # Safety

@@ -68,6 +68,7 @@ pub const UCP_LISTENER_PARAM_FIELDS: u64 = mask(3);
 // ucp_ep_close_mode / flags
 pub const UCP_EP_CLOSE_MODE_FORCE: c_uint = 0;
 pub const UCP_EP_CLOSE_MODE_FLUSH: c_uint = 1;
+pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1;
 
 // ucp_mem_map_params_field
 pub const UCP_MEM_MAP_PARAM_FIELD_ADDRESS: u64 = bit(0);
@@ -756,6 +757,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
         UCP_EP_CLOSE_MODE_FORCE,
         UCP_EP_CLOSE_MODE_FLUSH,
+        UCP_EP_CLOSE_FLAG_FORCE,
         UCP_MEM_MAP_PARAM_FIELD_ADDRESS,
         UCP_MEM_MAP_PARAM_FIELD_LENGTH,
         UCP_MEM_MAP_PARAM_FIELD_FLAGS,

@@ -26,8 +26,8 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
     match (which("mpicc"), which("mpirun")) {
         (Some(cc), Some(run)) => Some((cc, run)),
         _ => {
-            eprintln!(
-                "SKIPPED: mpicc/mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)"
+            common::skip(
+                "mpicc/mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)",
             );
             None
         }
@@ -172,11 +172,20 @@ fn run_procs(name: &str, np: usize, procs: usize, osc: bool) {
 /// Runs `name` over Debian's UCX 1.13 first (the program must pass there: it encodes what
 /// UCX does), then over ours.
 fn run_beside_ucx(name: &str, np: usize) {
-    let Some((cc, launcher)) = tools() else { return };
+    let Some((cc, launcher)) = tools() else {
+        return;
+    };
     {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let exe = compile(&cc, name);
-        let (ok, out, err) = mpirun(&launcher, np, false, &exe, Lib::Ucx113, Duration::from_secs(60));
+        let (ok, out, err) = mpirun(
+            &launcher,
+            np,
+            false,
+            &exe,
+            Lib::Ucx113,
+            Duration::from_secs(60),
+        );
         assert!(
             ok && out.contains(&format!("{name}: OK")),
             "{name} over UCX 1.13 failed, so it does not encode UCX's behaviour:\n{out}\n{err}"

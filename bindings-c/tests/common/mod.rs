@@ -34,3 +34,17 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Whether this run is CI's (`.ci/run` sets `RUCX_CI=1`): there, a tool a test needs must be
+/// present, and a missing one fails the test instead of skipping it.
+#[allow(dead_code)]
+pub fn in_ci() -> bool {
+    std::env::var("RUCX_CI").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// A test that cannot run here for `why`: fails in CI, otherwise says "SKIPPED" and why.
+#[allow(dead_code)]
+pub fn skip(why: &str) {
+    assert!(!in_ci(), "RUCX_CI is set, so this must run, but: {why}");
+    eprintln!("SKIPPED: {why}");
+}

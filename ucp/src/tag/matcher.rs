@@ -323,6 +323,12 @@ impl<T, R> TagMatcher<T, R> {
     /// (`ucp_tag_probe_nb`). Without `remove` the message stays queued; with `remove` it
     /// leaves the unexpected queue and the result carries the handle for
     /// [`msg_recv`](Self::msg_recv).
+    /// The oldest unexpected message matching `(tag, tag_mask)`, left in place.
+    pub fn peek(&mut self, tag: Tag, tag_mask: TagMask) -> Option<&T> {
+        let key = self.find_unexpected(tag, tag_mask)?;
+        Some(&self.unexp[key].msg)
+    }
+
     pub fn probe(&mut self, tag: Tag, tag_mask: TagMask, remove: bool) -> Option<ProbeResult> {
         let key = self.find_unexpected(tag, tag_mask)?;
         if !remove {

@@ -277,8 +277,13 @@ impl Core {
         let off = usize::try_from(h.offset).map_err(|_| Bad::Malformed(Some(ep)))?;
         match target {
             FragTarget::Unexpected(f) => {
-                let fb = self.unexp_frags.get_mut(f).ok_or(Bad::Malformed(Some(ep)))?;
-                let end = off.checked_add(payload.len()).ok_or(Bad::Malformed(Some(ep)))?;
+                let fb = self
+                    .unexp_frags
+                    .get_mut(f)
+                    .ok_or(Bad::Malformed(Some(ep)))?;
+                let end = off
+                    .checked_add(payload.len())
+                    .ok_or(Bad::Malformed(Some(ep)))?;
                 if end > fb.buf.len() || off != fb.received {
                     return Err(Bad::Malformed(Some(ep)));
                 }
@@ -293,7 +298,9 @@ impl Core {
                     self.frags.remove(&key);
                     return Ok(());
                 };
-                let end = off.checked_add(payload.len()).ok_or(Bad::Malformed(Some(ep)))?;
+                let end = off
+                    .checked_add(payload.len())
+                    .ok_or(Bad::Malformed(Some(ep)))?;
                 if end > rv.expect || off != rv.received {
                     return Err(Bad::Malformed(Some(ep)));
                 }
@@ -370,7 +377,8 @@ impl Core {
     }
 
     fn on_rtr_put(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, rreq, rkey, segs) = wire::decode_rtr_put(data).ok_or(Bad::Malformed(None))?;
+        let (ep, sreq, rreq, rkey, segs) =
+            wire::decode_rtr_put(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -397,7 +405,8 @@ impl Core {
     /// The receiver of our split rendezvous reads the head and asks us to write the tail
     /// (from `offset`) into its segments; its ACK follows when its reads are done.
     fn on_rtr_split(&mut self, data: &[u8]) -> Res {
-        let (ep, sreq, rreq, offset, rkey, segs) = wire::decode_rtr_split(data).ok_or(Bad::Malformed(None))?;
+        let (ep, sreq, rreq, offset, rkey, segs) =
+            wire::decode_rtr_split(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let id = ReqId(sreq);
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -512,7 +521,9 @@ impl Core {
         let off = usize::try_from(h.offset).map_err(|_| Bad::Malformed(Some(ep)))?;
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
-                let end = off.checked_add(payload.len()).ok_or(Bad::Malformed(Some(ep)))?;
+                let end = off
+                    .checked_add(payload.len())
+                    .ok_or(Bad::Malformed(Some(ep)))?;
                 if end > rv.expect || off != rv.received {
                     return Err(Bad::Malformed(Some(ep)));
                 }

@@ -921,7 +921,9 @@ impl Core {
                         return Err(Bad::Malformed(Some(ep)));
                     }
                     if let Some(b) = o.reply_buf {
-                        let old = u64::from_le_bytes(payload.try_into().map_err(|_| Bad::Malformed(Some(ep)))?);
+                        let old = u64::from_le_bytes(
+                            payload.try_into().map_err(|_| Bad::Malformed(Some(ep)))?,
+                        );
                         if o.atomic.1 == 4 {
                             b.write_at(0, &(old as u32).to_ne_bytes());
                         } else {

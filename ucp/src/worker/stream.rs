@@ -13,8 +13,8 @@
 
 use ucs::{Status, UcsResult};
 
-use super::tag::new_recv;
 use super::handler::{Bad, Res};
+use super::tag::new_recv;
 use super::{Core, EpHandle, Op, Worker};
 use crate::datatype::Data;
 use crate::proto::select::Proto;

@@ -34,6 +34,9 @@ pub struct SendParams {
     pub user_data: u64,
     /// Report the completion through `Worker::poll_completion`.
     pub notify: bool,
+    /// Complete at once or fail with `NoResource` having sent nothing
+    /// (`UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL`).
+    pub force_imm: bool,
 }
 
 /// Options of a receive.
@@ -41,6 +44,9 @@ pub struct SendParams {
 pub struct RecvParams {
     pub user_data: u64,
     pub notify: bool,
+    /// Receive only a message that is here whole already (it completes at once); fail
+    /// with `NoResource`, posting nothing, otherwise (`UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL`).
+    pub force_imm: bool,
 }
 
 impl Worker {
@@ -189,6 +195,10 @@ impl Worker {
                 Err(e) => return Err(e),
             }
         }
+        if p.force_imm {
+            // Anything past the single-message path needs a request.
+            return Err(Status::NoResource);
+        }
         match proto {
             Proto::EagerShort => core.stats.eager_short += 1,
             Proto::EagerBcopy => core.stats.eager_bcopy += 1,
@@ -249,6 +259,9 @@ impl Worker {
         tag_mask: u64,
         p: RecvParams,
     ) -> UcsResult<ReqId> {
+        if p.force_imm && !self.arrived_whole(tag, tag_mask) {
+            return Err(Status::NoResource);
+        }
         let id = if let Data::Iov(_) = data {
             self.tag_recv_iov(data, tag, tag_mask, p)
         } else {
@@ -258,6 +271,21 @@ impl Worker {
             self.answer_now();
         }
         Ok(id)
+    }
+
+    /// Whether the oldest unexpected message matching `(tag, tag_mask)` is here whole,
+    /// so that a receive of it completes at once.
+    #[cold]
+    fn arrived_whole(&mut self, tag: u64, tag_mask: u64) -> bool {
+        let core = &mut self.core;
+        match core.matcher.peek(tag, tag_mask) {
+            Some(Unexp::Eager { .. }) => true,
+            Some(Unexp::Frag(f)) => core
+                .unexp_frags
+                .get(*f)
+                .is_some_and(|b| b.received == b.buf.len()),
+            _ => false,
+        }
     }
 
     /// Sends what matching a posted receive queued (a synchronous send's acknowledgement, a

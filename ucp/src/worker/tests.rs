@@ -2005,7 +2005,9 @@ fn posting_a_receive_acknowledges_a_waiting_synchronous_send_at_once() {
                     );
                 }
                 assert_eq!(a.wait(s).0, Status::Ok);
-                drive(&mut a, &mut b, |_, b| b.request_status(r) != Status::InProgress);
+                drive(&mut a, &mut b, |_, b| {
+                    b.request_status(r) != Status::InProgress
+                });
                 assert_eq!(b.wait(r).0, Status::Ok);
                 assert!(dst == src, "{tls}: data of {n} bytes");
             }
@@ -2043,13 +2045,21 @@ fn a_closed_endpoint_ends_its_peer_quietly() {
             a.request_status(c) != Status::InProgress && b.core.eps[ba.idx()].failed.is_some()
         });
         assert_eq!(a.wait(c).0, Status::Ok);
-        assert_eq!(b.poll_ep_error(), Some((ba, Status::ConnectionReset)), "{tls}");
+        assert_eq!(
+            b.poll_ep_error(),
+            Some((ba, Status::ConnectionReset)),
+            "{tls}"
+        );
         assert_eq!(b.poll_ep_error(), None);
         assert_eq!(b.wait(sync).0, Status::ConnectionReset);
         let r = b
             .tag_recv(&contig_mut(&mut dst), 78, u64::MAX, RecvParams::default())
             .unwrap();
-        assert_eq!(b.request_status(r), Status::InProgress, "a receive is not tied to a peer");
+        assert_eq!(
+            b.request_status(r),
+            Status::InProgress,
+            "a receive is not tied to a peer"
+        );
         assert_eq!(a.stats().malformed + b.stats().malformed, 0, "{tls}");
 
         // An endpoint closed right after it was created: the peer's wire-up reply arrives

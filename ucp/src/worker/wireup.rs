@@ -207,6 +207,18 @@ impl Worker {
         self.flush_op(Some(ep), true, 0, false)
     }
 
+    /// Closes an endpoint at once, without flushing (`ucp_ep_close_nbx` with
+    /// `UCP_EP_CLOSE_FLAG_FORCE`): its outstanding operations complete with `Canceled`, and
+    /// the handle is invalid on return.
+    pub fn ep_close_force(&mut self, ep: EpHandle) -> UcsResult<()> {
+        if !self.core.eps.contains(ep.idx()) {
+            return Err(Status::InvalidParam);
+        }
+        let Worker { ifaces, core, .. } = self;
+        destroy_ep(ifaces, core, ep.idx());
+        Ok(())
+    }
+
     pub(crate) fn flush_op(
         &mut self,
         ep: Option<EpHandle>,

@@ -1,0 +1,186 @@
+/* RMA: flush and fence, mem_map and remote key lifetimes. */
+#include "contract.h"
+
+#include <string.h>
+
+/* Region of `len` bytes mapped on w[1] (allocated by the library when alloc), its key
+ * unpacked on ep[0]. */
+struct region {
+    ucp_mem_h memh;
+    void *base;
+    size_t len;
+    ucp_rkey_h rkey;
+};
+
+static void region_map(struct ct_pair *p, struct region *r, size_t len, int alloc)
+{
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.length = len;
+    if (alloc) {
+        mp.address = NULL;
+        mp.flags = UCP_MEM_MAP_ALLOCATE;
+    } else {
+        r->base = calloc(1, len);
+        mp.address = r->base;
+    }
+    CT_OK(ucp_mem_map(p->ctx, &mp, &r->memh));
+    ucp_mem_attr_t ma;
+    memset(&ma, 0, sizeof(ma));
+    ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    CT_OK(ucp_mem_query(r->memh, &ma));
+    CT_CHECK(ma.address != NULL && ma.length >= len, "mem_query: %p %zu", ma.address,
+             ma.length);
+    if (!alloc) CT_CHECK(ma.address == r->base, "mem_query address");
+    r->base = ma.address;
+    r->len = len;
+    void *packed;
+    size_t plen;
+    CT_OK(ucp_rkey_pack(p->ctx, r->memh, &packed, &plen));
+    /* The packed key outlives its buffer: copy, release, then unpack the copy. */
+    void *copy = malloc(plen);
+    memcpy(copy, packed, plen);
+    ucp_rkey_buffer_release(packed);
+    CT_OK(ucp_ep_rkey_unpack(p->ep[0], copy, &r->rkey));
+    memset(copy, 0xee, plen);
+    free(copy);
+}
+
+static void region_unmap(struct ct_pair *p, struct region *r, int alloc)
+{
+    ucp_rkey_destroy(r->rkey);
+    CT_OK(ucp_mem_unmap(p->ctx, r->memh));
+    if (!alloc) free(r->base);
+}
+
+static ucs_status_t flush(struct ct_pair *p, int ep)
+{
+    ucp_request_param_t fp;
+    memset(&fp, 0, sizeof(fp));
+    void *r = ep ? ucp_ep_flush_nbx(p->ep[0], &fp) : ucp_worker_flush_nbx(p->w[0], &fp);
+    return ct_wait(p, r);
+}
+
+/* Puts posted with put_nbi are in the target's memory once a worker or endpoint flush
+ * completes; a key unpacked from a copy of the packed buffer works after the buffer was
+ * released. */
+static void put_then_flush(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    for (int alloc = 0; alloc < 2; alloc++) {
+        for (int ep = 0; ep < 2; ep++) {
+            struct region r;
+            region_map(&p, &r, 1 << 20, alloc);
+            char *src = ct_pattern(1 << 20, alloc * 2 + ep);
+            ucp_request_param_t pp;
+            memset(&pp, 0, sizeof(pp));
+            for (size_t off = 0; off < r.len; off += 4096) {
+                void *q = ucp_put_nbx(p.ep[0], src + off, 4096, (uint64_t)(uintptr_t)r.base + off,
+                                      r.rkey, &pp);
+                CT_CHECK(!UCS_PTR_IS_ERR(q), "put");
+                if (q != NULL) ucp_request_free(q);
+            }
+            CT_OK(flush(&p, ep));
+            CT_CHECK(ct_pattern_ok(r.base, r.len, alloc * 2 + ep),
+                     "%s memory, %s flush: the target lacks data", alloc ? "allocated" : "user",
+                     ep ? "ep" : "worker");
+            free(src);
+            region_unmap(&p, &r, alloc);
+        }
+    }
+    ct_pair_fini(&p);
+}
+
+/* A fence orders puts to one location: the value written after the fence is the one left. */
+static void fence_orders_puts(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    struct region r;
+    region_map(&p, &r, 4096, 0);
+    uint64_t v[64];
+    ucp_request_param_t pp;
+    memset(&pp, 0, sizeof(pp));
+    for (int round = 0; round < 64; round++) {
+        v[round] = 1000 + round;
+        void *q = ucp_put_nbx(p.ep[0], &v[round], 8, (uint64_t)(uintptr_t)r.base, r.rkey, &pp);
+        CT_CHECK(!UCS_PTR_IS_ERR(q), "put");
+        if (q != NULL) ucp_request_free(q);
+        CT_OK(ucp_worker_fence(p.w[0]));
+    }
+    CT_OK(flush(&p, 0));
+    CT_CHECK(*(uint64_t *)r.base == 1063, "after 64 fenced puts the target holds %llu",
+             (unsigned long long)*(uint64_t *)r.base);
+    region_unmap(&p, &r, 0);
+    ct_pair_fini(&p);
+}
+
+/* A get after a flushed put reads what the put wrote; atomics return the old value. */
+static void get_and_atomic_after_flush(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    struct region r;
+    region_map(&p, &r, 4096, 1);
+    uint64_t val = 41, back = 0;
+    ucp_request_param_t pp;
+    memset(&pp, 0, sizeof(pp));
+    void *q = ucp_put_nbx(p.ep[0], &val, 8, (uint64_t)(uintptr_t)r.base, r.rkey, &pp);
+    CT_CHECK(!UCS_PTR_IS_ERR(q), "put");
+    CT_OK(ct_wait(&p, q));
+    CT_OK(flush(&p, 1));
+    CT_OK(ct_wait(&p, ucp_get_nbx(p.ep[0], &back, 8, (uint64_t)(uintptr_t)r.base, r.rkey, &pp)));
+    CT_CHECK(back == 41, "get read %llu", (unsigned long long)back);
+    uint64_t add = 1, old = 0;
+    ucp_request_param_t ap;
+    memset(&ap, 0, sizeof(ap));
+    ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    ap.datatype = ucp_dt_make_contig(8);
+    ap.reply_buffer = &old;
+    CT_OK(ct_wait(&p, ucp_atomic_op_nbx(p.ep[0], UCP_ATOMIC_OP_ADD, &add, 1,
+                                        (uint64_t)(uintptr_t)r.base, r.rkey, &ap)));
+    CT_CHECK(old == 41 && *(uint64_t *)r.base == 42, "fetch-add: old %llu, now %llu",
+             (unsigned long long)old, (unsigned long long)*(uint64_t *)r.base);
+    region_unmap(&p, &r, 1);
+    ct_pair_fini(&p);
+}
+
+/* Keys and mappings: several keys of one mapping live side by side, a key destroyed
+ * before the mapping goes first, and a region mapped, unmapped and mapped again gets a
+ * working new key. */
+static void key_lifetimes(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    for (int round = 0; round < 3; round++) {
+        struct region r;
+        region_map(&p, &r, 65536, round == 1);
+        void *packed;
+        size_t plen;
+        ucp_rkey_h second;
+        CT_OK(ucp_rkey_pack(p.ctx, r.memh, &packed, &plen));
+        CT_OK(ucp_ep_rkey_unpack(p.ep[0], packed, &second));
+        ucp_rkey_buffer_release(packed);
+        uint64_t a = 7 + round, b = 9 + round;
+        ucp_request_param_t pp;
+        memset(&pp, 0, sizeof(pp));
+        CT_OK(ct_wait(&p, ucp_put_nbx(p.ep[0], &a, 8, (uint64_t)(uintptr_t)r.base, r.rkey, &pp)));
+        CT_OK(ct_wait(&p, ucp_put_nbx(p.ep[0], &b, 8, (uint64_t)(uintptr_t)r.base + 8, second, &pp)));
+        CT_OK(flush(&p, 0));
+        CT_CHECK(((uint64_t *)r.base)[0] == a && ((uint64_t *)r.base)[1] == b, "round %d", round);
+        ucp_rkey_destroy(second);
+        region_unmap(&p, &r, round == 1);
+    }
+    ct_pair_fini(&p);
+}
+
+const struct ct_test ct_rma[] = {
+    {"put_then_flush", "put_nbi data is in the target once a worker or endpoint flush completes, for user and library-allocated memory; a key unpacked from a copy works after ucp_rkey_buffer_release", put_then_flush},
+    {"fence_orders_puts", "ucp_worker_fence orders puts to one location: the last value written stays", fence_orders_puts},
+    {"get_and_atomic_after_flush", "a get after a flushed put reads the new value; a fetching atomic returns the old one", get_and_atomic_after_flush},
+    {"key_lifetimes", "several keys of one mapping work side by side; destroying keys before unmapping, and mapping again, work", key_lifetimes},
+    {0},
+};
