@@ -4,14 +4,14 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use ucp::{AtomicOp, RecvParams, ReqId, SendParams, StreamRecv, Worker};
+use ucp::{AtomicOp, Buf, Data, RecvParams, ReqId, SendParams, StreamRecv, Worker};
 use ucs::{Status, UcsResult};
 
 use crate::dt::{contig_size, data};
 use crate::ep::{CEp, CRkey};
 use crate::request::{self, user_ptr, Cb};
 use crate::types::*;
-use crate::worker::CWorker;
+use crate::worker::{info_of, CWorker};
 use crate::{code, guard, status_ptr};
 
 /// Which member of `ucp_request_param_t::cb` an operation uses.
@@ -107,22 +107,7 @@ impl Post {
         }
         let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 && !p.cb.is_null() {
             // SAFETY: the union member the operation uses, a function pointer of that type.
-            unsafe {
-                match kind {
-                    CbKind::Send => Cb::SendNbx(std::mem::transmute::<
-                        *const c_void,
-                        ucp_send_nbx_callback_t,
-                    >(p.cb)),
-                    CbKind::TagRecv => Cb::TagRecvNbx(std::mem::transmute::<
-                        *const c_void,
-                        ucp_tag_recv_nbx_callback_t,
-                    >(p.cb)),
-                    CbKind::Len => Cb::LenNbx(std::mem::transmute::<
-                        *const c_void,
-                        ucp_stream_recv_nbx_callback_t,
-                    >(p.cb)),
-                }
-            }
+            unsafe { Cb::from_param(kind, p.cb) }
         } else {
             Cb::None
         };
@@ -166,6 +151,60 @@ impl Post {
                 std::ptr::null_mut()
             },
         })
+    }
+
+    /// The common case of `ucp_request_param_t`, read without the general parsing: nothing
+    /// but a callback, user data and a contiguous datatype (what MPI libraries and
+    /// `ucx_perftest` pass on the small-message path). Returns the post and the bytes of
+    /// `count` elements at `buffer`, or `None` for anything else (then use [`Post::nbx`]).
+    ///
+    /// # Safety
+    /// `param` NULL or readable; the buffer stays valid until the operation completes.
+    #[inline(always)]
+    unsafe fn plain_contig(
+        param: *const ucp_request_param_t,
+        kind: CbKind,
+        buffer: *const c_void,
+        count: usize,
+    ) -> Option<(Post, Data)> {
+        const PLAIN: u32 =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+        if param.is_null() {
+            return None;
+        }
+        // SAFETY: readable by contract; op_attr_mask read first.
+        let p = unsafe { &*param };
+        let m = p.op_attr_mask;
+        if m & !PLAIN != 0 {
+            return None;
+        }
+        let elem = if m & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
+            contig_size(p.datatype)?
+        } else {
+            1
+        };
+        let len = count.checked_mul(elem)?;
+        if len > 0 && buffer.is_null() {
+            return None;
+        }
+        let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 && !p.cb.is_null() {
+            // SAFETY: the union member the operation uses, a function pointer of that type.
+            unsafe { Cb::from_param(kind, p.cb) }
+        } else {
+            Cb::None
+        };
+        let post = Post {
+            cb,
+            user_data: if m & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+                p.user_data
+            } else {
+                std::ptr::null_mut()
+            },
+            ..Post::legacy(Cb::None)
+        };
+        // SAFETY: per the contract.
+        let d = Data::Contig(unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) });
+        Some((post, d))
     }
 
     /// Posts with `f` (under the worker's lock) and reports as UCX does.
@@ -256,13 +295,6 @@ impl Post {
             status_ptr(s)
         }
     }
-}
-
-fn info_of(i: Option<ucp::tag::TagInfo>) -> ucp_tag_recv_info_t {
-    i.map_or_else(ucp_tag_recv_info_t::default, |i| ucp_tag_recv_info_t {
-        sender_tag: i.sender_tag,
-        length: i.length,
-    })
 }
 
 const fn send_p(sync: bool) -> SendParams {
@@ -385,6 +417,12 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: ucp.h's contract for this call.
+        if let Some((post, d)) = unsafe { Post::plain_contig(param, CbKind::Send, buffer, count) } {
+            let (e, w) = ep_or_ret!(ep);
+            let h = e.h;
+            return post.run(w, |wk| wk.tag_send(h, &d, tag, send_p(false)));
+        }
         let p = nbx_or_ret!(param, CbKind::Send);
         tag_send(ep, buffer, count, tag, p, false)
     })
@@ -453,6 +491,13 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: ucp.h's contract for this call.
+        if let Some((post, d)) =
+            unsafe { Post::plain_contig(param, CbKind::TagRecv, buffer, count) }
+        {
+            let w = worker_or_ret!(worker);
+            return post.run(w, |wk| wk.tag_recv(&d, tag, tag_mask, RECV_P).map(Some));
+        }
         let p = nbx_or_ret!(param, CbKind::TagRecv);
         tag_recv(worker, buffer, count, tag, tag_mask, p)
     })

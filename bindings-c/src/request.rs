@@ -48,6 +48,33 @@ pub(crate) enum Cb {
     LenNbx(ucp_stream_recv_nbx_callback_t),
 }
 
+impl Cb {
+    /// The callback of an nbx call of `kind` from `ucp_request_param_t::cb`.
+    ///
+    /// # Safety
+    /// `f` is a non-NULL function pointer of the type `kind` names (the union member the
+    /// operation uses).
+    pub(crate) unsafe fn from_param(kind: crate::ops::CbKind, f: *const c_void) -> Cb {
+        use crate::ops::CbKind;
+        // SAFETY: per the contract.
+        unsafe {
+            match kind {
+                CbKind::Send => {
+                    Cb::SendNbx(std::mem::transmute::<*const c_void, ucp_send_nbx_callback_t>(f))
+                }
+                CbKind::TagRecv => Cb::TagRecvNbx(std::mem::transmute::<
+                    *const c_void,
+                    ucp_tag_recv_nbx_callback_t,
+                >(f)),
+                CbKind::Len => Cb::LenNbx(std::mem::transmute::<
+                    *const c_void,
+                    ucp_stream_recv_nbx_callback_t,
+                >(f)),
+            }
+        }
+    }
+}
+
 /// The library's part of a request, in front of the application's bytes.
 #[repr(C, align(16))]
 #[derive(Debug)]
@@ -93,7 +120,7 @@ impl Pool {
         })
     }
 
-    fn get(&self) -> Option<*mut ReqHdr> {
+    pub(crate) fn get(&self) -> Option<*mut ReqHdr> {
         if let Some(p) = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop() {
             return Some(p as *mut ReqHdr);
         }
@@ -119,7 +146,7 @@ impl Pool {
         Some(p.cast())
     }
 
-    fn put(&self, h: *mut ReqHdr) {
+    pub(crate) fn put(&self, h: *mut ReqHdr) {
         self.free
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -178,7 +205,7 @@ pub(crate) unsafe fn alloc(
     user_data: *mut c_void,
 ) -> Option<*mut ReqHdr> {
     let (h, flags) = if user_req.is_null() {
-        (w.ctx().pool.get()?, 0)
+        (w.req_get()?, 0)
     } else {
         // SAFETY: per the contract.
         (
@@ -252,7 +279,7 @@ pub(crate) unsafe fn complete(h: *mut ReqHdr, status: Status, info: ucp_tag_recv
     }
 }
 
-/// Returns a request's memory to its pool (or, for the application's memory, marks it
+/// Returns a request's memory to its worker (or, for the application's memory, marks it
 /// dead).
 ///
 /// # Safety
@@ -262,8 +289,9 @@ unsafe fn release(h: *mut ReqHdr) {
     let hd = unsafe { &*h };
     hd.magic.store(MAGIC_FREE, Ordering::Release);
     if hd.flags.load(Ordering::Acquire) & F_USER == 0 {
-        // SAFETY: the context outlives its requests (ucp_cleanup after the last free).
-        unsafe { (*hd.ctx).pool.put(h) };
+        // SAFETY: a request is released before its worker is destroyed (as in UCX, whose
+        // requests are memory of their worker's pool).
+        unsafe { (*hd.worker).req_put(h) };
     }
 }
 

@@ -76,6 +76,11 @@ pub struct CWorker {
     pub(crate) name: String,
     /// Active messages queued by the `ucp` handler, dispatched after progress.
     pub(crate) am_queue: Arc<AmQueue>,
+    /// Request memory freed on this worker, reused by its next operations without the
+    /// context pool's lock (SINGLE and SERIALIZED mode only, where the application makes
+    /// one call on the worker at a time; UCX too keeps its requests per worker). Handed
+    /// back to the context pool when the worker is destroyed.
+    free_reqs: RefCell<Vec<usize>>,
 }
 
 /// An active message copied out of `ucp`'s handler for the application's: the header and
@@ -215,6 +220,27 @@ impl CWorker {
         unsafe { &*self.ctx }
     }
 
+    /// Request memory for an operation on this worker: its own free list first.
+    #[inline]
+    pub(crate) fn req_get(&self) -> Option<*mut ReqHdr> {
+        if self.thread_mode != UCS_THREAD_MODE_MULTI {
+            if let Some(h) = self.free_reqs.borrow_mut().pop() {
+                return Some(h as *mut ReqHdr);
+            }
+        }
+        self.ctx().pool.get()
+    }
+
+    /// Takes back request memory released on this worker.
+    #[inline]
+    pub(crate) fn req_put(&self, h: *mut ReqHdr) {
+        if self.thread_mode != UCS_THREAD_MODE_MULTI {
+            self.free_reqs.borrow_mut().push(h as usize);
+        } else {
+            self.ctx().pool.put(h);
+        }
+    }
+
     /// Runs `f` on the worker, locked.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
         f(&mut self.inner.lock().w)
@@ -227,19 +253,46 @@ impl CWorker {
 
     /// `ucp_worker_progress`: progress, then report.
     pub(crate) fn progress(&self) -> usize {
-        let (n, events) = {
+        let n = {
             let mut g = self.inner.lock();
             let n = g.w.progress();
             if !g.w.has_reports() && self.am_queue.is_empty() {
                 // Nothing to tell the application: one lock, no event buffer.
                 return n;
             }
-            let ev = collect(&mut g);
-            (n, ev)
+            n
         };
-        let busy = !events.is_empty();
-        self.dispatch(events);
-        let am = crate::am::dispatch(self);
+        // Finished requests one at a time, each taken under the lock and completed outside
+        // it (its callback may call into this worker); then the rarer reports.
+        let mut busy = false;
+        let more = loop {
+            let next = {
+                let mut g = self.inner.lock();
+                match g.w.take_completion() {
+                    Some(c) => Ok((c.user_data, c.status, info_of(c.info))),
+                    None => Err(g.w.has_reports()),
+                }
+            };
+            match next {
+                Ok((h, s, info)) => {
+                    busy = true;
+                    // SAFETY: h is the header of a live request: it was subscribed with its
+                    // address and is completed once, here.
+                    unsafe { request::complete(h as *mut ReqHdr, s, info) };
+                }
+                Err(more) => break more,
+            }
+        };
+        if more {
+            let events = collect(&mut self.inner.lock());
+            busy |= !events.is_empty();
+            self.dispatch(events);
+        }
+        let am = if self.am_queue.is_empty() {
+            0
+        } else {
+            crate::am::dispatch(self)
+        };
         n + usize::from(busy) + am
     }
 
@@ -291,18 +344,19 @@ impl CWorker {
     }
 }
 
+/// A receive's tag and length as `ucp.h` reports them.
+pub(crate) fn info_of(i: Option<ucp::tag::TagInfo>) -> ucp_tag_recv_info_t {
+    i.map_or_else(ucp_tag_recv_info_t::default, |i| ucp_tag_recv_info_t {
+        sender_tag: i.sender_tag,
+        length: i.length,
+    })
+}
+
 /// Moves what is to be reported out of the worker.
 fn collect(g: &mut Inner) -> Vec<Event> {
     let mut ev = std::mem::take(&mut g.events);
-    while let Some(c) = g.w.poll_completion() {
-        g.w.request_free(c.req);
-        let info = c
-            .info
-            .map_or_else(ucp_tag_recv_info_t::default, |i| ucp_tag_recv_info_t {
-                sender_tag: i.sender_tag,
-                length: i.length,
-            });
-        ev.push(Event::Req(c.user_data as usize, c.status, info));
+    while let Some(c) = g.w.take_completion() {
+        ev.push(Event::Req(c.user_data as usize, c.status, info_of(c.info)));
     }
     while let Some((ep, s)) = g.w.poll_ep_error() {
         ev.push(Event::EpErr(ep, s));
@@ -380,6 +434,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             thread_mode,
             name,
             am_queue: Arc::new(AmQueue::default()),
+            free_reqs: RefCell::new(Vec::new()),
         });
         // Map the context's regions on the new worker, then publish it.
         let mems = lock(&c.mems);
@@ -436,6 +491,9 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
         for l in listeners {
             // SAFETY: as for endpoints.
             unsafe { crate::ep::CListener::free(l as *mut crate::ep::CListener) };
+        }
+        for h in w.free_reqs.borrow_mut().drain(..) {
+            c.pool.put(h as *mut ReqHdr);
         }
         // SAFETY: made by Box::into_raw in ucp_worker_create, unlisted above; the magic is
         // cleared so that a second destroy is refused.

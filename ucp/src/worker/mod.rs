@@ -800,6 +800,19 @@ impl Worker {
         self.core.completions.pop_front()
     }
 
+    /// [`poll_completion`](Self::poll_completion) and [`request_free`](Self::request_free)
+    /// of the completed request in one step, for a caller that reports each completion once
+    /// and never asks about the request again.
+    #[inline]
+    pub fn take_completion(&mut self) -> Option<Completion> {
+        let c = self.core.completions.pop_front()?;
+        // A finished request holds a status and a tag: nothing to drop.
+        self.core
+            .reqs
+            .remove_plain(c.req, |s| matches!(s, Op::Done { .. }));
+        Some(c)
+    }
+
     /// Takes the next endpoint failure (each failed endpoint is reported once).
     pub fn poll_ep_error(&mut self) -> Option<(EpHandle, Status)> {
         self.core.ep_errors.pop_front()
