@@ -1,0 +1,240 @@
+/*
+ * The device limits Rucx's GPU paths are measured against, from the CUDA driver API alone:
+ * pointer-attribute queries, small-copy latency (synchronous, and asynchronous with an event
+ * polled), copy bandwidth on one GPU, between GPUs and to/from pinned host memory, IPC
+ * handle export/open between two processes, and which mappings of /proc/self/maps belong to
+ * the driver. Build and run on the GPU machine:
+ *
+ *   nvcc -O2 -o probe contrib/gpu/probe.c -lcuda && ./probe
+ */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char *s_; \
+    cuGetErrorString(r_, &s_); fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_); \
+    exit(1); } } while (0)
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of n timings of f (each timing one call), in microseconds. */
+#define MEDIAN_US(n, body) ({ double *t_ = malloc(sizeof(double) * (n)); \
+    for (int i_ = 0; i_ < (n); i_++) { double t0_ = now(); body; t_[i_] = (now() - t0_) * 1e6; } \
+    qsort(t_, (n), sizeof(double), cmpd); double m_ = t_[(n) / 2]; free(t_); m_; })
+
+static void spin(CUevent e)
+{
+    CUresult r;
+    while ((r = cuEventQuery(e)) == CUDA_ERROR_NOT_READY) {}
+    CK(r);
+}
+
+static CUcontext ctx_of(int dev)
+{
+    CUdevice d;
+    CUcontext c;
+    CK(cuDeviceGet(&d, dev));
+    CK(cuDevicePrimaryCtxRetain(&c, d));
+    return c;
+}
+
+static void small_copies(int dev)
+{
+    CK(cuCtxSetCurrent(ctx_of(dev)));
+    CUdeviceptr a, b;
+    CK(cuMemAlloc(&a, 1 << 20));
+    CK(cuMemAlloc(&b, 1 << 20));
+    void *pinned, *pageable = malloc(64);
+    CK(cuMemHostAlloc(&pinned, 1 << 20, 0));
+    CUstream s;
+    CUevent e;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    for (int w = 0; w < 100; w++) CK(cuMemcpyDtoD(b, a, 8));
+    printf("gpu%d 8 B copies (median us): DtoD sync %.2f, DtoD async+event %.2f, "
+           "HtoD pinned async+event %.2f, DtoH pinned async+event %.2f, HtoD pageable sync %.2f, "
+           "DtoH pageable sync %.2f\n", dev,
+           MEDIAN_US(2000, CK(cuMemcpyDtoD(b, a, 8))),
+           MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(b, a, 8, s)); CK(cuEventRecord(e, s)); spin(e); }),
+           MEDIAN_US(2000, { CK(cuMemcpyHtoDAsync(b, pinned, 8, s)); CK(cuEventRecord(e, s)); spin(e); }),
+           MEDIAN_US(2000, { CK(cuMemcpyDtoHAsync(pinned, a, 8, s)); CK(cuEventRecord(e, s)); spin(e); }),
+           MEDIAN_US(2000, CK(cuMemcpyHtoD(b, pageable, 8))),
+           MEDIAN_US(2000, CK(cuMemcpyDtoH(pageable, a, 8))));
+    printf("gpu%d event record+query of an idle stream %.2f us, stream query %.2f us\n", dev,
+           MEDIAN_US(2000, { CK(cuEventRecord(e, s)); spin(e); }),
+           MEDIAN_US(2000, CK(cuStreamQuery(s))));
+    CUpointer_attribute at[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    unsigned mt = 0, managed = 0; int ord = 0; unsigned long long bid = 0;
+    void *vals[4] = {&mt, &managed, &ord, &bid};
+    void *heap = malloc(4096);
+    printf("gpu%d cuPointerGetAttributes (4 attrs): device %.3f us, host heap %.3f us, pinned %.3f us\n",
+           dev, MEDIAN_US(5000, cuPointerGetAttributes(4, at, vals, a)),
+           MEDIAN_US(5000, cuPointerGetAttributes(4, at, vals, (CUdeviceptr)(uintptr_t)heap)),
+           MEDIAN_US(5000, cuPointerGetAttributes(4, at, vals, (CUdeviceptr)(uintptr_t)pinned)));
+    CUresult r = cuPointerGetAttributes(4, at, vals, (CUdeviceptr)(uintptr_t)heap);
+    printf("gpu%d host heap pointer: result %d type %u managed %u ordinal %d\n", dev, r, mt, managed, ord);
+}
+
+static double gbps(size_t bytes, double us) { return bytes / us / 1e3; }
+
+static void bandwidth(int ndev)
+{
+    size_t n = 64 << 20;
+    for (int dev = 0; dev < ndev; dev++) {
+        CK(cuCtxSetCurrent(ctx_of(dev)));
+        CUdeviceptr a, b;
+        CK(cuMemAlloc(&a, n));
+        CK(cuMemAlloc(&b, n));
+        CK(cuMemsetD8(a, 1, n));
+        void *pinned;
+        CK(cuMemHostAlloc(&pinned, n, 0));
+        CUstream s;
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CK(cuMemcpyDtoDAsync(b, a, n, s));
+        CK(cuStreamSynchronize(s));
+        double dd = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(b, a, n, s)); CK(cuStreamSynchronize(s)); });
+        double hd = MEDIAN_US(10, { CK(cuMemcpyHtoDAsync(a, pinned, n, s)); CK(cuStreamSynchronize(s)); });
+        double dh = MEDIAN_US(10, { CK(cuMemcpyDtoHAsync(pinned, a, n, s)); CK(cuStreamSynchronize(s)); });
+        printf("gpu%d 64 MiB: DtoD %.0f GB/s (bytes moved, one way), HtoD pinned %.1f GB/s, DtoH pinned %.1f GB/s\n",
+               dev, gbps(n, dd), gbps(n, hd), gbps(n, dh));
+    }
+    for (int i = 0; i < ndev; i++)
+        for (int j = 0; j < ndev; j++) {
+            if (i == j) continue;
+            CUdevice di, dj;
+            CK(cuDeviceGet(&di, i));
+            CK(cuDeviceGet(&dj, j));
+            int can = 0, perf = 0, atomics = 0;
+            CK(cuDeviceCanAccessPeer(&can, di, dj));
+            cuDeviceGetP2PAttribute(&perf, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, di, dj);
+            cuDeviceGetP2PAttribute(&atomics, CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, di, dj);
+            printf("gpu%d -> gpu%d: peer access %d, performance rank %d, native atomics %d\n", i, j,
+                   can, perf, atomics);
+            if (!can) continue;
+            CK(cuCtxSetCurrent(ctx_of(j)));
+            CUdeviceptr dst;
+            CK(cuMemAlloc(&dst, n));
+            CK(cuCtxSetCurrent(ctx_of(i)));
+            CUresult r = cuCtxEnablePeerAccess(ctx_of(j), 0);
+            if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) CK(r);
+            CUdeviceptr src;
+            CK(cuMemAlloc(&src, n));
+            CUstream s;
+            CUevent e;
+            CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+            CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+            CK(cuMemcpyDtoDAsync(dst, src, n, s));
+            CK(cuStreamSynchronize(s));
+            double t = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(dst, src, n, s)); CK(cuStreamSynchronize(s)); });
+            double lat = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(dst, src, 8, s)); CK(cuEventRecord(e, s)); spin(e); });
+            printf("gpu%d -> gpu%d (peer, stream on gpu%d): 64 MiB %.0f GB/s, 8 B async+event %.2f us\n",
+                   i, j, i, gbps(n, t), lat);
+            /* Split over 4 streams. */
+            CUstream ss[4];
+            for (int k = 0; k < 4; k++) CK(cuStreamCreate(&ss[k], CU_STREAM_NON_BLOCKING));
+            double t4 = MEDIAN_US(20, {
+                for (int k = 0; k < 4; k++) CK(cuMemcpyDtoDAsync(dst + k * (n / 4), src + k * (n / 4), n / 4, ss[k]));
+                for (int k = 0; k < 4; k++) CK(cuStreamSynchronize(ss[k]));
+            });
+            printf("gpu%d -> gpu%d 64 MiB over 4 streams: %.0f GB/s\n", i, j, gbps(n, t4));
+        }
+}
+
+/* IPC: the parent exports a buffer on gpu0, a child opens it from each GPU and copies. */
+static void ipc(int ndev)
+{
+    CK(cuCtxSetCurrent(ctx_of(0)));
+    size_t n = 64 << 20;
+    CUdeviceptr buf;
+    CK(cuMemAlloc(&buf, n));
+    CK(cuMemsetD8(buf, 7, n));
+    CUipcMemHandle h;
+    double get = MEDIAN_US(100, CK(cuIpcGetMemHandle(&h, buf)));
+    int p[2];
+    if (pipe(p)) exit(1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        CK(cuInit(0));
+        for (int dev = 0; dev < ndev; dev++) {
+            CK(cuCtxSetCurrent(ctx_of(dev)));
+            CUdeviceptr m;
+            double t0 = now();
+            CUresult r = cuIpcOpenMemHandle(&m, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+            double open_us = (now() - t0) * 1e6;
+            if (r != CUDA_SUCCESS) { printf("ipc open on gpu%d failed: %d\n", dev, r); continue; }
+            CUdeviceptr mine;
+            CK(cuMemAlloc(&mine, n));
+            CUstream s;
+            CUevent e;
+            CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+            CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+            CK(cuMemcpyDtoDAsync(mine, m, n, s));
+            CK(cuStreamSynchronize(s));
+            double lat = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, s)); CK(cuEventRecord(e, s)); spin(e); });
+            double bw = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(mine, m, n, s)); CK(cuStreamSynchronize(s)); });
+            double wr = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(m, mine, n, s)); CK(cuStreamSynchronize(s)); });
+            unsigned char c = 0;
+            CK(cuMemcpyDtoH(&c, m + n - 1, 1));
+            double close_t0 = now();
+            CK(cuIpcCloseMemHandle(m));
+            double close_us = (now() - close_t0) * 1e6;
+            printf("ipc from gpu0 buffer, opened on gpu%d: open %.1f us, close %.1f us, 8 B read %.2f us, "
+                   "64 MiB read %.0f GB/s, write %.0f GB/s, last byte %u\n",
+                   dev, open_us, close_us, lat, gbps(n, bw), gbps(n, wr), c);
+        }
+        exit(0);
+    }
+    close(p[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    printf("ipc: cuIpcGetMemHandle %.2f us; child exit %d\n", get, WEXITSTATUS(st));
+}
+
+static void maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int k = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (strstr(line, "nvidia") && k++ < 12) printf("maps: %s", line);
+    printf("maps: %d driver mappings\n", k);
+    if (f) fclose(f);
+}
+
+int main(void)
+{
+    CK(cuInit(0));
+    int ndev;
+    CK(cuDeviceGetCount(&ndev));
+    for (int i = 0; i < ndev; i++) {
+        CUdevice d;
+        char name[128];
+        size_t mem;
+        CK(cuDeviceGet(&d, i));
+        CK(cuDeviceGetName(name, sizeof(name), d));
+        CK(cuDeviceTotalMem(&mem, d));
+        printf("gpu%d: %s, %zu MiB\n", i, name, mem >> 20);
+    }
+    for (int i = 0; i < ndev; i++) small_copies(i);
+    bandwidth(ndev);
+    maps();
+    ipc(ndev);
+    return 0;
+}
