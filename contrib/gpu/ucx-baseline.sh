@@ -10,13 +10,18 @@ port=13400
 # case SRV_DEV CLI_DEV TEST SIZE ITERS
 case_() {
   port=$((port + 1))
-  "$P" -p "$port" -a "cuda:$1" >/dev/null 2>&1 &
+  local log
+  log=$(mktemp)
+  taskset -c 2 "$P" -p "$port" -a "cuda:$1" >"$log" 2>&1 &
   local srv=$! out=""
-  for _ in $(seq 40); do
-    sleep 0.25
-    out=$(timeout 120 "$P" 127.0.0.1 -p "$port" -a "cuda:$2" -m cuda -t "$3" -s "$4" -n "$5" -f 2>&1) && break
+  for _ in $(seq 20); do
+    sleep 0.5
+    kill -0 "$srv" 2>/dev/null || break
+    out=$(timeout 120 taskset -c 4 "$P" 127.0.0.1 -p "$port" -a "cuda:$2" -m cuda -t "$3" -s "$4" -n "$5" -f 2>&1) && break
   done
   wait "$srv" 2>/dev/null
+  if ! grep -q "^ \+[0-9]\+ \+[0-9]" <<<"$out"; then echo "server log:"; tail -5 "$log"; fi
+  rm -f "$log"
   local line
   line=$(echo "$out" | awk '/^ +[0-9]+ +[0-9]/ { v=$0 } END { print v }')
   echo "ucx122 gpu$1->gpu$2 $3 $4: $line"

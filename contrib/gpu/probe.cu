@@ -16,6 +16,22 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A grid-stride copy of 16-byte words (n a multiple of 16). */
+__global__ void copy16(int4 *dst, const int4 *src, size_t n16)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+static void kcopy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int blocks)
+{
+    size_t n16 = n / 16;
+    int threads = 512;
+    if (n16 < (size_t)threads) threads = n16 ? (int)n16 : 1;
+    copy16<<<blocks, threads, 0, (cudaStream_t)s>>>((int4 *)dst, (const int4 *)src, n16);
+}
+
 #define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char *s_; \
     cuGetErrorString(r_, &s_); fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_); \
     exit(1); } } while (0)
@@ -76,6 +92,33 @@ static void small_copies(int dev)
            MEDIAN_US(2000, { CK(cuMemcpyDtoHAsync(pinned, a, 8, s)); CK(cuEventRecord(e, s)); spin(e); }),
            MEDIAN_US(2000, CK(cuMemcpyHtoD(b, pageable, 8))),
            MEDIAN_US(2000, CK(cuMemcpyDtoH(pageable, a, 8))));
+    /* Completion seen by polling host memory the GPU writes (no driver call in the loop). */
+    volatile unsigned *flag;
+    CK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    CUdeviceptr dflag;
+    CK(cuMemHostGetDevicePointer(&dflag, (void *)flag, 0));
+    unsigned seq = 0;
+    double flagcopy = MEDIAN_US(2000, {
+        seq++;
+        CK(cuMemcpyDtoDAsync(b, a, 8, s));
+        CK(cuStreamWriteValue32(s, dflag, seq, 0));
+        while (*flag != seq) {}
+    });
+    double flagkernel = MEDIAN_US(2000, {
+        seq++;
+        kcopy(b, a, 16, s, 1);
+        CK(cuStreamWriteValue32(s, dflag, seq, 0));
+        while (*flag != seq) {}
+    });
+    double flagonly = MEDIAN_US(2000, {
+        seq++;
+        CK(cuStreamWriteValue32(s, dflag, seq, 0));
+        while (*flag != seq) {}
+    });
+    double ksync = MEDIAN_US(2000, { kcopy(b, a, 16, s, 1); CK(cuStreamSynchronize(s)); });
+    printf("gpu%d 8-16 B with a host-polled stream write: DtoD copy %.2f us, copy kernel %.2f us, "
+           "write alone %.2f us; copy kernel + stream sync %.2f us\n", dev, flagcopy, flagkernel,
+           flagonly, ksync);
     printf("gpu%d event record+query of an idle stream %.2f us, stream query %.2f us\n", dev,
            MEDIAN_US(2000, { CK(cuEventRecord(e, s)); spin(e); }),
            MEDIAN_US(2000, CK(cuStreamQuery(s))));
@@ -112,8 +155,20 @@ static void bandwidth(int ndev)
         double dd = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(b, a, n, s)); CK(cuStreamSynchronize(s)); });
         double hd = MEDIAN_US(10, { CK(cuMemcpyHtoDAsync(a, pinned, n, s)); CK(cuStreamSynchronize(s)); });
         double dh = MEDIAN_US(10, { CK(cuMemcpyDtoHAsync(pinned, a, n, s)); CK(cuStreamSynchronize(s)); });
-        printf("gpu%d 64 MiB: DtoD %.0f GB/s (bytes moved, one way), HtoD pinned %.1f GB/s, DtoH pinned %.1f GB/s\n",
-               dev, gbps(n, dd), gbps(n, hd), gbps(n, dh));
+        int sms = 0;
+        CUdevice dv;
+        CK(cuDeviceGet(&dv, dev));
+        CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dv));
+        double kc[3];
+        int mult[3] = {1, 2, 4};
+        for (int m = 0; m < 3; m++) {
+            kcopy(b, a, n, s, sms * mult[m]);
+            CK(cuStreamSynchronize(s));
+            kc[m] = MEDIAN_US(20, { kcopy(b, a, n, s, sms * mult[m]); CK(cuStreamSynchronize(s)); });
+        }
+        printf("gpu%d 64 MiB: DtoD %.0f GB/s (bytes moved, one way), copy kernel %.0f / %.0f / %.0f GB/s "
+               "(1/2/4 blocks per SM, %d SMs), HtoD pinned %.1f GB/s, DtoH pinned %.1f GB/s\n",
+               dev, gbps(n, dd), gbps(n, kc[0]), gbps(n, kc[1]), gbps(n, kc[2]), sms, gbps(n, hd), gbps(n, dh));
     }
     for (int i = 0; i < ndev; i++)
         for (int j = 0; j < ndev; j++) {
@@ -154,57 +209,80 @@ static void bandwidth(int ndev)
                 for (int k = 0; k < 4; k++) CK(cuStreamSynchronize(ss[k]));
             });
             printf("gpu%d -> gpu%d 64 MiB over 4 streams: %.0f GB/s\n", i, j, gbps(n, t4));
+            int sms = 0;
+            CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, di));
+            for (int m = 1; m <= 4; m *= 2) {
+                kcopy(dst, src, n, s, sms * m);
+                CK(cuStreamSynchronize(s));
+                double push = MEDIAN_US(20, { kcopy(dst, src, n, s, sms * m); CK(cuStreamSynchronize(s)); });
+                double pull = MEDIAN_US(20, { kcopy(src, dst, n, s, sms * m); CK(cuStreamSynchronize(s)); });
+                printf("gpu%d -> gpu%d 64 MiB copy kernel on gpu%d, %d blocks/SM: push %.0f GB/s, pull %.0f GB/s\n",
+                       i, j, i, m, gbps(n, push), gbps(n, pull));
+            }
         }
 }
 
-/* IPC: the parent exports a buffer on gpu0, a child opens it from each GPU and copies. */
-static void ipc(int ndev)
+/* IPC: the parent exports a buffer on gpu0; a fresh process (CUDA does not survive fork)
+ * opens it from each GPU and copies. */
+static void ipc_child(const char *hex, int ndev)
+{
+    CUipcMemHandle h;
+    for (int i = 0; i < (int)sizeof(h.reserved); i++) {
+        unsigned v;
+        sscanf(hex + 2 * i, "%2x", &v);
+        h.reserved[i] = (char)v;
+    }
+    size_t n = 64 << 20;
+    for (int dev = 0; dev < ndev; dev++) {
+        CK(cuCtxSetCurrent(ctx_of(dev)));
+        CUdeviceptr m;
+        double t0 = now();
+        CUresult r = cuIpcOpenMemHandle(&m, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        double open_us = (now() - t0) * 1e6;
+        if (r != CUDA_SUCCESS) { printf("ipc open on gpu%d failed: %d\n", dev, r); continue; }
+        CUdeviceptr mine;
+        CK(cuMemAlloc(&mine, n));
+        CUstream s;
+        CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CK(cuMemcpyDtoDAsync(mine, m, n, s));
+        CK(cuStreamSynchronize(s));
+        double lat = MEDIAN_US(2000, CK(cuMemcpyDtoD(mine, m, 8)));
+        double bw = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(mine, m, n, s)); CK(cuStreamSynchronize(s)); });
+        double wr = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(m, mine, n, s)); CK(cuStreamSynchronize(s)); });
+        unsigned char c = 0;
+        CK(cuMemcpyDtoH(&c, m + n - 1, 1));
+        CUpointer_attribute at = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+        unsigned long long bid = 0;
+        void *val = &bid;
+        CK(cuPointerGetAttributes(1, &at, &val, m));
+        double close_t0 = now();
+        CK(cuIpcCloseMemHandle(m));
+        double close_us = (now() - close_t0) * 1e6;
+        printf("ipc from gpu0 buffer, opened on gpu%d: open %.1f us, close %.1f us, 8 B sync read %.2f us, "
+               "64 MiB read %.0f GB/s, write %.0f GB/s, last byte %u, buffer id here %llu\n",
+               dev, open_us, close_us, lat, gbps(n, bw), gbps(n, wr), c, bid);
+    }
+}
+
+static void ipc(const char *self, int ndev)
 {
     CK(cuCtxSetCurrent(ctx_of(0)));
     size_t n = 64 << 20;
     CUdeviceptr buf;
     CK(cuMemAlloc(&buf, n));
     CK(cuMemsetD8(buf, 7, n));
+    CK(cuCtxSynchronize());
     CUipcMemHandle h;
     double get = MEDIAN_US(100, CK(cuIpcGetMemHandle(&h, buf)));
-    int p[2];
-    if (pipe(p)) exit(1);
-    pid_t pid = fork();
-    if (pid == 0) {
-        CK(cuInit(0));
-        for (int dev = 0; dev < ndev; dev++) {
-            CK(cuCtxSetCurrent(ctx_of(dev)));
-            CUdeviceptr m;
-            double t0 = now();
-            CUresult r = cuIpcOpenMemHandle(&m, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-            double open_us = (now() - t0) * 1e6;
-            if (r != CUDA_SUCCESS) { printf("ipc open on gpu%d failed: %d\n", dev, r); continue; }
-            CUdeviceptr mine;
-            CK(cuMemAlloc(&mine, n));
-            CUstream s;
-            CUevent e;
-            CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-            CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
-            CK(cuMemcpyDtoDAsync(mine, m, n, s));
-            CK(cuStreamSynchronize(s));
-            double lat = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, s)); CK(cuEventRecord(e, s)); spin(e); });
-            double bw = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(mine, m, n, s)); CK(cuStreamSynchronize(s)); });
-            double wr = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(m, mine, n, s)); CK(cuStreamSynchronize(s)); });
-            unsigned char c = 0;
-            CK(cuMemcpyDtoH(&c, m + n - 1, 1));
-            double close_t0 = now();
-            CK(cuIpcCloseMemHandle(m));
-            double close_us = (now() - close_t0) * 1e6;
-            printf("ipc from gpu0 buffer, opened on gpu%d: open %.1f us, close %.1f us, 8 B read %.2f us, "
-                   "64 MiB read %.0f GB/s, write %.0f GB/s, last byte %u\n",
-                   dev, open_us, close_us, lat, gbps(n, bw), gbps(n, wr), c);
-        }
-        exit(0);
-    }
-    close(p[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    printf("ipc: cuIpcGetMemHandle %.2f us; child exit %d\n", get, WEXITSTATUS(st));
+    char hex[2 * sizeof(h.reserved) + 1];
+    for (int i = 0; i < (int)sizeof(h.reserved); i++)
+        sprintf(hex + 2 * i, "%02x", (unsigned char)h.reserved[i]);
+    printf("ipc: cuIpcGetMemHandle %.2f us\n", get);
+    fflush(stdout);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s --ipc-child %s", self, hex);
+    int st = system(cmd);
+    printf("ipc: child exit %d\n", st);
 }
 
 static void maps(void)
@@ -218,11 +296,15 @@ static void maps(void)
     if (f) fclose(f);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     CK(cuInit(0));
     int ndev;
     CK(cuDeviceGetCount(&ndev));
+    if (argc == 3 && strcmp(argv[1], "--ipc-child") == 0) {
+        ipc_child(argv[2], ndev);
+        return 0;
+    }
     for (int i = 0; i < ndev; i++) {
         CUdevice d;
         char name[128];
@@ -235,6 +317,6 @@ int main(void)
     for (int i = 0; i < ndev; i++) small_copies(i);
     bandwidth(ndev);
     maps();
-    ipc(ndev);
+    ipc(argv[0], ndev);
     return 0;
 }
