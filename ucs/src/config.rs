@@ -135,6 +135,23 @@ pub const TABLE: &[ConfigVar] = &[
               message sizes) to stderr.",
     },
     ConfigVar {
+        name: "MEMTYPE_CACHE",
+        default: "y",
+        doc: "y: remember the memory type of allocations (device ranges, host pages) so \
+              that host buffers cost no CUDA driver call; n: ask the driver for every buffer.",
+    },
+    ConfigVar {
+        name: "RNDV_FRAG_SIZE",
+        default: "512k",
+        doc: "Fragment size of the rendezvous pipeline that stages GPU data through pinned \
+              host buffers (GPU to host, or peers that cannot map each other's GPU memory).",
+    },
+    ConfigVar {
+        name: "RNDV_PIPELINE_DEPTH",
+        default: "4",
+        doc: "Fragments of the staged rendezvous pipeline in flight at once (Rucx only).",
+    },
+    ConfigVar {
         name: "ERROR_CHECK_INTERVAL",
         default: "100ms",
         doc: "How often a transport checks that the peers it talks to are alive.",
@@ -296,6 +313,9 @@ pub struct Config {
     pub rndv_layout_cache: usize,
     pub rndv_split_thresh: usize,
     pub proto_info: bool,
+    pub memtype_cache: bool,
+    pub rndv_frag_size: usize,
+    pub rndv_pipeline_depth: usize,
     pub error_check_interval_ns: u64,
 }
 
@@ -510,6 +530,11 @@ impl Config {
         let (pi, pi_n) = get("PROTO_INFO");
         let proto_info = parse_bool(&pi).ok_or_else(|| bad(pi_n, &pi, "expected y or n"))?;
 
+        let (mc, mc_n) = get("MEMTYPE_CACHE");
+        let memtype_cache = parse_bool(&mc).ok_or_else(|| bad(mc_n, &mc, "expected y or n"))?;
+        let rndv_frag_size = size("RNDV_FRAG_SIZE")?.max(4096);
+        let rndv_pipeline_depth = size("RNDV_PIPELINE_DEPTH")?.clamp(1, 64);
+
         let (t, t_n) = get("ERROR_CHECK_INTERVAL");
         let error_check_interval_ns =
             parse_time_ns(&t).ok_or_else(|| bad(t_n, &t, "expected a time such as 100ms"))?;
@@ -535,6 +560,9 @@ impl Config {
             rndv_layout_cache,
             rndv_split_thresh,
             proto_info,
+            memtype_cache,
+            rndv_frag_size,
+            rndv_pipeline_depth,
             error_check_interval_ns,
         })
     }
@@ -583,6 +611,9 @@ impl Config {
                 n => n.to_string(),
             },
             "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),
+            "MEMTYPE_CACHE" => if self.memtype_cache { "y" } else { "n" }.to_string(),
+            "RNDV_FRAG_SIZE" => self.rndv_frag_size.to_string(),
+            "RNDV_PIPELINE_DEPTH" => self.rndv_pipeline_depth.to_string(),
             "ERROR_CHECK_INTERVAL" => format_time_ns(self.error_check_interval_ns),
             _ => return None,
         })

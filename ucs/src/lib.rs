@@ -4,10 +4,15 @@
 //! (numerically UCX's `ucs_status_t`), configuration from `UCX_*` environment variables
 //! ([`config`]), object pools ([`pool`]), wakeup primitives ([`wakeup`]), monotonic time
 //! ([`time`]), system facts such as same-host detection ([`sys`]), checked little-endian
-//! reading and writing of peer-supplied bytes ([`wire`]) and a stderr logger ([`log`]). It depends on no sibling crate; `uct` and `ucp` call into it.
+//! reading and writing of peer-supplied bytes ([`wire`]), a stderr logger ([`log`]), memory
+//! types and their detection ([`memtype`]) and, with the `cuda` feature, the CUDA driver
+//! loaded at run time (`cuda`). It depends on no sibling crate; `uct` and `ucp` call into it.
 
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod log;
+pub mod memtype;
 pub mod pool;
 pub mod status;
 pub mod sys;

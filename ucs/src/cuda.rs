@@ -1,0 +1,440 @@
+//! The CUDA driver API, loaded at run time (feature `cuda`, through `cudarc` with dynamic
+//! loading: building needs no CUDA toolkit, running needs `libcuda.so` only where GPUs are
+//! used). [`driver`] loads it once; without a driver library, or when `cuInit` fails, or
+//! with no device, it is `None` and [`absent_reason`] says why.
+//!
+//! Everything here works on the devices' primary contexts (the runtime API's too), made
+//! current only for the call and restored afterwards ([`Driver::bind`]), so an application
+//! that uses CUDA keeps the context it had.
+
+use std::ffi::{c_void, CStr};
+use std::sync::OnceLock;
+
+use cudarc::driver::sys as cu;
+
+use crate::memtype::{MemInfo, MemoryType, PointerQuery};
+use crate::{Status, UcsResult};
+
+/// A device pointer (the driver's `CUdeviceptr`; unified addressing: also a host address
+/// for pinned and managed memory).
+pub type DevPtr = u64;
+
+/// A CUDA device.
+#[derive(Debug)]
+pub struct Device {
+    pub ordinal: i32,
+    pub name: String,
+    pub total_mem: usize,
+    /// Ordinals of the devices this one can access directly (peer access).
+    pub peers: Vec<i32>,
+    /// PCI bus id (`0000:19:00.0`).
+    pub pci_bus_id: String,
+    ctx: Ctx,
+}
+
+/// A retained primary context.
+#[derive(Debug, Clone, Copy)]
+struct Ctx(cu::CUcontext);
+// SAFETY: a CUDA context handle may be used from any thread (the driver serializes access);
+// we never dereference it.
+unsafe impl Send for Ctx {}
+// SAFETY: as above.
+unsafe impl Sync for Ctx {}
+
+/// The loaded driver and its devices.
+#[derive(Debug)]
+pub struct Driver {
+    devices: Vec<Device>,
+}
+
+static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
+
+/// The driver, loaded on first use; `None` when there is none (see [`absent_reason`]).
+pub fn driver() -> Option<&'static Driver> {
+    DRIVER.get_or_init(load).as_ref().ok()
+}
+
+/// Why [`driver`] is `None`.
+pub fn absent_reason() -> Option<&'static str> {
+    DRIVER.get_or_init(load).as_ref().err().map(String::as_str)
+}
+
+fn check(r: cu::CUresult) -> UcsResult<()> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        log::debug!("cuda: {r:?}");
+        Err(match r {
+            cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Status::NoMemory,
+            cu::CUresult::CUDA_ERROR_INVALID_VALUE => Status::InvalidParam,
+            cu::CUresult::CUDA_ERROR_NOT_READY => Status::InProgress,
+            _ => Status::IoError,
+        })
+    }
+}
+
+fn load() -> Result<Driver, String> {
+    // SAFETY: probing for the library opens nothing else; `culib()` below panics without
+    // it, so it is reached only after this check.
+    if !unsafe { cu::is_culib_present() } {
+        return Err("no CUDA driver library (libcuda.so) found".into());
+    }
+    // SAFETY: the library is present; cuInit may be called any number of times.
+    let r = unsafe { cu::cuInit(0) };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuInit failed: {r:?}"));
+    }
+    let mut n = 0;
+    // SAFETY: n is a valid out pointer.
+    check(unsafe { cu::cuDeviceGetCount(&mut n) }).map_err(|_| "cuDeviceGetCount failed")?;
+    if n == 0 {
+        return Err("the CUDA driver sees no device".into());
+    }
+    let mut devices = Vec::new();
+    for i in 0..n {
+        let mut d = 0;
+        // SAFETY: i < device count; d is an out pointer.
+        check(unsafe { cu::cuDeviceGet(&mut d, i) }).map_err(|_| "cuDeviceGet failed")?;
+        let mut name = [0 as std::ffi::c_char; 256];
+        // SAFETY: the buffer holds 256 bytes; the driver NUL-terminates.
+        let _ = unsafe { cu::cuDeviceGetName(name.as_mut_ptr(), 256, d) };
+        // SAFETY: NUL-terminated by the driver (zeroed before).
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+        let mut mem = 0usize;
+        // SAFETY: out pointer.
+        let _ = unsafe { cu::cuDeviceTotalMem_v2(&mut mem, d) };
+        let mut bus = [0 as std::ffi::c_char; 64];
+        // SAFETY: 64-byte buffer, NUL-terminated by the driver.
+        let _ = unsafe { cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 64, d) };
+        // SAFETY: as above.
+        let pci_bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: out pointer; the primary context is retained for the process's life.
+        check(unsafe { cu::cuDevicePrimaryCtxRetain(&mut ctx, d) })
+            .map_err(|_| format!("cannot retain the primary context of device {i}"))?;
+        let mut peers = Vec::new();
+        for j in 0..n {
+            if j == i {
+                continue;
+            }
+            let (mut dj, mut can) = (0, 0);
+            // SAFETY: out pointers; j < count.
+            unsafe {
+                let _ = cu::cuDeviceGet(&mut dj, j);
+                let _ = cu::cuDeviceCanAccessPeer(&mut can, d, dj);
+            }
+            if can != 0 {
+                peers.push(j);
+            }
+        }
+        devices.push(Device {
+            ordinal: i,
+            name,
+            total_mem: mem,
+            peers,
+            pci_bus_id,
+            ctx: Ctx(ctx),
+        });
+    }
+    Ok(Driver { devices })
+}
+
+/// The context made current by [`Driver::bind`], restored when dropped.
+#[derive(Debug)]
+pub struct Bound {
+    pushed: bool,
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if self.pushed {
+            let mut old = std::ptr::null_mut();
+            // SAFETY: pops the context `bind` pushed on this thread.
+            let _ = unsafe { cu::cuCtxPopCurrent_v2(&mut old) };
+        }
+    }
+}
+
+/// Pointer attributes asked for by [`Driver::pointer`].
+const ATTRS: [cu::CUpointer_attribute; 6] = [
+    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+];
+
+impl Driver {
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Makes `dev`'s primary context current on this thread until the guard drops (nothing
+    /// to do when it is current already).
+    pub fn bind(&self, dev: i32) -> UcsResult<Bound> {
+        let d = self
+            .devices
+            .get(usize::try_from(dev).map_err(|_| Status::InvalidParam)?)
+            .ok_or(Status::InvalidParam)?;
+        let mut cur = std::ptr::null_mut();
+        // SAFETY: out pointer.
+        let _ = unsafe { cu::cuCtxGetCurrent(&mut cur) };
+        if cur == d.ctx.0 {
+            return Ok(Bound { pushed: false });
+        }
+        // SAFETY: a retained primary context; popped by the guard.
+        check(unsafe { cu::cuCtxPushCurrent_v2(d.ctx.0) })?;
+        Ok(Bound { pushed: true })
+    }
+
+    /// What the driver knows of the allocation holding `ptr`; `None` for memory it does not
+    /// manage (pageable host memory) or that it reports as host memory (pinned).
+    pub fn pointer(&self, ptr: DevPtr) -> Option<MemInfo> {
+        let (mut mt, mut managed, mut ord) = (0u32, 0u32, -2i32);
+        let (mut start, mut size, mut id) = (0u64, 0usize, 0u64);
+        let mut vals: [*mut c_void; 6] = [
+            (&mut mt as *mut u32).cast(),
+            (&mut managed as *mut u32).cast(),
+            (&mut ord as *mut i32).cast(),
+            (&mut start as *mut u64).cast(),
+            (&mut size as *mut usize).cast(),
+            (&mut id as *mut u64).cast(),
+        ];
+        let mut attrs = ATTRS;
+        // SAFETY: six attributes, six out pointers of the sizes the driver writes
+        // (unsigned int, unsigned int, int, CUdeviceptr, size_t, unsigned long long).
+        let r = unsafe {
+            cu::cuPointerGetAttributes(6, attrs.as_mut_ptr(), vals.as_mut_ptr(), ptr)
+        };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        let mem_type = if managed != 0 {
+            MemoryType::CudaManaged
+        } else if mt == cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+            MemoryType::Cuda
+        } else {
+            return None;
+        };
+        Some(MemInfo {
+            mem_type,
+            device: ord,
+            base: start,
+            len: size as u64,
+            buffer_id: id,
+        })
+    }
+
+    /// Copies `n` bytes between any two addresses of the unified address space,
+    /// synchronously (the driver infers each side's memory type).
+    pub fn copy(&self, dst: DevPtr, src: DevPtr, n: usize) -> UcsResult<()> {
+        let dev = self.device_of(dst).or_else(|| self.device_of(src)).unwrap_or(0);
+        let _b = self.bind(dev)?;
+        // SAFETY: the caller's contract (see `memtype::copy`): both ranges are valid for n
+        // bytes in their memory types.
+        check(unsafe { cu::cuMemcpy(dst, src, n) })
+    }
+
+    fn device_of(&self, p: DevPtr) -> Option<i32> {
+        self.pointer(p).map(|i| i.device).filter(|d| *d >= 0)
+    }
+
+    /// Allocates `n` bytes of device memory on `dev`.
+    pub fn alloc(&self, dev: i32, n: usize) -> UcsResult<DevPtr> {
+        let _b = self.bind(dev)?;
+        let mut p = 0;
+        // SAFETY: out pointer; a current context.
+        check(unsafe { cu::cuMemAlloc_v2(&mut p, n.max(1)) })?;
+        Ok(p)
+    }
+
+    /// Allocates `n` bytes of managed memory, preferring `dev`.
+    pub fn alloc_managed(&self, dev: i32, n: usize) -> UcsResult<DevPtr> {
+        let _b = self.bind(dev)?;
+        let mut p = 0;
+        // SAFETY: out pointer; a current context.
+        check(unsafe {
+            cu::cuMemAllocManaged(&mut p, n.max(1), cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32)
+        })?;
+        Ok(p)
+    }
+
+    /// Frees memory from [`alloc`](Self::alloc) or [`alloc_managed`](Self::alloc_managed).
+    ///
+    /// # Safety
+    /// `p` came from those calls and is not used afterwards.
+    pub unsafe fn free(&self, p: DevPtr) -> UcsResult<()> {
+        let dev = self.device_of(p).unwrap_or(0);
+        let _b = self.bind(dev)?;
+        // SAFETY: per the contract.
+        check(unsafe { cu::cuMemFree_v2(p) })
+    }
+
+    /// Allocates `n` bytes of pinned host memory, mapped for every device.
+    pub fn host_alloc(&self, n: usize) -> UcsResult<*mut u8> {
+        let _b = self.bind(0)?;
+        let mut p = std::ptr::null_mut();
+        // SAFETY: out pointer; a current context.
+        check(unsafe {
+            cu::cuMemHostAlloc(
+                &mut p,
+                n.max(1),
+                cu::CU_MEMHOSTALLOC_PORTABLE | cu::CU_MEMHOSTALLOC_DEVICEMAP,
+            )
+        })?;
+        Ok(p.cast())
+    }
+
+    /// # Safety
+    /// `p` came from [`host_alloc`](Self::host_alloc) and is not used afterwards.
+    pub unsafe fn host_free(&self, p: *mut u8) {
+        // SAFETY: per the contract.
+        let _ = unsafe { cu::cuMemFreeHost(p.cast()) };
+    }
+
+    /// Sets `n` bytes at `p` (any memory type) to `byte`.
+    pub fn memset(&self, p: DevPtr, byte: u8, n: usize) -> UcsResult<()> {
+        let dev = self.device_of(p).unwrap_or(0);
+        let _b = self.bind(dev)?;
+        // SAFETY: the caller owns the n bytes at p.
+        check(unsafe { cu::cuMemsetD8_v2(p, byte, n) })?;
+        // SAFETY: a current context.
+        check(unsafe { cu::cuCtxSynchronize() })
+    }
+
+    /// The legacy IPC handle of the allocation holding `p` (`cuIpcGetMemHandle`).
+    pub fn ipc_handle(&self, p: DevPtr) -> UcsResult<[u8; 64]> {
+        let dev = self.device_of(p).ok_or(Status::InvalidParam)?;
+        let _b = self.bind(dev)?;
+        let mut h = cu::CUipcMemHandle {
+            reserved: [0; 64],
+        };
+        // SAFETY: out pointer; p is device memory of the current context's device.
+        check(unsafe { cu::cuIpcGetMemHandle(&mut h, p) })?;
+        Ok(h.reserved.map(|c| c as u8))
+    }
+
+    /// Maps a peer process's allocation into this process, on device `dev`.
+    pub fn ipc_open(&self, dev: i32, handle: &[u8; 64]) -> UcsResult<DevPtr> {
+        let _b = self.bind(dev)?;
+        let h = cu::CUipcMemHandle {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut p = 0;
+        // SAFETY: out pointer; a handle a peer exported (the driver validates it).
+        check(unsafe {
+            cu::cuIpcOpenMemHandle_v2(
+                &mut p,
+                h,
+                cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        })?;
+        Ok(p)
+    }
+
+    /// # Safety
+    /// `p` came from [`ipc_open`](Self::ipc_open) on `dev` and is not used afterwards.
+    pub unsafe fn ipc_close(&self, dev: i32, p: DevPtr) {
+        if let Ok(_b) = self.bind(dev) {
+            // SAFETY: per the contract.
+            let _ = unsafe { cu::cuIpcCloseMemHandle(p) };
+        }
+    }
+
+    /// A new non-blocking stream on `dev`.
+    pub fn stream(&self, dev: i32) -> UcsResult<Stream> {
+        let _b = self.bind(dev)?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out pointer; a current context.
+        check(unsafe { cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) })?;
+        let mut e = std::ptr::null_mut();
+        // SAFETY: out pointer.
+        check(unsafe { cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) })?;
+        Ok(Stream {
+            dev,
+            stream: s,
+            event: e,
+        })
+    }
+}
+
+/// A stream of one device with one event to mark how far it got.
+#[derive(Debug)]
+pub struct Stream {
+    pub dev: i32,
+    stream: cu::CUstream,
+    event: cu::CUevent,
+}
+
+// SAFETY: stream and event handles may be used from any thread; the driver serializes.
+unsafe impl Send for Stream {}
+
+impl Stream {
+    /// Queues a copy of `n` bytes (any memory types) and marks the stream's event after it.
+    ///
+    /// # Safety
+    /// Both ranges stay valid until [`done`](Self::done) returns true.
+    pub unsafe fn copy_async(&self, dst: DevPtr, src: DevPtr, n: usize) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        // SAFETY: per the contract; handles of this device.
+        check(unsafe { cu::cuMemcpyAsync(dst, src, n, self.stream) })?;
+        // SAFETY: as above.
+        check(unsafe { cu::cuEventRecord(self.event, self.stream) })
+    }
+
+    /// Whether everything queued before the last `copy_async` has finished.
+    pub fn done(&self) -> UcsResult<bool> {
+        // SAFETY: a live event.
+        match check(unsafe { cu::cuEventQuery(self.event) }) {
+            Ok(()) => Ok(true),
+            Err(Status::InProgress) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until the stream is idle.
+    pub fn synchronize(&self) -> UcsResult<()> {
+        // SAFETY: a live stream.
+        check(unsafe { cu::cuStreamSynchronize(self.stream) })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: handles made in `Driver::stream`, destroyed once.
+        unsafe {
+            let _ = cu::cuStreamSynchronize(self.stream);
+            let _ = cu::cuEventDestroy_v2(self.event);
+            let _ = cu::cuStreamDestroy_v2(self.stream);
+        }
+    }
+}
+
+/// The driver as the memory-type detector's source.
+#[derive(Debug)]
+pub struct DriverQuery(pub &'static Driver);
+
+impl PointerQuery for DriverQuery {
+    fn query(&self, ptr: u64) -> Option<MemInfo> {
+        self.0.pointer(ptr)
+    }
+    fn copy(&self, dst: u64, src: u64, n: usize) -> UcsResult<()> {
+        self.0.copy(dst, src, n)
+    }
+}
+
+/// Loads the driver and, when there is one, starts memory-type detection with it
+/// (`cache`: `UCX_MEMTYPE_CACHE`). Returns whether GPU memory can be used.
+pub fn enable_detection(cache: bool) -> bool {
+    match driver() {
+        Some(d) => {
+            if !crate::memtype::active() {
+                crate::memtype::enable(Box::new(DriverQuery(d)), cache);
+            }
+            true
+        }
+        None => false,
+    }
+}
