@@ -12,7 +12,7 @@
 use std::fmt;
 
 use ucs::UcsResult;
-use uct::{Comp, Done, EpId, Iface, Iov, Md, MemH, RemoteKey};
+use uct::{Comp, Done, EpId, Iface, Iov, Md, MemH, MemoryType, RemoteKey};
 
 /// A region of user memory: `len` bytes at `ptr`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -104,6 +104,57 @@ impl Buf {
             ptr: self.ptr.wrapping_add(off),
             len,
         })
+    }
+
+    /// The memory type of the region (host unless a CUDA driver is in use).
+    #[inline]
+    pub fn mem_type(&self) -> MemoryType {
+        ucs::memtype::mem_type(self.ptr)
+    }
+
+    /// Whether the host can read and write the region directly (host or managed memory);
+    /// one flag load where no CUDA driver is loaded.
+    #[inline(always)]
+    pub fn host_accessible(&self) -> bool {
+        !ucs::memtype::active() || self.mem_type().host_accessible()
+    }
+
+    /// As [`read_at`](Self::read_at), for a region of device memory: the driver copies.
+    pub fn read_device(&self, off: usize, dst: &mut [u8]) -> UcsResult<()> {
+        assert!(
+            off <= self.len && dst.len() <= self.len - off,
+            "read outside Buf"
+        );
+        // SAFETY: the range is inside the region, which the constructor's contract keeps
+        // valid (device memory here) and unwritten by others; dst is a distinct host slice.
+        unsafe {
+            ucs::memtype::copy(
+                dst.as_mut_ptr(),
+                MemoryType::Host,
+                self.ptr.wrapping_add(off),
+                MemoryType::Cuda,
+                dst.len(),
+            )
+        }
+    }
+
+    /// As [`write_at`](Self::write_at), for a region of device memory: the driver copies.
+    pub fn write_device(&self, off: usize, src: &[u8]) -> UcsResult<()> {
+        assert!(
+            off <= self.len && src.len() <= self.len - off,
+            "write outside Buf"
+        );
+        // SAFETY: the range is inside the region, which the constructor's contract keeps
+        // valid and reserved for this operation; src is a distinct host slice.
+        unsafe {
+            ucs::memtype::copy(
+                self.ptr.wrapping_add(off),
+                MemoryType::Cuda,
+                src.as_ptr(),
+                MemoryType::Host,
+                src.len(),
+            )
+        }
     }
 
     /// Copies `dst.len()` bytes from offset `off` into `dst`. Panics when the range is
@@ -440,6 +491,35 @@ pub(crate) fn with_kept<R>(k: KeptBytes, f: impl FnOnce(&[u8]) -> R) -> R {
 
 /// Copies from address `addr` of this process into `dst`: the target side of a remote get.
 /// Same contract as [`write_raw`].
+/// [`write_raw`] into a region of device memory: the driver copies.
+pub(crate) fn write_raw_device(addr: u64, src: &[u8]) -> UcsResult<()> {
+    // SAFETY: as for write_raw: the range was checked against a live region of this worker
+    // (device memory here).
+    unsafe {
+        ucs::memtype::copy(
+            addr as *mut u8,
+            MemoryType::Cuda,
+            src.as_ptr(),
+            MemoryType::Host,
+            src.len(),
+        )
+    }
+}
+
+/// [`read_raw`] from a region of device memory: the driver copies.
+pub(crate) fn read_raw_device(addr: u64, dst: &mut [u8]) -> UcsResult<()> {
+    // SAFETY: as for read_raw.
+    unsafe {
+        ucs::memtype::copy(
+            dst.as_mut_ptr(),
+            MemoryType::Host,
+            addr as *const u8,
+            MemoryType::Cuda,
+            dst.len(),
+        )
+    }
+}
+
 pub(crate) fn read_raw(addr: u64, dst: &mut [u8]) {
     // SAFETY: the range was checked against a live mapped region.
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) }

@@ -49,6 +49,10 @@ impl Context {
 
     /// A context with an explicit configuration.
     pub fn new(config: Config) -> Arc<Context> {
+        // Where a CUDA driver exists, buffers may be device memory: detect them (before
+        // discovery, which opens the driver for the CUDA transports anyway).
+        #[cfg(feature = "cuda")]
+        ucs::cuda::enable_detection(config.memtype_cache);
         let discovery = uct::discover(&config);
         Arc::new(Context { config, discovery })
     }

@@ -83,7 +83,7 @@ impl Data {
     #[inline]
     pub(crate) fn start_pack(&self) -> DataState {
         match self {
-            Data::Contig(b) => DataState::Contig(*b),
+            Data::Contig(b) if b.host_accessible() => DataState::Contig(*b),
             _ => self.start_pack_other(),
         }
     }
@@ -91,7 +91,7 @@ impl Data {
     #[inline(never)]
     fn start_pack_other(&self) -> DataState {
         match self {
-            Data::Contig(b) => DataState::Contig(*b),
+            Data::Contig(b) => contig_state(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
             Data::Layout(l) => DataState::Layout(l.clone()),
             Data::Generic { dt, addr, count } => {
@@ -106,7 +106,7 @@ impl Data {
     #[inline]
     pub(crate) fn start_unpack(&self) -> DataState {
         match self {
-            Data::Contig(b) => DataState::Contig(*b),
+            Data::Contig(b) if b.host_accessible() => DataState::Contig(*b),
             _ => self.start_unpack_other(),
         }
     }
@@ -114,7 +114,7 @@ impl Data {
     #[inline(never)]
     fn start_unpack_other(&self) -> DataState {
         match self {
-            Data::Contig(b) => DataState::Contig(*b),
+            Data::Contig(b) => contig_state(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
             Data::Layout(l) => DataState::Layout(l.clone()),
             Data::Generic { dt, addr, count } => {
@@ -123,6 +123,15 @@ impl Data {
                 DataState::Unpack(st, len)
             }
         }
+    }
+}
+
+/// The state of a contiguous buffer: `Device` when the host cannot touch it.
+fn contig_state(b: Buf) -> DataState {
+    if b.host_accessible() {
+        DataState::Contig(b)
+    } else {
+        DataState::Device(b)
     }
 }
 
@@ -279,6 +288,10 @@ pub fn regular_iov(bufs: &[Buf]) -> Option<(u64, usize, usize, usize)> {
 /// A started operation's data.
 pub(crate) enum DataState {
     Contig(Buf),
+    /// A contiguous buffer of device memory (not host-accessible): packed and unpacked by
+    /// the driver, and sent zero-copy only through a memory lane for device memory
+    /// ([`DataState::device_iov`]).
+    Device(Buf),
     /// Boxed: it is several times the size of the others, and every request carries a
     /// `DataState` (contiguous data, the common case, should not pay for moving it).
     Iov(Box<IovWalk>),
@@ -316,7 +329,7 @@ impl DataState {
     /// Bytes of the message (send) or the capacity (receive).
     pub(crate) fn len(&self) -> usize {
         match self {
-            DataState::Contig(b) => b.len(),
+            DataState::Contig(b) | DataState::Device(b) => b.len(),
             DataState::Iov(w) => w.total,
             DataState::Layout(l) => l.dt.size(),
             DataState::Pack(_, n) | DataState::Unpack(_, n) => *n,
@@ -332,9 +345,26 @@ impl DataState {
         }
         match self {
             DataState::Contig(b) => b.read_at(off, &mut dst[..n]),
-            DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
-                b.read_at(boff, &mut dst[pos..pos + len])
-            }),
+            DataState::Device(b) => {
+                if let Err(s) = b.read_device(off, &mut dst[..n]) {
+                    log::warn!("ucp: reading device memory failed: {s}");
+                    return 0;
+                }
+            }
+            DataState::Iov(w) => {
+                let mut bad = false;
+                w.walk(off, n, |b, boff, pos, len| {
+                    if b.host_accessible() {
+                        b.read_at(boff, &mut dst[pos..pos + len]);
+                    } else {
+                        bad |= b.read_device(boff, &mut dst[pos..pos + len]).is_err();
+                    }
+                });
+                if bad {
+                    return 0;
+                }
+            }
+            DataState::Layout(l) if !l.span.host_accessible() => return 0,
             DataState::Layout(l) if l.dense() => {
                 let c = &l.local;
                 let r = l
@@ -374,9 +404,20 @@ impl DataState {
         }
         match self {
             DataState::Contig(b) => b.write_at(off, &src[..n]),
-            DataState::Iov(w) => w.walk(off, n, |b, boff, pos, len| {
-                b.write_at(boff, &src[pos..pos + len])
-            }),
+            DataState::Device(b) => b.write_device(off, &src[..n])?,
+            DataState::Iov(w) => {
+                let mut r = Ok(());
+                w.walk(off, n, |b, boff, pos, len| {
+                    if b.host_accessible() {
+                        b.write_at(boff, &src[pos..pos + len]);
+                    } else if let Err(s) = b.write_device(boff, &src[pos..pos + len]) {
+                        r = Err(s);
+                    }
+                });
+                r?
+            }
+            // Layouts over device memory are packed by GPU kernels, which this build lacks.
+            DataState::Layout(l) if !l.span.host_accessible() => return Err(Status::Unsupported),
             DataState::Layout(l) if l.dense() => {
                 let c = &l.local;
                 l.span
@@ -405,6 +446,8 @@ impl DataState {
         let mut out = SmallVec::new();
         match self {
             DataState::Contig(b) => out.push(b.sub(off, len)?.iov()),
+            // Only a memory lane for device memory may touch it (`device_iov`).
+            DataState::Device(_) => return None,
             DataState::Iov(w) => w.walk(off, len, |b, boff, _, l| {
                 if let Some(s) = b.sub(boff, l) {
                     out.push(s.iov());
@@ -422,6 +465,39 @@ impl DataState {
             DataState::Pack(..) | DataState::Unpack(..) => return None,
         }
         Some(out)
+    }
+}
+
+impl DataState {
+    /// The device memory of `[off, off+len)` as one iov, for a memory lane that accepts
+    /// device memory; `None` for host data (use [`iovs`](Self::iovs)).
+    pub(crate) fn device_iov(&self, off: usize, len: usize) -> Option<Iov> {
+        match self {
+            DataState::Device(b) => Some(b.sub(off, len.min(b.len().saturating_sub(off)))?.iov()),
+            _ => None,
+        }
+    }
+
+    /// Whether every byte of the data is host-accessible (memory copies and host memory
+    /// lanes may touch it).
+    pub(crate) fn host_only(&self) -> bool {
+        if !ucs::memtype::active() {
+            return true;
+        }
+        match self {
+            DataState::Contig(_) | DataState::Pack(..) | DataState::Unpack(..) => true,
+            DataState::Device(_) => false,
+            DataState::Iov(w) => w.bufs.iter().all(Buf::host_accessible),
+            DataState::Layout(l) => l.span.host_accessible(),
+        }
+    }
+
+    /// The memory type protocols are chosen for.
+    pub(crate) fn mem_type(&self) -> uct::MemoryType {
+        match self {
+            DataState::Device(_) => uct::MemoryType::Cuda,
+            _ => uct::MemoryType::Host,
+        }
     }
 }
 

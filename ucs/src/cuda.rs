@@ -99,7 +99,9 @@ fn load() -> Result<Driver, String> {
         // SAFETY: the buffer holds 256 bytes; the driver NUL-terminates.
         let _ = unsafe { cu::cuDeviceGetName(name.as_mut_ptr(), 256, d) };
         // SAFETY: NUL-terminated by the driver (zeroed before).
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         let mut mem = 0usize;
         // SAFETY: out pointer.
         let _ = unsafe { cu::cuDeviceTotalMem_v2(&mut mem, d) };
@@ -107,7 +109,9 @@ fn load() -> Result<Driver, String> {
         // SAFETY: 64-byte buffer, NUL-terminated by the driver.
         let _ = unsafe { cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), 64, d) };
         // SAFETY: as above.
-        let pci_bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().into_owned();
+        let pci_bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         let mut ctx = std::ptr::null_mut();
         // SAFETY: out pointer; the primary context is retained for the process's life.
         check(unsafe { cu::cuDevicePrimaryCtxRetain(&mut ctx, d) })
@@ -204,9 +208,8 @@ impl Driver {
         let mut attrs = ATTRS;
         // SAFETY: six attributes, six out pointers of the sizes the driver writes
         // (unsigned int, unsigned int, int, CUdeviceptr, size_t, unsigned long long).
-        let r = unsafe {
-            cu::cuPointerGetAttributes(6, attrs.as_mut_ptr(), vals.as_mut_ptr(), ptr)
-        };
+        let r =
+            unsafe { cu::cuPointerGetAttributes(6, attrs.as_mut_ptr(), vals.as_mut_ptr(), ptr) };
         if r != cu::CUresult::CUDA_SUCCESS {
             return None;
         }
@@ -229,7 +232,10 @@ impl Driver {
     /// Copies `n` bytes between any two addresses of the unified address space,
     /// synchronously (the driver infers each side's memory type).
     pub fn copy(&self, dst: DevPtr, src: DevPtr, n: usize) -> UcsResult<()> {
-        let dev = self.device_of(dst).or_else(|| self.device_of(src)).unwrap_or(0);
+        let dev = self
+            .device_of(dst)
+            .or_else(|| self.device_of(src))
+            .unwrap_or(0);
         let _b = self.bind(dev)?;
         // SAFETY: the caller's contract (see `memtype::copy`): both ranges are valid for n
         // bytes in their memory types.
@@ -255,7 +261,11 @@ impl Driver {
         let mut p = 0;
         // SAFETY: out pointer; a current context.
         check(unsafe {
-            cu::cuMemAllocManaged(&mut p, n.max(1), cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32)
+            cu::cuMemAllocManaged(
+                &mut p,
+                n.max(1),
+                cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
+            )
         })?;
         Ok(p)
     }
@@ -307,9 +317,7 @@ impl Driver {
     pub fn ipc_handle(&self, p: DevPtr) -> UcsResult<[u8; 64]> {
         let dev = self.device_of(p).ok_or(Status::InvalidParam)?;
         let _b = self.bind(dev)?;
-        let mut h = cu::CUipcMemHandle {
-            reserved: [0; 64],
-        };
+        let mut h = cu::CUipcMemHandle { reserved: [0; 64] };
         // SAFETY: out pointer; p is device memory of the current context's device.
         check(unsafe { cu::cuIpcGetMemHandle(&mut h, p) })?;
         Ok(h.reserved.map(|c| c as u8))
@@ -347,10 +355,14 @@ impl Driver {
         let _b = self.bind(dev)?;
         let mut s = std::ptr::null_mut();
         // SAFETY: out pointer; a current context.
-        check(unsafe { cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) })?;
+        check(unsafe {
+            cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
         let mut e = std::ptr::null_mut();
         // SAFETY: out pointer.
-        check(unsafe { cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) })?;
+        check(unsafe {
+            cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+        })?;
         Ok(Stream {
             dev,
             stream: s,
@@ -436,5 +448,52 @@ pub fn enable_detection(cache: bool) -> bool {
             true
         }
         None => false,
+    }
+}
+
+/// Device or managed memory owned by Rucx, freed when dropped; known to the memory-type
+/// detector while it lives.
+#[derive(Debug)]
+pub struct DeviceAlloc {
+    ptr: DevPtr,
+    len: usize,
+}
+
+impl DeviceAlloc {
+    /// Allocates `len` bytes (at least one) on device `dev`: managed memory when `managed`.
+    pub fn new(dev: i32, len: usize, managed: bool) -> UcsResult<DeviceAlloc> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let ptr = if managed {
+            d.alloc_managed(dev, len)?
+        } else {
+            d.alloc(dev, len)?
+        };
+        if let Some(info) = d.pointer(ptr) {
+            crate::memtype::remember(info);
+        }
+        Ok(DeviceAlloc { ptr, len })
+    }
+
+    /// The allocation's address.
+    pub fn ptr(&self) -> DevPtr {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        crate::memtype::forget(self.ptr, self.len.max(1) as u64);
+        if let Some(d) = driver() {
+            // SAFETY: allocated by `new` with this driver, freed once.
+            let _ = unsafe { d.free(self.ptr) };
+        }
     }
 }

@@ -226,7 +226,13 @@ fn drop_overlapping(ranges: &mut BTreeMap<u64, MemInfo>, base: u64, len: u64) {
 /// # Safety
 /// `src` is readable and `dst` writable for `n` bytes in their memory types, and they do
 /// not overlap.
-pub unsafe fn copy(dst: *mut u8, dst_type: MemoryType, src: *const u8, src_type: MemoryType, n: usize) -> UcsResult<()> {
+pub unsafe fn copy(
+    dst: *mut u8,
+    dst_type: MemoryType,
+    src: *const u8,
+    src_type: MemoryType,
+    n: usize,
+) -> UcsResult<()> {
     if n == 0 {
         return Ok(());
     }
@@ -311,7 +317,16 @@ mod tests {
         let mut out = vec![0u8; 16];
         let src: Vec<u8> = (0..16).collect();
         // SAFETY: both buffers are live and 16 bytes long.
-        unsafe { copy(out.as_mut_ptr(), MemoryType::Cuda, src.as_ptr(), MemoryType::Host, 16) }.unwrap();
+        unsafe {
+            copy(
+                out.as_mut_ptr(),
+                MemoryType::Cuda,
+                src.as_ptr(),
+                MemoryType::Host,
+                16,
+            )
+        }
+        .unwrap();
         assert_eq!(out, src);
         // Without the cache every detection asks.
         enable(

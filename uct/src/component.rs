@@ -65,6 +65,8 @@ pub enum OpenError {
     NoDevice { tl: &'static str, device: String },
     #[error("transport not available: {0}")]
     UnknownTl(String),
+    #[error("{tl}: {reason}")]
+    Unavailable { tl: &'static str, reason: String },
 }
 
 /// Lists the transports and devices usable under `cfg` (`UCX_TLS`, `UCX_NET_DEVICES`).
@@ -105,6 +107,18 @@ pub fn discover(cfg: &Config) -> Discovery {
         "tcp",
         tl::tcp::devices(cfg).map(|v| v.into_iter().map(|n| (n, DeviceKind::Network)).collect()),
     );
+    #[cfg(feature = "cuda")]
+    offer(
+        "cuda_ipc",
+        tl::cuda_ipc::probe().map(|_| vec![("cuda".into(), DeviceKind::Accelerator)]),
+    );
+    #[cfg(feature = "mock")]
+    if cfg.tls.names.iter().any(|n| n == "mock_dev") && !cfg.tls.negate {
+        offer(
+            "mock_dev",
+            Ok(vec![("model".into(), DeviceKind::Accelerator)]),
+        );
+    }
     for (tl, reason) in tl::absent_hardware() {
         offer(tl, Err(reason));
     }
@@ -121,6 +135,15 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
         "posix" => Ok(Box::new(tl::posix::PosixIface::open(cfg)?)),
         "cma" => Ok(Box::new(tl::cma::CmaIface::open(cfg)?)),
         "tcp" => Ok(Box::new(tl::tcp::TcpIface::open(cfg, &res.device)?)),
+        #[cfg(feature = "cuda")]
+        "cuda_ipc" => tl::cuda_ipc::CudaIpcIface::open(cfg)
+            .map(|i| Box::new(i) as Box<dyn Iface>)
+            .map_err(|s| OpenError::Unavailable {
+                tl: "cuda_ipc",
+                reason: s.to_string(),
+            }),
+        #[cfg(feature = "mock")]
+        "mock_dev" => Ok(Box::new(tl::mock_dev::MockDevIface::open())),
         other => Err(OpenError::UnknownTl(other.to_string())),
     }
 }

@@ -13,7 +13,7 @@ use bitflags::bitflags;
 use ucs::{Status, UcsResult};
 
 use crate::ep::{Comp, Done, EpId, Iov};
-use crate::md::{Md, RemoteKey};
+use crate::md::{Md, MemTypes, RemoteKey};
 
 /// Active-message ids run from 0 to `AM_ID_MAX - 1`.
 pub const AM_ID_MAX: u8 = 64;
@@ -76,6 +76,26 @@ impl PerfEstimate {
     }
 }
 
+/// Which memory types each kind of operation accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemCaps {
+    /// Buffers of the active-message operations (the sender's data, the receiver's).
+    pub am: MemTypes,
+    /// The local buffers of put/get.
+    pub rma_local: MemTypes,
+    /// The remote memory of put/get (what the peer's key may describe).
+    pub rma_remote: MemTypes,
+}
+
+impl MemCaps {
+    /// Transports that copy with the CPU: host and managed memory everywhere.
+    pub const HOST: MemCaps = MemCaps {
+        am: MemTypes::HOST_ACCESSIBLE,
+        rma_local: MemTypes::HOST_ACCESSIBLE,
+        rma_remote: MemTypes::HOST_ACCESSIBLE,
+    };
+}
+
 /// Everything `ucp` needs to know to choose this interface for an operation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IfaceAttr {
@@ -84,6 +104,8 @@ pub struct IfaceAttr {
     pub put: OpLimits,
     pub get: OpLimits,
     pub perf: PerfEstimate,
+    /// Memory types per kind of operation.
+    pub mem: MemCaps,
     /// Lengths of the blobs returned by `device_address` / `iface_address`.
     pub device_addr_len: usize,
     pub iface_addr_len: usize,

@@ -14,5 +14,5 @@ pub mod tl;
 
 pub use component::{discover, open, Discovery, TlAbsent, TlResource};
 pub use ep::{Comp, Done, EpId, Iov};
-pub use iface::{Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
-pub use md::{Md, MemH, MemoryType, RemoteKey};
+pub use iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate};
+pub use md::{Md, MemH, MemTypes, MemoryType, RemoteKey};

@@ -7,13 +7,35 @@
 
 use ucs::{Status, UcsResult};
 
-/// Memory types a domain can access. Only host memory exists today; GPU memory types slot
-/// in here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum MemoryType {
-    Host,
-    Cuda,
-    CudaManaged,
+pub use ucs::memtype::MemoryType;
+
+bitflags::bitflags! {
+    /// A set of memory types (what a domain registers, what an operation's buffers may be).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct MemTypes: u8 {
+        const HOST = 1 << 0;
+        const CUDA = 1 << 1;
+        const CUDA_MANAGED = 1 << 2;
+        /// What the host can load and store: host and managed memory.
+        const HOST_ACCESSIBLE = Self::HOST.bits() | Self::CUDA_MANAGED.bits();
+    }
+}
+
+impl MemTypes {
+    /// The set holding `t`.
+    pub const fn of(t: MemoryType) -> MemTypes {
+        match t {
+            MemoryType::Host => MemTypes::HOST,
+            MemoryType::Cuda => MemTypes::CUDA,
+            MemoryType::CudaManaged => MemTypes::CUDA_MANAGED,
+        }
+    }
+
+    /// Whether `t` is in the set.
+    #[inline]
+    pub const fn has(self, t: MemoryType) -> bool {
+        self.contains(MemTypes::of(t))
+    }
 }
 
 /// A local registration.
@@ -86,9 +108,9 @@ pub fn unpack_rkey(magic: [u8; 4], buf: &[u8]) -> UcsResult<RemoteKey> {
 pub trait Md: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &str;
 
-    /// Memory types this domain can register and its transports can access.
-    fn mem_types(&self) -> &[MemoryType] {
-        &[MemoryType::Host]
+    /// Memory types this domain can register (and whose keys its transports can reach).
+    fn reg_mem_types(&self) -> MemTypes {
+        MemTypes::HOST_ACCESSIBLE
     }
 
     /// Registers `[addr, addr+len)`.

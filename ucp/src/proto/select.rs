@@ -80,6 +80,8 @@ pub struct Thresholds {
     pub rndv: usize,
     /// Whether the endpoint has an RMA lane for zero-copy rendezvous.
     pub rma: bool,
+    /// Whether it has a memory lane for device memory (the peer maps our device memory).
+    pub rma_dev: bool,
     /// Zero-copy rendezvous writes (put) instead of reading (get).
     pub put: bool,
 }
@@ -89,6 +91,7 @@ pub struct Thresholds {
 pub struct LaneAttrs<'a> {
     pub am: &'a IfaceAttr,
     pub rma: Option<&'a IfaceAttr>,
+    pub rma_dev: Option<&'a IfaceAttr>,
 }
 
 impl Thresholds {
@@ -123,6 +126,7 @@ impl Thresholds {
             zcopy,
             rndv,
             rma: l.rma.is_some(),
+            rma_dev: l.rma_dev.is_some(),
             put: scheme == RndvScheme::PutZcopy,
         }
     }
@@ -134,11 +138,11 @@ impl Thresholds {
         size < self.rndv && self.max_short.is_some_and(|m| size <= m)
     }
 
-    /// The protocol for `size` bytes.
+    /// The protocol for `size` bytes of `mem` memory (the sender's buffer).
     pub fn select(&self, op: Op, mem: MemoryType, dt: DtClass, size: usize) -> Proto {
-        // Only host memory exists today: other memory types take the generic path of their
-        // datatype until their transports land (the key already carries the memory type).
-        let _ = mem;
+        if !mem.host_accessible() {
+            return self.select_device(op, dt, size);
+        }
         if size >= self.rndv {
             return if self.rma && dt != DtClass::Generic {
                 if self.put {
@@ -168,6 +172,27 @@ impl Thresholds {
             Proto::EagerBcopy
         } else {
             Proto::EagerMulti
+        }
+    }
+
+    /// Device memory. With a memory lane for it (the peer maps our device memory), every
+    /// size is a get rendezvous: the receiver's one device copy is the floor, and an eager
+    /// message would cost two staging copies. Without one, the data is staged through
+    /// host buffers by the driver: eager while it fits one buffer, the AM pipeline above.
+    /// Never eager short or zero-copy, which hand the buffer to a host transport.
+    fn select_device(&self, op: Op, dt: DtClass, size: usize) -> Proto {
+        if self.rma_dev && dt == DtClass::Contig {
+            return Proto::RndvGet;
+        }
+        let single = if op == Op::TagSendSync {
+            self.max_bcopy_sync
+        } else {
+            self.max_bcopy
+        };
+        if size <= single {
+            Proto::EagerBcopy
+        } else {
+            Proto::RndvAm
         }
     }
 
@@ -280,6 +305,7 @@ mod tests {
                 latency_ns: perf.1,
                 bandwidth: perf.2,
             },
+            mem: uct::iface::MemCaps::HOST,
             device_addr_len: 0,
             iface_addr_len: 0,
         }
@@ -299,6 +325,7 @@ mod tests {
             LaneAttrs {
                 am: &posix,
                 rma: Some(&cma),
+                rma_dev: None,
             },
             AutoSize::Auto,
             AutoSize::Auto,
@@ -331,6 +358,63 @@ mod tests {
         short_fits_agrees_with_select(&low);
     }
 
+    #[test]
+    fn device_memory_selection() {
+        let posix = attr(
+            IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY,
+            8232,
+            8240,
+            0,
+            (15.0, 80.0, 12e9),
+        );
+        let cma = attr(IfaceFlags::GET_ZCOPY, 0, 0, 0, (600.0, 80.0, 8e9));
+        let ipc = attr(
+            IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
+            0,
+            0,
+            0,
+            (1000.0, 5000.0, 300e9),
+        );
+        let with = |dev: bool| {
+            Thresholds::new(
+                LaneAttrs {
+                    am: &posix,
+                    rma: Some(&cma),
+                    rma_dev: dev.then_some(&ipc),
+                },
+                AutoSize::Auto,
+                AutoSize::Auto,
+                RndvScheme::Auto,
+            )
+        };
+        let lane = with(true);
+        for n in [0, 8, 8240, 1 << 20, 64 << 20] {
+            for op in [Op::TagSend, Op::TagSendSync] {
+                // One device copy by the receiver, at every size.
+                assert_eq!(
+                    lane.select(op, MemoryType::Cuda, DtClass::Contig, n),
+                    Proto::RndvGet
+                );
+                // Managed memory is host-accessible: the host protocols serve it.
+                assert_eq!(
+                    lane.select(op, MemoryType::CudaManaged, DtClass::Contig, n),
+                    lane.select(op, MemoryType::Host, DtClass::Contig, n)
+                );
+            }
+        }
+        let staged = with(false);
+        let r = staged.ranges(Op::TagSend, MemoryType::Cuda, DtClass::Contig);
+        assert_eq!(r[0], (0, staged.max_bcopy, Proto::EagerBcopy));
+        assert_eq!(r[1], (staged.max_bcopy + 1, usize::MAX, Proto::RndvAm));
+        // Never a protocol that hands device memory to a host transport.
+        for dt in [DtClass::Contig, DtClass::Iov] {
+            for n in [0, 1, 8, 100, 20_000, 1 << 22] {
+                let p = staged.select(Op::TagSend, MemoryType::Cuda, dt, n);
+                assert!(matches!(p, Proto::EagerBcopy | Proto::RndvAm), "{n}: {p}");
+            }
+        }
+    }
+
     /// The send fast path's shortcut answers as `select` does.
     fn short_fits_agrees_with_select(t: &Thresholds) {
         let edges = [t.max_short.unwrap_or(0), t.rndv.min(1 << 20), t.max_bcopy];
@@ -355,6 +439,7 @@ mod tests {
         let l = LaneAttrs {
             am: &tcp,
             rma: None,
+            rma_dev: None,
         };
         let t = Thresholds::new(
             l,

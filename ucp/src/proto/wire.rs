@@ -194,7 +194,15 @@ impl ShmWindow {
 pub struct RndvKey {
     pub mkey: KeyBytes,
     pub shm: Option<ShmWindow>,
+    /// The key's memory is CUDA device memory: the peer reads it through its memory lane
+    /// for device memory, not its host one.
+    pub device: bool,
 }
+
+/// Flags byte of an encoded [`RndvKey`]: a shared-memory window follows; the memory is
+/// device memory.
+const KEY_SHM: u8 = 1;
+const KEY_DEVICE: u8 = 0x10;
 
 const SHM_WINDOW_LEN: usize = 4 + 4 + 8 + 8 + 8 + 8;
 const _: () = assert!(2 + uct::md::RKEY_PACKED_LEN + 1 + SHM_WINDOW_LEN <= 80);
@@ -204,10 +212,11 @@ impl RndvKey {
         let mut k = KeyBytes::new();
         k.extend_from_slice(&(self.mkey.len() as u16).to_le_bytes());
         k.extend_from_slice(&self.mkey);
+        let dev = if self.device { KEY_DEVICE } else { 0 };
         match self.shm {
-            None => k.push(0),
+            None => k.push(dev),
             Some(s) => {
-                k.push(1);
+                k.push(dev | KEY_SHM);
                 k.extend_from_slice(&s.pid.to_le_bytes());
                 k.extend_from_slice(&s.fd.to_le_bytes());
                 for v in [s.nonce, s.seg_len, s.base, s.len] {
@@ -223,9 +232,13 @@ impl RndvKey {
         let mut r = Reader::new(buf);
         let n = r.u16()? as usize;
         let mkey = KeyBytes::from_slice(r.bytes(n)?);
-        let shm = match r.u8()? {
+        let flags = r.u8()?;
+        if flags & !(KEY_SHM | KEY_DEVICE) != 0 {
+            return None;
+        }
+        let shm = match flags & KEY_SHM {
             0 => None,
-            1 => {
+            _ => {
                 let s = ShmWindow {
                     pid: r.u32()?,
                     fd: r.u32()?,
@@ -237,9 +250,12 @@ impl RndvKey {
                 (s.len <= s.seg_len && s.base.checked_add(s.len).is_some()).then_some(s)?;
                 Some(s)
             }
-            _ => return None,
         };
-        r.is_empty().then_some(RndvKey { mkey, shm })
+        r.is_empty().then_some(RndvKey {
+            mkey,
+            shm,
+            device: flags & KEY_DEVICE != 0,
+        })
     }
 }
 
@@ -581,10 +597,16 @@ mod tests {
         let plain = RndvKey {
             mkey: smallvec::smallvec![9; 12],
             shm: None,
+            device: false,
         };
         let b = plain.encode();
         assert_eq!(b.len(), 2 + 12 + 1);
-        assert_eq!(RndvKey::decode(&b), Some(plain));
+        assert_eq!(RndvKey::decode(&b), Some(plain.clone()));
+        let dev = RndvKey {
+            device: true,
+            ..plain
+        };
+        assert_eq!(RndvKey::decode(&dev.encode()), Some(dev));
         let w = ShmWindow {
             pid: 42,
             fd: 7,
@@ -596,6 +618,7 @@ mod tests {
         let k = RndvKey {
             mkey: smallvec::smallvec![1, 2, 3],
             shm: Some(w),
+            device: false,
         };
         let b = k.encode();
         assert_eq!(b.len(), 2 + 3 + 1 + SHM_WINDOW_LEN);
@@ -622,6 +645,7 @@ mod tests {
             let b = RndvKey {
                 mkey: smallvec::smallvec![],
                 shm: Some(bad),
+                device: false,
             }
             .encode();
             assert_eq!(RndvKey::decode(&b), None, "{bad:?}");
@@ -629,6 +653,8 @@ mod tests {
         // An unknown window flag.
         let mut b = plain_bytes();
         *b.last_mut().unwrap() = 2;
+        assert_eq!(RndvKey::decode(&b), None);
+        *b.last_mut().unwrap() = 0x20;
         assert_eq!(RndvKey::decode(&b), None);
         // Bounds.
         assert!(w.holds(w.base, w.len));
@@ -664,6 +690,7 @@ mod tests {
         RndvKey {
             mkey: smallvec::smallvec![5],
             shm: None,
+            device: false,
         }
         .encode()
         .to_vec()

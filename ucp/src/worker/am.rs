@@ -35,7 +35,6 @@
 
 use ucs::wire::Reader;
 use ucs::{Status, UcsResult};
-use uct::MemoryType;
 
 use super::handler::{Bad, Res};
 use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
@@ -189,7 +188,10 @@ impl Worker {
         if let (Data::Contig(b), Some(e)) = (data, self.core.eps.get(ep.0 as usize)) {
             let total = b.len();
             let idle = e.failed.is_none() && e.queue.is_empty();
-            let one_buffer = !p.rndv && total < e.thresh.rndv && header.len() <= MAX_AM_HEADER;
+            let one_buffer = !p.rndv
+                && total < e.thresh.rndv
+                && header.len() <= MAX_AM_HEADER
+                && b.host_accessible();
             if let Some(rid) = e.remote_id.filter(|_| idle && one_buffer && !p.notify) {
                 let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
                 let lane = e.am;
@@ -250,20 +252,18 @@ impl Worker {
         let mut st = data.start_pack();
         let total = st.len();
         let fits = AM_USER_HDR + header.len() + total <= seg;
-        let mut proto = e
-            .thresh
-            .select(SelOp::TagSend, MemoryType::Host, data.class(), total);
+        let mem = st.mem_type();
+        let mut proto = e.thresh.select(SelOp::TagSend, mem, data.class(), total);
         proto = match proto {
             _ if p.eager && !fits => return Err(Status::ExceedsLimit),
-            _ if p.rndv => {
-                e.thresh
-                    .select(SelOp::TagSend, MemoryType::Host, data.class(), usize::MAX)
-            }
+            _ if p.rndv => e
+                .thresh
+                .select(SelOp::TagSend, mem, data.class(), usize::MAX),
             Proto::RndvGet | Proto::RndvPut | Proto::RndvAm => proto,
             _ if fits => Proto::EagerBcopy,
             _ => e
                 .thresh
-                .select(SelOp::TagSend, MemoryType::Host, data.class(), usize::MAX),
+                .select(SelOp::TagSend, mem, data.class(), usize::MAX),
         };
         if matches!(proto, Proto::RndvGet | Proto::RndvPut)
             && !matches!(data, Data::Contig(_) | Data::Iov(_))

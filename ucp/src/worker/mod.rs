@@ -107,6 +107,10 @@ pub struct WorkerStats {
     pub rma_mapped: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
+    /// Rendezvous whose data was read through the memory lane for device memory (counted
+    /// by the receiver), and device data staged through host buffers by the driver (counted
+    /// by the side that copied: sender packing, receiver unpacking).
+    pub rndv_device: u64,
     /// Protocol messages dropped because their endpoint was closed or had failed (they
     /// crossed the close).
     pub late: u64,
@@ -134,7 +138,11 @@ pub(crate) struct Ep {
     /// The peer's endpoint id for us, from wire-up.
     pub(crate) remote_id: Option<u32>,
     pub(crate) am: Lane,
+    /// The memory lane for host-accessible memory (zero-copy rendezvous, RMA).
     pub(crate) rma: Option<Lane>,
+    /// The memory lane for device memory: a transport whose put/get reach a peer's device
+    /// memory and take device buffers locally (same-host GPUs).
+    pub(crate) rma_dev: Option<Lane>,
     pub(crate) thresh: Thresholds,
     /// Sends in posting order that could not go out yet (wire-up, no resources, stream).
     pub(crate) queue: VecDeque<ReqId>,

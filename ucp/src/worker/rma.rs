@@ -28,7 +28,7 @@ use uct::tl::posix::SharedMem;
 
 use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
-use uct::{Done, IfaceFlags, MemH, RemoteKey};
+use uct::{Done, IfaceFlags, MemH, MemoryType, RemoteKey};
 
 use super::handler::{Bad, Res};
 use super::{Core, Ctrl, EpHandle, Op, Worker};
@@ -59,6 +59,9 @@ pub(crate) struct MemReg {
     regs: Vec<(usize, MemH)>,
     /// Memory the worker allocated for the region (`UCP_MEM_MAP_ALLOCATE`).
     owned: Option<Owned>,
+    /// Its memory type: requests carried by messages copy with the driver into device
+    /// memory, and refuse atomics there.
+    mem: MemoryType,
 }
 
 /// Memory a worker allocated: shared memory that same-host peers map (when the posix
@@ -68,6 +71,8 @@ pub(crate) struct MemReg {
 enum Owned {
     Shm(Arc<SharedMem>),
     Heap(Vec<u8>),
+    #[cfg(feature = "cuda")]
+    Device(ucs::cuda::DeviceAlloc),
 }
 
 /// Memory allocated for remote access before, and apart from, any worker (`ucp_mem_map`
@@ -109,7 +114,9 @@ pub struct Rkey {
     base: u64,
     len: u64,
     /// The key of the endpoint's memory lane, when the region is reachable through it.
-    lane: Option<RemoteKey>,
+    pub(crate) lane: Option<RemoteKey>,
+    /// The key of its memory lane for device memory (the region is device memory).
+    pub(crate) lane_dev: Option<RemoteKey>,
     /// The peer's shared-memory region mapped here: put and get become copies.
     mapped: Option<Arc<SharedMem>>,
 }
@@ -224,6 +231,26 @@ impl Worker {
         self.register(owned, base, len)
     }
 
+    /// Allocates `len` bytes of `mem` memory (`ucp_mem_map` with `UCP_MEM_MAP_ALLOCATE`
+    /// and a memory type) on CUDA device `dev`, and maps them for remote access. Host
+    /// memory is [`mem_map`](Self::mem_map)'s. Freed by `mem_unmap`.
+    pub fn mem_map_alloc(&mut self, len: usize, mem: MemoryType, dev: i32) -> UcsResult<MemHandle> {
+        match mem {
+            MemoryType::Host => self.mem_map(None, len),
+            #[cfg(feature = "cuda")]
+            _ => {
+                let a = ucs::cuda::DeviceAlloc::new(dev, len, mem == MemoryType::CudaManaged)?;
+                let base = a.ptr();
+                self.register(Some(Owned::Device(a)), base, len)
+            }
+            #[cfg(not(feature = "cuda"))]
+            _ => {
+                let _ = dev;
+                Err(Status::Unsupported)
+            }
+        }
+    }
+
     /// Maps a [`SharedRegion`] for remote access, as memory this worker allocated: a
     /// same-host peer with the posix transport maps it from the remote key.
     pub fn mem_map_region(&mut self, r: &SharedRegion) -> UcsResult<MemHandle> {
@@ -233,12 +260,14 @@ impl Worker {
 
     /// Registers `len` bytes at `base` with the memory transports and records the region.
     fn register(&mut self, owned: Option<Owned>, base: u64, len: usize) -> UcsResult<MemHandle> {
+        let mem = ucs::memtype::mem_type(base as *const u8);
         let mut regs = Vec::new();
         for (i, iface) in self.ifaces.iter().enumerate() {
             let a = &self.core.info[i].attr;
             if a.flags
                 .intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY)
                 && self.core.info[i].kind != uct::component::DeviceKind::Network
+                && iface.md().reg_mem_types().has(mem)
             {
                 regs.push((i, buf::register_span(iface.md(), base, len)?));
             }
@@ -253,6 +282,7 @@ impl Worker {
             len: len as u64,
             regs,
             owned,
+            mem,
         }) as u32;
         Ok(MemHandle { slot, nonce })
     }
@@ -297,6 +327,13 @@ impl Worker {
                 }
                 buf::read_raw(seg.base() as u64 + off as u64, dst);
             }
+            #[cfg(feature = "cuda")]
+            Owned::Device(a) => {
+                if end > m.len as usize {
+                    return Err(Status::InvalidParam);
+                }
+                buf::read_raw_device(a.ptr() + off as u64, dst)?;
+            }
         }
         Ok(())
     }
@@ -316,6 +353,13 @@ impl Worker {
                     return Err(Status::InvalidParam);
                 }
                 buf::write_raw(seg.base() as u64 + off as u64, src);
+            }
+            #[cfg(feature = "cuda")]
+            Owned::Device(a) => {
+                if end > m.len as usize {
+                    return Err(Status::InvalidParam);
+                }
+                buf::write_raw_device(a.ptr() + off as u64, src)?;
             }
         }
         Ok(())
@@ -376,6 +420,7 @@ impl Worker {
         base.checked_add(len).ok_or(bad)?;
         let n = r.u8().ok_or(bad)?;
         let mut lane = None;
+        let mut lane_dev = None;
         let mut shm = None;
         for _ in 0..n {
             let tl_len = r.u8().ok_or(bad)? as usize;
@@ -393,13 +438,15 @@ impl Worker {
                 }
                 continue;
             }
-            if let Some(l) = e.rma {
-                if self.core.info[l.iface].tl.as_bytes() == tl {
-                    let key = self.ifaces[l.iface].md().rkey_unpack(k)?;
-                    if key.base != base || key.len != len {
-                        return Err(bad);
+            for (l, slot) in [(e.rma, &mut lane), (e.rma_dev, &mut lane_dev)] {
+                if let Some(l) = l {
+                    if self.core.info[l.iface].tl.as_bytes() == tl {
+                        let key = self.ifaces[l.iface].md().rkey_unpack(k)?;
+                        if key.base != base || key.len != len {
+                            return Err(bad);
+                        }
+                        *slot = Some(key);
                     }
-                    lane = Some(key);
                 }
             }
         }
@@ -427,6 +474,7 @@ impl Worker {
             base,
             len,
             lane,
+            lane_dev,
             mapped,
         })
     }
@@ -571,9 +619,20 @@ impl Worker {
             core.stats.rma_mapped += 1;
             return r.map(|()| None);
         }
-        // The memory lane, for put and get of data with addresses.
-        if let (Some(lane), Some(key), true) = (e.rma, rkey.lane, kind != RmaKind::Atomic) {
-            if let Some(iov) = st.iovs(0, total) {
+        // The memory lane, for put and get of data with addresses: the one for device
+        // memory when the region is device memory (it takes local memory of any type),
+        // else the host one for host data.
+        let direct = match (e.rma_dev, rkey.lane_dev, e.rma, rkey.lane) {
+            (Some(l), Some(k), ..) => st
+                .device_iov(0, total)
+                .map(|v| smallvec::smallvec![v])
+                .or_else(|| st.iovs(0, total))
+                .map(|iov| (l, k, iov)),
+            (_, _, Some(l), Some(k)) if st.host_only() => st.iovs(0, total).map(|iov| (l, k, iov)),
+            _ => None,
+        };
+        if let (Some((lane, key, iov)), true) = (direct, kind != RmaKind::Atomic) {
+            {
                 let iface = ifaces[lane.iface].as_mut();
                 let id = core.reqs.insert(
                     Op::Rma(new_op(
@@ -800,8 +859,9 @@ impl Core {
         map_window(&mut self.mappings, w)
     }
 
-    /// Checks `(slot, nonce, addr, len)` against the region table; the address to access.
-    fn target(&self, slot: u32, nonce: u64, addr: u64, len: u64) -> Result<u64, Status> {
+    /// Checks `(slot, nonce, addr, len)` against the region table; the address to access,
+    /// and whether the host can touch it directly.
+    fn target(&self, slot: u32, nonce: u64, addr: u64, len: u64) -> Result<(u64, bool), Status> {
         let m = self
             .mems
             .get(slot as usize)
@@ -813,7 +873,7 @@ impl Core {
             key: 0,
         }
         .check_range(addr, len)?;
-        Ok(addr)
+        Ok((addr, m.mem.host_accessible()))
     }
 
     /// RMA_PUT / RMA_GET / RMA_ATOMIC arrived: execute after the checks, and reply.
@@ -828,10 +888,14 @@ impl Core {
             AM_RMA_PUT => {
                 let src = r.rest();
                 match self.target(slot, nonce, addr, src.len() as u64) {
-                    Ok(a) => {
+                    Ok((a, true)) => {
                         buf::write_raw(a, src);
                         (Status::Ok, 0, Vec::new())
                     }
+                    Ok((a, false)) => match buf::write_raw_device(a, src) {
+                        Ok(()) => (Status::Ok, 0, Vec::new()),
+                        Err(s) => (s, 0, Vec::new()),
+                    },
                     Err(s) => (s, 0, Vec::new()),
                 }
             }
@@ -841,10 +905,18 @@ impl Core {
                     _ => return Err(Bad::Malformed(Some(ep))),
                 };
                 match self.target(slot, nonce, addr, len as u64) {
-                    Ok(a) => {
+                    Ok((a, host)) => {
                         let mut v = vec![0u8; len];
-                        buf::read_raw(a, &mut v);
-                        (Status::Ok, off, v)
+                        let r = if host {
+                            buf::read_raw(a, &mut v);
+                            Ok(())
+                        } else {
+                            buf::read_raw_device(a, &mut v)
+                        };
+                        match r {
+                            Ok(()) => (Status::Ok, off, v),
+                            Err(s) => (s, off, Vec::new()),
+                        }
                     }
                     Err(s) => (s, off, Vec::new()),
                 }
@@ -859,10 +931,12 @@ impl Core {
                     return Err(Bad::Malformed(Some(ep)));
                 }
                 match self.target(slot, nonce, addr, u64::from(size)) {
-                    Ok(a) => {
+                    Ok((a, true)) => {
                         let old = buf::atomic_raw(a, size, op, value, compare);
                         (Status::Ok, 0, old.to_le_bytes().to_vec())
                     }
+                    // Atomics on device memory need a GPU-side operation this build lacks.
+                    Ok((_, false)) => (Status::Unsupported, 0, Vec::new()),
                     Err(s) => (s, 0, Vec::new()),
                 }
             }

@@ -69,6 +69,7 @@ impl Worker {
                 && e.queue.is_empty()
                 && e.remote_id.is_some()
                 && e.thresh.short_fits(b.len())
+                && b.host_accessible()
             {
                 let lane = e.am;
                 let iface = &mut self.ifaces[lane.iface];
@@ -112,7 +113,8 @@ impl Worker {
         } else {
             SelOp::TagSend
         };
-        let mut proto = e.thresh.select(sop, MemoryType::Host, data.class(), total);
+        let mem = st.mem_type();
+        let mut proto = e.thresh.select(sop, mem, data.class(), total);
         if matches!(proto, Proto::RndvGet | Proto::RndvPut) && !rts_fits(core, idx, data) {
             proto = Proto::RndvAm;
         }
@@ -125,6 +127,7 @@ impl Worker {
         let alone = e.outstanding == 0 && e.queue.is_empty();
         let mut flags = if p.sync { FLAG_SYNC } else { 0 };
         if proto == Proto::EagerMulti
+            && mem == MemoryType::Host
             && !p.sync
             && total >= crate::proto::tune::MIN_TUNED
             && matches!(data, Data::Contig(_) | Data::Iov(_) | Data::Layout(_))
@@ -494,6 +497,7 @@ pub(super) fn push_send(
     let rid = e.remote_id.ok_or(Status::NotConnected)?;
     let lane = e.am;
     let rma = e.rma;
+    let rma_dev = e.rma_dev;
     if s.started && s.put.is_some() {
         // RTR_PUT or RTR_SPLIT: write into the receiver's segments; FIN follows completion.
         let rma = rma.ok_or(Status::Unsupported)?;
@@ -649,6 +653,7 @@ pub(super) fn push_send(
             let rkey = RndvKey {
                 mkey: mkey.into(),
                 shm,
+                device: false,
             }
             .encode();
             if let Some(m) = memh {
@@ -691,8 +696,14 @@ pub(super) fn push_send(
             s.wait_ack = true;
         }
         Proto::RndvGet => {
-            let rma = rma.ok_or(Status::Unsupported)?;
-            let iov = s.data.iovs(0, total).ok_or(Status::InvalidParam)?;
+            // Device memory goes through the memory lane for it: the peer maps it.
+            let device = s.data.mem_type() == MemoryType::Cuda;
+            let rma = if device { rma_dev } else { rma }.ok_or(Status::Unsupported)?;
+            let iov = if device {
+                smallvec::smallvec![s.data.device_iov(0, total).ok_or(Status::InvalidParam)?]
+            } else {
+                s.data.iovs(0, total).ok_or(Status::InvalidParam)?
+            };
             let segs = remote_segs(&iov);
             // One registration spanning every segment: its remote key bounds what the
             // receiver may read.
@@ -706,19 +717,24 @@ pub(super) fn push_send(
                 }
             };
             // Worker-allocated shared memory: the receiver may map it and copy directly.
-            let shm = rma::shm_window(mems, *shm_regions, lo, hi);
+            let shm = (!device)
+                .then(|| rma::shm_window(mems, *shm_regions, lo, hi))
+                .flatten();
             let rkey = RndvKey {
                 mkey: mkey.into(),
                 shm,
+                device,
             }
             .encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
             // Offer to write part of the data when both sides can then copy at once
-            // (a memory lane that also writes, and a message worth sharing).
-            let help =
-                total >= split_thresh && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
+            // (a memory lane that also writes, and a message worth sharing; host memory:
+            // the receiver's segments come with its host lane's key).
+            let help = !device
+                && total >= split_thresh
+                && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
             s.split_offered = help;
             let msg = wire::encode_rts(
                 &FirstHdr {
@@ -1280,15 +1296,20 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     };
     let Some((ep, sreq)) = r.peer else { return };
     let total = r.expect;
-    let Some(lane) = core.eps.get(ep).and_then(|e| e.rma) else {
-        fail_get(core, id, ep, sreq, Status::Unsupported);
-        return;
-    };
-    let iface = &mut ifaces[lane.iface];
     let Some(key) = RndvKey::decode(&rkey) else {
         fail_get(core, id, ep, sreq, Status::InvalidParam);
         return;
     };
+    // The sender's device memory is read through the memory lane for device memory.
+    let lane = core
+        .eps
+        .get(ep)
+        .and_then(|e| if key.device { e.rma_dev } else { e.rma });
+    let Some(lane) = lane else {
+        fail_get(core, id, ep, sreq, Status::Unsupported);
+        return;
+    };
+    let iface = &mut ifaces[lane.iface];
     let rk = match iface.md().rkey_unpack(&key.mkey) {
         Ok(k) => k,
         Err(s) => {
@@ -1296,18 +1317,34 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             return;
         }
     };
+    let host_only = r.data.host_only();
     // The sender's worker-allocated shared memory, mapped here: reads become copies.
     if let Some((w, seg)) = key
         .shm
+        .filter(|_| host_only)
         .and_then(|w| rma::map_window(&mut core.mappings, &w).map(|m| (w, m)))
     {
         get_mapped(ifaces, core, id, lane, (&w, &seg), &segs, layout, help);
         return;
     }
-    let mut local: SmallVec<[Iov; 8]> = match r.data.iovs(0, total) {
+    if key.device {
+        core.stats.rndv_device += 1;
+    }
+    let takes_device = core.info[lane.iface]
+        .attr
+        .mem
+        .rma_local
+        .has(MemoryType::Cuda);
+    let direct = match r.data.device_iov(0, total) {
+        Some(v) => takes_device.then(|| smallvec::smallvec![v]),
+        None if host_only => r.data.iovs(0, total),
+        None => None,
+    };
+    let mut local: SmallVec<[Iov; 8]> = match direct {
         Some(v) => v,
         None => {
-            // Generic data: read into a bounce buffer owned by the request, unpack after.
+            // Generic data, or device memory the lane cannot write: read into a bounce
+            // buffer owned by the request, unpack after.
             let b = r.rndv().bounce.insert(vec![0u8; total]);
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
@@ -1479,6 +1516,7 @@ fn start_split(
     let rkey = RndvKey {
         mkey: md.mkey_pack(&m).into(),
         shm: core.shm_window(lo, hi),
+        device: false,
     }
     .encode();
     let c = Ctrl::RtrSplit {
@@ -1520,6 +1558,7 @@ fn start_split_layout(
     let rkey = RndvKey {
         mkey: md.mkey_pack(&m).into(),
         shm: Some(shm),
+        device: false,
     }
     .encode();
     let c = Ctrl::RtrSplitLayout {
@@ -1644,6 +1683,7 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
                         RndvKey {
                             mkey: mkey.into(),
                             shm,
+                            device: false,
                         }
                         .encode(),
                     )

@@ -2081,3 +2081,319 @@ fn a_closed_endpoint_ends_its_peer_quietly() {
         }
     }
 }
+
+/// A stand-in for the CUDA driver, for machines without a GPU: the "device memory" is host
+/// memory mapped `PROT_NONE`, so the host cannot touch it (a stray `memcpy` faults, and cma
+/// gets `EFAULT`, as with real device memory), and the stand-in's copies open it for the
+/// copy only. One test at a time uses it (`memtype` state is process-wide).
+mod fake_device {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    use ucs::memtype::{MemInfo, MemoryType, PointerQuery};
+    use ucs::UcsResult;
+
+    pub struct Region {
+        pub ptr: *mut u8,
+        pub len: usize,
+    }
+
+    impl Region {
+        /// `len` bytes (page-rounded) of "device memory", filled with `fill`.
+        pub fn new(len: usize, fill: impl Fn(usize) -> u8) -> Region {
+            let len = len.max(1).next_multiple_of(4096);
+            // SAFETY: an anonymous private mapping, owned by the region.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(ptr, libc::MAP_FAILED);
+            let ptr = ptr.cast::<u8>();
+            for i in 0..len {
+                // SAFETY: inside the fresh mapping.
+                unsafe { *ptr.add(i) = fill(i) };
+            }
+            protect(ptr as u64, len, false);
+            ucs::memtype::remember(MemInfo {
+                mem_type: MemoryType::Cuda,
+                device: 0,
+                base: ptr as u64,
+                len: len as u64,
+                buffer_id: ptr as u64,
+            });
+            Region { ptr, len }
+        }
+
+        /// The first `n` bytes, read the way the stand-in copies.
+        pub fn read(&self, n: usize) -> Vec<u8> {
+            let mut v = vec![0u8; n];
+            Fake.copy(v.as_mut_ptr() as u64, self.ptr as u64, n)
+                .unwrap();
+            v
+        }
+    }
+
+    impl Drop for Region {
+        fn drop(&mut self) {
+            ucs::memtype::forget(self.ptr as u64, self.len as u64);
+            // SAFETY: the mapping made in `new`.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+
+    fn protect(addr: u64, len: usize, open: bool) {
+        let page = addr & !4095;
+        let len = (addr + len as u64).next_multiple_of(4096) - page;
+        let prot = if open {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_NONE
+        };
+        // SAFETY: the pages belong to a Region (device ranges only reach here).
+        assert_eq!(
+            unsafe { libc::mprotect(page as *mut _, len as usize, prot) },
+            0
+        );
+    }
+
+    pub static COPIES: AtomicU64 = AtomicU64::new(0);
+    pub static SERIAL: Mutex<()> = Mutex::new(());
+
+    /// The "driver": knows the regions through the detector's cache (`remember`), so it
+    /// answers host for everything it is asked.
+    pub struct Fake;
+
+    impl PointerQuery for Fake {
+        fn query(&self, _ptr: u64) -> Option<MemInfo> {
+            None
+        }
+        fn copy(&self, dst: u64, src: u64, n: usize) -> UcsResult<()> {
+            COPIES.fetch_add(1, Ordering::Relaxed);
+            let dev = |p: u64| ucs::memtype::detect(p as *const u8).mem_type == MemoryType::Cuda;
+            let (d, s) = (dev(dst), dev(src));
+            if d {
+                protect(dst, n, true);
+            }
+            if s {
+                protect(src, n, true);
+            }
+            // SAFETY: the caller's contract (ucs::memtype::copy); both ranges are open now.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
+            if d {
+                protect(dst, n, false);
+            }
+            if s {
+                protect(src, n, false);
+            }
+            Ok(())
+        }
+    }
+
+    pub fn install() {
+        ucs::memtype::enable(Box::new(Fake), true);
+    }
+}
+
+/// Device memory without a memory lane for it (posix + cma): the data is staged through
+/// host buffers by the driver (eager while it fits one buffer, the AM pipeline above),
+/// never handed to a host transport or copied by the CPU (the stand-in's "device memory"
+/// faults on a CPU access). Every direction: device to device, device to host, host to
+/// device, where a host sender's cma rendezvous lands in the receiver's bounce buffer.
+#[test]
+fn device_memory_is_staged_where_no_lane_maps_it() {
+    let _g = fake_device::SERIAL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    fake_device::install();
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    assert!(a.core.eps[ab.idx()].rma_dev.is_none());
+    for n in [8usize, 3000, 100_000, 6 << 20] {
+        for (src_dev, dst_dev) in [(true, true), (true, false), (false, true)] {
+            let pat = |i: usize| (i as u8).wrapping_mul(13).wrapping_add(n as u8);
+            let src_host: Vec<u8> = (0..n).map(pat).collect();
+            let src_region = src_dev.then(|| fake_device::Region::new(n, pat));
+            let dst_region = dst_dev.then(|| fake_device::Region::new(n, |_| 0));
+            let mut dst_host = vec![0u8; n];
+            let sbuf = match &src_region {
+                // SAFETY: the region outlives the operation.
+                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                None => unsafe { Buf::from_slice(&src_host) },
+            };
+            let rbuf = match &dst_region {
+                // SAFETY: as above.
+                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                None => unsafe { Buf::from_mut_slice(&mut dst_host) },
+            };
+            let before = fake_device::COPIES.load(std::sync::atomic::Ordering::Relaxed);
+            let tag = n as u64 * 4 + u64::from(src_dev) * 2 + u64::from(dst_dev);
+            let r = b
+                .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
+                .unwrap();
+            let s = a
+                .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
+                .unwrap();
+            drive(&mut a, &mut b, |a, b| {
+                b.request_status(r) != Status::InProgress
+                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+            });
+            if let Some(s) = s {
+                assert_eq!(a.wait(s).0, Status::Ok, "send {n} {src_dev}->{dst_dev}");
+            }
+            assert_eq!(b.wait(r).0, Status::Ok, "recv {n} {src_dev}->{dst_dev}");
+            let got = match &dst_region {
+                Some(r) => r.read(n),
+                None => dst_host.clone(),
+            };
+            assert!(
+                got == src_host,
+                "{n} bytes {src_dev}->{dst_dev}: data differs"
+            );
+            assert!(
+                fake_device::COPIES.load(std::sync::atomic::Ordering::Relaxed) > before,
+                "the driver copied"
+            );
+        }
+    }
+    drop((a, b));
+}
+
+/// With a memory lane for device memory (the `mock_dev` model of `cuda_ipc`), device data
+/// goes as a get rendezvous at every size, read by the receiver through that lane into
+/// device or host memory; host data still takes the host protocols, and lands in device
+/// memory through the receiver's bounce buffer. `ucp_put`/`get` to a device region go
+/// through the lane too, and a region of device memory refuses atomics.
+#[test]
+fn device_memory_goes_through_the_device_lane() {
+    let _g = fake_device::SERIAL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    fake_device::install();
+    let (mut a, mut b, ab, ba) = pair("posix,cma,mock_dev");
+    let lane = a.core.eps[ab.idx()].rma_dev.expect("a device lane");
+    assert_eq!(a.core.info[lane.iface].tl, "mock_dev");
+    assert!(a.core.eps[ab.idx()].rma.is_some_and(|l| l != lane));
+    for n in [8usize, 3000, 100_000, 6 << 20] {
+        for (src_dev, dst_dev) in [(true, true), (true, false), (false, true)] {
+            let pat = |i: usize| (i as u8).wrapping_mul(7).wrapping_add(n as u8 ^ 0x5a);
+            let src_host: Vec<u8> = (0..n).map(pat).collect();
+            let src_region = src_dev.then(|| fake_device::Region::new(n, pat));
+            let dst_region = dst_dev.then(|| fake_device::Region::new(n, |_| 0));
+            let mut dst_host = vec![0u8; n];
+            let sbuf = match &src_region {
+                // SAFETY: the region outlives the operation.
+                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                None => unsafe { Buf::from_slice(&src_host) },
+            };
+            let rbuf = match &dst_region {
+                // SAFETY: as above.
+                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                None => unsafe { Buf::from_mut_slice(&mut dst_host) },
+            };
+            let before = b.stats().rndv_device;
+            let tag = n as u64 * 4 + u64::from(src_dev) * 2 + u64::from(dst_dev);
+            let r = b
+                .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
+                .unwrap();
+            let s = a
+                .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
+                .unwrap();
+            drive(&mut a, &mut b, |a, b| {
+                b.request_status(r) != Status::InProgress
+                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+            });
+            if let Some(s) = s {
+                assert_eq!(a.wait(s).0, Status::Ok, "send {n} {src_dev}->{dst_dev}");
+            }
+            assert_eq!(b.wait(r).0, Status::Ok, "recv {n} {src_dev}->{dst_dev}");
+            let got = match &dst_region {
+                Some(r) => r.read(n),
+                None => dst_host.clone(),
+            };
+            assert!(
+                got == src_host,
+                "{n} bytes {src_dev}->{dst_dev}: data differs"
+            );
+            assert_eq!(
+                b.stats().rndv_device - before,
+                u64::from(src_dev),
+                "{n} bytes {src_dev}->{dst_dev}: read through the device lane"
+            );
+        }
+    }
+    // RMA: b maps a region of device memory; a puts into it and gets it back.
+    let region = fake_device::Region::new(1 << 16, |_| 0);
+    // SAFETY: the region outlives the mapping.
+    let mh = b
+        .mem_map(Some(unsafe { Buf::from_raw(region.ptr, 1 << 16) }), 1 << 16)
+        .unwrap();
+    let blob = b.rkey_pack(mh).unwrap();
+    let rk = a.rkey_unpack(ab, &blob).unwrap();
+    assert!(rk.lane_dev.is_some() && rk.lane.is_none());
+    let src: Vec<u8> = (0..4096).map(|i| i as u8 ^ 0x33).collect();
+    let p = a
+        .put(
+            ab,
+            &contig(&src),
+            region.ptr as u64 + 100,
+            &rk,
+            SendParams::default(),
+        )
+        .unwrap();
+    if let Some(p) = p {
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(p) != Status::InProgress
+        });
+        assert_eq!(a.wait(p).0, Status::Ok);
+    }
+    assert_eq!(region.read(4196)[100..], src[..]);
+    let mut back = vec![0u8; 4096];
+    let g = a
+        .get(
+            ab,
+            &contig_mut(&mut back),
+            region.ptr as u64 + 100,
+            &rk,
+            SendParams::default(),
+        )
+        .unwrap();
+    if let Some(g) = g {
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(g) != Status::InProgress
+        });
+        assert_eq!(a.wait(g).0, Status::Ok);
+    }
+    assert_eq!(back, src);
+    let mut old = [0u8; 8];
+    // SAFETY: `old` outlives the operation.
+    let reply = unsafe { Buf::from_mut_slice(&mut old) };
+    let at = a
+        .atomic(
+            ab,
+            AtomicOp::Add,
+            8,
+            1,
+            0,
+            region.ptr as u64,
+            &rk,
+            Some(reply),
+            SendParams::default(),
+        )
+        .unwrap();
+    drive(&mut a, &mut b, |a, _| {
+        a.request_status(at) != Status::InProgress
+    });
+    assert_eq!(
+        a.wait(at).0,
+        Status::Unsupported,
+        "atomics on device memory"
+    );
+    b.mem_unmap(mh).unwrap();
+    let _ = ba;
+    drop((a, b));
+}

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use ucs::{Status, UcsResult};
 use uct::component::DeviceKind;
-use uct::{Done, Iface, IfaceFlags};
+use uct::{Done, Iface, IfaceFlags, MemoryType};
 
 use super::{Core, Ctrl, Ep, EpHandle, FlushOp, Lane, Op, Worker, COMP_FLUSH};
 use crate::address::WorkerAddress;
@@ -42,20 +42,32 @@ pub(super) fn deferred_requests(core: &mut Core) {
     }
 }
 
-/// Which lanes an endpoint to `peer` uses: `(am, rma)`.
+/// The lanes of an endpoint: one for active messages, and a memory lane for each kind of
+/// memory (host-accessible, device), chosen from the interfaces' capabilities and
+/// estimates.
+struct Lanes {
+    am: Lane,
+    rma: Option<Lane>,
+    rma_dev: Option<Lane>,
+}
+
+/// Which lanes an endpoint to `peer` uses.
 fn select_lanes(
     ifaces: &mut [Box<dyn Iface>],
     core: &Core,
     peer: &WorkerAddress,
-) -> UcsResult<(Lane, Option<Lane>)> {
+) -> UcsResult<Lanes> {
     let same_worker = peer.uuid == core.uuid;
     let mut am: Option<(f64, usize, usize)> = None;
     let mut rma: Option<(f64, usize, usize)> = None;
+    let mut rma_dev: Option<(f64, usize, usize)> = None;
+    let better =
+        |best: &Option<(f64, usize, usize)>, cost: f64| best.is_none_or(|(c, _, _)| cost < c);
     for (i, iface) in ifaces.iter().enumerate() {
         let info = &core.info[i];
-        // The self transport only reaches our own worker, and our own worker is reached
-        // only through it.
-        if (info.tl == "self") != same_worker {
+        // A loopback transport only reaches our own worker, and our own worker is reached
+        // only through one.
+        if (info.kind == DeviceKind::Loopback) != same_worker {
             continue;
         }
         for (j, t) in peer.tls.iter().enumerate() {
@@ -63,19 +75,26 @@ fn select_lanes(
                 continue;
             }
             let a = &info.attr;
-            if a.flags.contains(IfaceFlags::AM_BCOPY) {
+            if a.flags.contains(IfaceFlags::AM_BCOPY) && a.mem.am.has(MemoryType::Host) {
                 let cost = a.perf.time_ns(64);
-                if am.is_none_or(|(c, _, _)| cost < c) {
+                if better(&am, cost) {
                     am = Some((cost, i, j));
                 }
             }
             // Rendezvous reads through a memory transport; tcp's get is emulated over its
             // own AM and is no better than the pipeline.
-            if a.flags.contains(IfaceFlags::GET_ZCOPY) && info.kind != DeviceKind::Network {
-                let cost = a.perf.time_ns(1 << 20);
-                if rma.is_none_or(|(c, _, _)| cost < c) {
-                    rma = Some((cost, i, j));
-                }
+            if !a.flags.contains(IfaceFlags::GET_ZCOPY) || info.kind == DeviceKind::Network {
+                continue;
+            }
+            let cost = a.perf.time_ns(1 << 20);
+            if a.mem.rma_remote.has(MemoryType::Host) && better(&rma, cost) {
+                rma = Some((cost, i, j));
+            }
+            if a.mem.rma_remote.has(MemoryType::Cuda)
+                && a.mem.rma_local.has(MemoryType::Cuda)
+                && better(&rma_dev, cost)
+            {
+                rma_dev = Some((cost, i, j));
             }
         }
     }
@@ -87,21 +106,32 @@ fn select_lanes(
             .map(|ep| Lane { iface: i, ep })
     };
     let am_lane = connect(ifaces, ai, aj)?;
-    let rma_lane = match rma {
-        Some((_, ri, _)) if ri == ai => Some(Lane {
-            iface: ri,
-            ep: am_lane.ep,
-        }),
-        Some((_, ri, rj)) => match connect(ifaces, ri, rj) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                log::debug!("ucp: no rma lane via {}: {e}", core.info[ri].tl);
-                None
-            }
-        },
-        None => None,
+    let memory_lane =
+        |ifaces: &mut [Box<dyn Iface>], choice: Option<(f64, usize, usize)>| match choice {
+            Some((_, ri, _)) if ri == ai => Some(Lane {
+                iface: ri,
+                ep: am_lane.ep,
+            }),
+            Some((_, ri, rj)) => match connect(ifaces, ri, rj) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    log::debug!("ucp: no memory lane via {}: {e}", core.info[ri].tl);
+                    None
+                }
+            },
+            None => None,
+        };
+    let rma_lane = memory_lane(ifaces, rma);
+    let rma_dev = match (rma_dev, rma, rma_lane) {
+        // The same interface serves both: one transport endpoint.
+        (Some((_, d, _)), Some((_, h, _)), Some(l)) if d == h => Some(l),
+        (choice, ..) => memory_lane(ifaces, choice),
     };
-    Ok((am_lane, rma_lane))
+    Ok(Lanes {
+        am: am_lane,
+        rma: rma_lane,
+        rma_dev,
+    })
 }
 
 /// Creates an endpoint to `peer` and registers its lanes.
@@ -110,11 +140,12 @@ pub(super) fn new_ep(
     core: &mut Core,
     peer: &WorkerAddress,
 ) -> UcsResult<usize> {
-    let (am, rma) = select_lanes(ifaces, core, peer)?;
+    let Lanes { am, rma, rma_dev } = select_lanes(ifaces, core, peer)?;
     let thresh = Thresholds::new(
         LaneAttrs {
             am: &core.info[am.iface].attr,
             rma: rma.map(|l| &core.info[l.iface].attr),
+            rma_dev: rma_dev.map(|l| &core.info[l.iface].attr),
         },
         core.rndv_cfg,
         core.zcopy_cfg,
@@ -125,6 +156,7 @@ pub(super) fn new_ep(
         remote_id: None,
         am,
         rma,
+        rma_dev,
         thresh,
         queue: VecDeque::new(),
         failed: None,
@@ -144,22 +176,28 @@ pub(super) fn new_ep(
     });
     core.uct_eps.insert((am.iface, am.ep), idx);
     core.mark_active(am.iface);
-    if let Some(r) = rma {
-        // The memory lane's operations complete as they are posted; its progress only
-        // checks peers, which the idle polling does often enough.
+    for r in [rma, rma_dev].into_iter().flatten() {
+        // Memory lanes report completions and failed peers: their interfaces are polled
+        // (the idle polling looks at them too, but completions should not wait for it).
         core.uct_eps.insert((r.iface, r.ep), idx);
+    }
+    if let Some(r) = rma_dev {
+        core.mark_active(r.iface);
     }
     if core.proto_info {
         if let Some(t) = proto_table(core, idx) {
             eprint!("[rucx] {t}");
         }
     }
+    let name =
+        |l: Option<Lane>| l.map_or("none".to_string(), |l| core.info[l.iface].tl.to_string());
     log::debug!(
-        "ucp: ep {idx} to worker {:#x}: am lane {}/{}, rma lane {}",
+        "ucp: ep {idx} to worker {:#x}: am lane {}/{}, memory lanes: host {}, device {}",
         peer.uuid,
         core.info[am.iface].tl,
         core.info[am.iface].device,
-        rma.map_or("none".to_string(), |l| core.info[l.iface].tl.to_string())
+        name(rma),
+        name(rma_dev),
     );
     Ok(idx)
 }
@@ -516,8 +554,10 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
                 for (i, e) in core.eps.iter() {
                     if ep.is_none_or(|x| x == i) && e.failed.is_none() {
                         lanes.push(e.am);
-                        if let Some(r) = e.rma {
-                            lanes.push(r);
+                        for r in [e.rma, e.rma_dev].into_iter().flatten() {
+                            if !lanes.contains(&r) {
+                                lanes.push(r);
+                            }
                         }
                     }
                 }
@@ -593,10 +633,12 @@ pub(super) fn destroy_ep(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usi
     };
     core.uct_eps.remove(&(e.am.iface, e.am.ep));
     ifaces[e.am.iface].ep_destroy(e.am.ep);
-    if let Some(r) = e.rma {
-        if r != e.am {
+    let mut gone = vec![e.am];
+    for r in [e.rma, e.rma_dev].into_iter().flatten() {
+        if !gone.contains(&r) {
             core.uct_eps.remove(&(r.iface, r.ep));
             ifaces[r.iface].ep_destroy(r.ep);
+            gone.push(r);
         }
     }
 }

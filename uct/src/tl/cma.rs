@@ -115,6 +115,7 @@ impl CmaIface {
                     // (pinning the peer's pages costs on every call).
                     bandwidth: 8e9,
                 },
+                mem: crate::iface::MemCaps::HOST,
                 device_addr_len: dev_addr.len(),
                 iface_addr_len: iface_addr.len(),
             },

@@ -2,59 +2,63 @@
 //! [`self_`], is the place to start reading.
 
 pub mod cma;
+#[cfg(feature = "cuda")]
+pub mod cuda_ipc;
+#[cfg(feature = "mock")]
+pub mod mock_dev;
 pub mod posix;
 pub mod self_;
 pub mod tcp;
 
 use std::path::Path;
 
-/// Transports whose hardware or kernel module is missing here, with the reason. They are
-/// written against their real libraries in feature-gated modules; discovery lists them as
-/// absent so `rucx-info -d` can say why.
+/// Transports whose hardware, kernel module or library is missing here, with the reason;
+/// discovery lists them as absent so `rucx-info -d` can say why.
 pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
-    if !Path::new("/dev/xpmem").exists() {
-        v.push((
-            "xpmem",
-            "/dev/xpmem not found (xpmem kernel module not loaded)".to_string(),
-        ));
-    } else {
-        v.push(("xpmem", "built without the `xpmem` feature".to_string()));
-    }
-    let hca = std::fs::read_dir("/sys/class/infiniband")
-        .map(|d| d.count())
-        .unwrap_or(0);
-    if hca == 0 {
-        v.push((
-            "rc_verbs",
-            "no RDMA device in /sys/class/infiniband".to_string(),
-        ));
-    } else {
-        v.push(("rc_verbs", "built without the `verbs` feature".to_string()));
-    }
-    let gpu = Path::new("/dev/nvidiactl").exists();
-    for tl in ["cuda_copy", "cuda_ipc"] {
-        v.push((
-            tl,
-            if gpu {
-                "built without the `cuda` feature"
-            } else {
-                "no NVIDIA driver (/dev/nvidiactl not found)"
-            }
-            .to_string(),
-        ));
-    }
     v.push((
-        "gdr_copy",
-        if Path::new("/dev/gdrdrv").exists() {
-            "built without the `gdrcopy` feature"
+        "xpmem",
+        if Path::new("/dev/xpmem").exists() {
+            "/dev/xpmem exists, but Rucx has no xpmem transport yet"
         } else {
-            "/dev/gdrdrv not found (gdrdrv module not loaded)"
+            "/dev/xpmem not found (xpmem kernel module not loaded)"
         }
         .to_string(),
     ));
+    let hca = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    v.push((
+        "rc_verbs",
+        if hca == 0 {
+            "no RDMA device in /sys/class/infiniband"
+        } else {
+            "an RDMA device exists, but Rucx has no rc_verbs transport yet"
+        }
+        .to_string(),
+    ));
+    #[cfg(not(feature = "cuda"))]
+    v.push(("cuda_ipc", "built without the `cuda` feature".to_string()));
+    v.push(("gdr_copy", gdr_copy_absent()));
     v.push(("cxi", "no Slingshot NIC (/dev/cxi0 not found)".to_string()));
     v
+}
+
+/// Why gdr_copy is not offered: it needs the gdrdrv kernel module (`/dev/gdrdrv`) and
+/// `libgdrapi.so`, and Rucx does not use it yet where both exist.
+fn gdr_copy_absent() -> String {
+    if !Path::new("/dev/gdrdrv").exists() {
+        return "/dev/gdrdrv not found (gdrdrv module not loaded)".to_string();
+    }
+    let name = c"libgdrapi.so.2";
+    // SAFETY: dlopen with a NUL-terminated name; the handle is closed at once.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return "/dev/gdrdrv exists but libgdrapi.so.2 does not load".to_string();
+    }
+    // SAFETY: a handle dlopen returned.
+    unsafe { libc::dlclose(h) };
+    "/dev/gdrdrv and libgdrapi exist, but Rucx has no gdr_copy transport yet".to_string()
 }
 
 /// Copies `src` into the iov list in order; returns bytes copied.

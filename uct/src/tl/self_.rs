@@ -71,6 +71,7 @@ impl SelfIface {
                     latency_ns: 0.0,
                     bandwidth: 20e9,
                 },
+                mem: crate::iface::MemCaps::HOST,
                 device_addr_len: 0,
                 iface_addr_len: addr.len(),
             },

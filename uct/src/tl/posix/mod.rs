@@ -182,6 +182,7 @@ impl PosixIface {
                     latency_ns: 80.0,
                     bandwidth: 12e9,
                 },
+                mem: crate::iface::MemCaps::HOST,
                 device_addr_len: dev_addr.len(),
                 iface_addr_len: iface_addr.len(),
             },

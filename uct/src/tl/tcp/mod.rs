@@ -811,6 +811,7 @@ impl TcpIface {
                 latency_ns: 5000.0,
                 bandwidth: 3e9,
             },
+            mem: crate::iface::MemCaps::HOST,
             device_addr_len: 4,
             iface_addr_len: iface_addr.len(),
         };

@@ -1,0 +1,636 @@
+//! `cuda_ipc`: zero-copy put and get between processes of one host whose memory is on
+//! CUDA devices, through the driver's IPC handles (feature `cuda`).
+//!
+//! A registration of device memory packs, into its remote key, the IPC handle of the
+//! allocation that holds it (`cuIpcGetMemHandle`), the allocation's range and identity
+//! (the driver's buffer id) and the PCI bus id of its device. A peer maps each allocation
+//! once (`cuIpcOpenMemHandle`, on the device of its local buffer when that is device memory,
+//! else on the owning device) and keeps the mapping in a cache keyed by (peer process,
+//! buffer id). A buffer freed and allocated again at the same address has another buffer
+//! id, so a stale mapping is never served: a key whose allocation overlaps a cached one of
+//! another id closes the old mapping first. The cache holds at most `MAX_MAPPINGS`
+//! mappings (least recently used go first).
+//!
+//! Copies go through the driver with unified addressing, so the local buffer may be host,
+//! managed or device memory. Up to `SYNC_MAX` bytes are copied synchronously (an 8-byte
+//! copy costs about 5 µs that way on an H200, against 10 µs for an asynchronous copy whose
+//! event is polled); larger ones are queued on a stream of the local device and reported
+//! through `Handler::completion` once its event fired.
+//!
+//! There is no active-message path: `ucp` pairs this transport with one that has one
+//! (posix) and uses it for the memory lane of device memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use slab::Slab;
+use ucs::cuda::{self, Driver, Stream};
+use ucs::memtype::{self, MemoryType};
+use ucs::wire::{Reader, Writer};
+use ucs::{Config, Status, UcsResult};
+
+use crate::ep::{Comp, Done, EpId, Iov};
+use crate::iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate};
+use crate::md::{Md, MemH, MemTypes, RemoteKey};
+
+const MAGIC: [u8; 4] = *b"CIPC";
+/// Largest copy made synchronously.
+const SYNC_MAX: usize = 256 << 10;
+/// Mappings kept open per interface.
+const MAX_MAPPINGS: usize = 256;
+
+/// Whether this transport can run here: a CUDA driver with at least one device.
+pub fn probe() -> Result<Vec<String>, String> {
+    match cuda::driver() {
+        Some(d) => Ok(vec![format!("cuda ({} devices)", d.devices().len())]),
+        None => Err(cuda::absent_reason()
+            .unwrap_or("no CUDA driver")
+            .to_string()),
+    }
+}
+
+/// What a peer's key says of the allocation it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Exported {
+    pid: u32,
+    buffer_id: u64,
+    alloc_base: u64,
+    alloc_len: u64,
+    bus_id: String,
+    handle: [u8; 64],
+}
+
+/// A peer allocation mapped here.
+#[derive(Debug)]
+struct Mapping {
+    /// This process's address of the allocation's first byte.
+    local: u64,
+    /// The device it was opened on (-1: the allocation is this process's own).
+    dev: i32,
+    alloc_base: u64,
+    alloc_len: u64,
+    last_use: u64,
+}
+
+/// The memory domain: registration exports IPC handles; unpacking remembers them.
+#[derive(Debug)]
+pub struct IpcMd {
+    driver: &'static Driver,
+    /// Keys unpacked, by (peer pid, buffer id).
+    keys: Mutex<HashMap<(u32, u64), Exported>>,
+}
+
+impl IpcMd {
+    fn new(driver: &'static Driver) -> IpcMd {
+        IpcMd {
+            driver,
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn exported(&self, pid: u32, id: u64) -> Option<Exported> {
+        self.keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(pid, id))
+            .cloned()
+    }
+}
+
+/// Packs `e` and the registered range as a key blob.
+fn pack_key(base: u64, len: u64, e: &Exported) -> Vec<u8> {
+    let mut w = Writer::default()
+        .bytes(&MAGIC)
+        .u64(base)
+        .u64(len)
+        .u32(e.pid)
+        .u64(e.buffer_id)
+        .u64(e.alloc_base)
+        .u64(e.alloc_len)
+        .u8(e.bus_id.len() as u8);
+    w = w.bytes(e.bus_id.as_bytes()).bytes(&e.handle);
+    w.buf
+}
+
+fn unpack_key(buf: &[u8]) -> UcsResult<(RemoteKey, Exported)> {
+    let mut r = Reader::new(buf);
+    let bad = Status::InvalidParam;
+    if r.bytes(4).ok_or(bad)? != MAGIC {
+        return Err(bad);
+    }
+    let base = r.u64().ok_or(bad)?;
+    let len = r.u64().ok_or(bad)?;
+    let pid = r.u32().ok_or(bad)?;
+    let buffer_id = r.u64().ok_or(bad)?;
+    let alloc_base = r.u64().ok_or(bad)?;
+    let alloc_len = r.u64().ok_or(bad)?;
+    let n = r.u8().ok_or(bad)? as usize;
+    let bus_id = String::from_utf8(r.bytes(n).ok_or(bad)?.to_vec()).map_err(|_| bad)?;
+    let handle: [u8; 64] = r.bytes(64).ok_or(bad)?.try_into().map_err(|_| bad)?;
+    if !r.is_empty() {
+        return Err(bad);
+    }
+    // The registered range lies inside the allocation.
+    let end = base.checked_add(len).ok_or(bad)?;
+    let alloc_end = alloc_base.checked_add(alloc_len).ok_or(bad)?;
+    if base < alloc_base || end > alloc_end {
+        return Err(bad);
+    }
+    Ok((
+        RemoteKey {
+            base,
+            len,
+            key: buffer_id,
+        },
+        Exported {
+            pid,
+            buffer_id,
+            alloc_base,
+            alloc_len,
+            bus_id,
+            handle,
+        },
+    ))
+}
+
+impl Md for IpcMd {
+    fn name(&self) -> &str {
+        "cuda_ipc"
+    }
+
+    fn reg_mem_types(&self) -> MemTypes {
+        MemTypes::CUDA
+    }
+
+    unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> UcsResult<MemH> {
+        let info = self
+            .driver
+            .pointer(addr as u64)
+            .ok_or(Status::InvalidParam)?;
+        if info.mem_type != MemoryType::Cuda {
+            return Err(Status::Unsupported);
+        }
+        let end = (addr as u64)
+            .checked_add(len as u64)
+            .ok_or(Status::InvalidParam)?;
+        if end > info.base + info.len {
+            return Err(Status::InvalidParam);
+        }
+        Ok(MemH {
+            base: addr as u64,
+            len: len as u64,
+            key: info.buffer_id,
+        })
+    }
+
+    fn mem_dereg(&self, _memh: &MemH) -> UcsResult<()> {
+        Ok(())
+    }
+
+    fn mkey_pack(&self, memh: &MemH) -> Vec<u8> {
+        // Registration checked the pointer; a handle that cannot be made (memory of the
+        // virtual memory API without a legacy handle) packs an empty key, which peers
+        // refuse (they then use another protocol).
+        let Some(info) = self.driver.pointer(memh.base) else {
+            return Vec::new();
+        };
+        let Ok(handle) = self.driver.ipc_handle(info.base) else {
+            return Vec::new();
+        };
+        let bus_id = self
+            .driver
+            .devices()
+            .get(info.device.max(0) as usize)
+            .map(|d| d.pci_bus_id.clone())
+            .unwrap_or_default();
+        pack_key(
+            memh.base,
+            memh.len,
+            &Exported {
+                pid: std::process::id(),
+                buffer_id: info.buffer_id,
+                alloc_base: info.base,
+                alloc_len: info.len,
+                bus_id,
+                handle,
+            },
+        )
+    }
+
+    fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey> {
+        let (rk, e) = unpack_key(buf)?;
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if keys.len() > 4 * MAX_MAPPINGS {
+            keys.clear();
+        }
+        keys.insert((e.pid, e.buffer_id), e);
+        Ok(rk)
+    }
+}
+
+/// A peer process.
+#[derive(Debug)]
+struct Peer {
+    pid: u32,
+    start_time: Option<u64>,
+    failed: Option<Status>,
+}
+
+/// An asynchronous copy in flight.
+#[derive(Debug)]
+struct InFlight {
+    stream: usize,
+    comp: Comp,
+    ep: EpId,
+}
+
+/// The `cuda_ipc` interface.
+#[derive(Debug)]
+pub struct CudaIpcIface {
+    attr: IfaceAttr,
+    md: Arc<IpcMd>,
+    driver: &'static Driver,
+    dev_addr: Vec<u8>,
+    iface_addr: Vec<u8>,
+    eps: Slab<Peer>,
+    mappings: HashMap<(u32, u64), Mapping>,
+    /// One stream per local device, made on first use.
+    streams: Vec<Option<Stream>>,
+    inflight: VecDeque<InFlight>,
+    errors: VecDeque<(EpId, Status)>,
+    tick: u64,
+    check_every_ns: u64,
+    last_check: u64,
+}
+
+impl CudaIpcIface {
+    pub fn open(cfg: &Config) -> UcsResult<CudaIpcIface> {
+        let driver = cuda::driver().ok_or(Status::Unsupported)?;
+        let dev_addr = Writer::default().u64(ucs::sys::host_id()).buf;
+        let iface_addr = Writer::default().u32(std::process::id()).buf;
+        let big = OpLimits {
+            max_short: 0,
+            max_bcopy: 0,
+            min_zcopy: 0,
+            max_zcopy: usize::MAX,
+            max_iov: 1,
+            max_hdr: 0,
+        };
+        Ok(CudaIpcIface {
+            attr: IfaceAttr {
+                flags: IfaceFlags::PUT_ZCOPY
+                    | IfaceFlags::GET_ZCOPY
+                    | IfaceFlags::CONNECT_TO_IFACE
+                    | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+                am: OpLimits::default(),
+                put: big,
+                get: big,
+                perf: PerfEstimate {
+                    overhead_ns: 1000.0,
+                    latency_ns: 5000.0,
+                    bandwidth: 300e9,
+                },
+                mem: MemCaps {
+                    am: MemTypes::empty(),
+                    rma_local: MemTypes::HOST | MemTypes::CUDA | MemTypes::CUDA_MANAGED,
+                    rma_remote: MemTypes::CUDA,
+                },
+                device_addr_len: dev_addr.len(),
+                iface_addr_len: iface_addr.len(),
+            },
+            md: Arc::new(IpcMd::new(driver)),
+            driver,
+            dev_addr,
+            iface_addr,
+            eps: Slab::new(),
+            mappings: HashMap::new(),
+            streams: (0..driver.devices().len()).map(|_| None).collect(),
+            inflight: VecDeque::new(),
+            errors: VecDeque::new(),
+            tick: 0,
+            check_every_ns: cfg.error_check_interval_ns,
+            last_check: ucs::time::now_ns(),
+        })
+    }
+
+    /// The local ordinal of the device with PCI bus id `bus`.
+    fn ordinal_of(&self, bus: &str) -> Option<i32> {
+        self.driver
+            .devices()
+            .iter()
+            .find(|d| d.pci_bus_id == bus)
+            .map(|d| d.ordinal)
+    }
+
+    /// This process's address of `[addr, addr+len)` of the peer allocation `key` names,
+    /// mapping it on `dev` (or the owning device) on first use.
+    fn translate(
+        &mut self,
+        pid: u32,
+        rkey: &RemoteKey,
+        addr: u64,
+        len: u64,
+        dev: i32,
+    ) -> UcsResult<(u64, i32)> {
+        rkey.check_range(addr, len)?;
+        let e = self
+            .md
+            .exported(pid, rkey.key)
+            .ok_or(Status::InvalidParam)?;
+        self.tick += 1;
+        let k = (pid, e.buffer_id);
+        if let Some(m) = self.mappings.get_mut(&k) {
+            m.last_use = self.tick;
+            return Ok((m.local + (addr - e.alloc_base), m.dev));
+        }
+        // A new allocation of that peer overlapping a cached one: the old one was freed.
+        let stale: Vec<(u32, u64)> = self
+            .mappings
+            .iter()
+            .filter(|((p, _), m)| {
+                *p == pid
+                    && m.alloc_base < e.alloc_base + e.alloc_len
+                    && e.alloc_base < m.alloc_base + m.alloc_len
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for s in stale {
+            self.unmap(s);
+        }
+        if self.mappings.len() >= MAX_MAPPINGS {
+            if let Some(old) = self
+                .mappings
+                .iter()
+                .min_by_key(|(_, m)| m.last_use)
+                .map(|(k, _)| *k)
+            {
+                self.unmap(old);
+            }
+        }
+        let (local, dev) = if pid == std::process::id() {
+            // Our own allocation: its address is ours already.
+            (e.alloc_base, -1)
+        } else {
+            let dev = if dev >= 0 {
+                dev
+            } else {
+                self.ordinal_of(&e.bus_id).unwrap_or(0)
+            };
+            (self.driver.ipc_open(dev, &e.handle)?, dev)
+        };
+        self.mappings.insert(
+            k,
+            Mapping {
+                local,
+                dev,
+                alloc_base: e.alloc_base,
+                alloc_len: e.alloc_len,
+                last_use: self.tick,
+            },
+        );
+        Ok((local + (addr - e.alloc_base), dev))
+    }
+
+    fn unmap(&mut self, k: (u32, u64)) {
+        if let Some(m) = self.mappings.remove(&k) {
+            if m.dev >= 0 {
+                // Copies in flight may use it: wait for them first.
+                for s in self.streams.iter().flatten() {
+                    let _ = s.synchronize();
+                }
+                // SAFETY: opened by `ipc_open` on m.dev, closed once (removed from the map).
+                unsafe { self.driver.ipc_close(m.dev, m.local) };
+            }
+        }
+    }
+
+    /// Mappings open now (for tests and statistics).
+    pub fn mapped(&self) -> usize {
+        self.mappings.len()
+    }
+
+    /// Copies between `local` and the peer range; `to_remote` for put.
+    ///
+    /// # Safety
+    /// As for `put_zcopy`/`get_zcopy`.
+    unsafe fn rma(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+        to_remote: bool,
+    ) -> UcsResult<Done> {
+        let peer = self.eps.get(ep.0 as usize).ok_or(Status::InvalidParam)?;
+        if let Some(s) = peer.failed {
+            return Err(s);
+        }
+        let pid = peer.pid;
+        let [v] = iov else {
+            return Err(Status::InvalidParam);
+        };
+        let n = v.length;
+        let local = memtype::detect(v.buffer);
+        let local_dev = if local.mem_type == MemoryType::Cuda {
+            local.device
+        } else {
+            -1
+        };
+        let (remote, map_dev) = self.translate(pid, rkey, remote_addr, n as u64, local_dev)?;
+        let (dst, src) = if to_remote {
+            (remote, v.buffer as u64)
+        } else {
+            (v.buffer as u64, remote)
+        };
+        if n <= SYNC_MAX {
+            self.driver.copy(dst, src, n)?;
+            return Ok(Done::Now);
+        }
+        let dev = if map_dev >= 0 {
+            map_dev
+        } else {
+            local_dev.max(0)
+        };
+        let si = dev as usize;
+        if self.streams[si].is_none() {
+            self.streams[si] = Some(self.driver.stream(dev)?);
+        }
+        let s = self.streams[si].as_ref().ok_or(Status::NoResource)?;
+        // SAFETY: the caller keeps the local buffer valid until `comp` is reported; the
+        // mapping stays open until then (`unmap` waits for the streams).
+        unsafe { s.copy_async(dst, src, n)? };
+        self.inflight.push_back(InFlight {
+            stream: si,
+            comp,
+            ep,
+        });
+        Ok(Done::Later)
+    }
+
+    fn check_peers(&mut self) {
+        for (i, p) in self.eps.iter_mut() {
+            if p.failed.is_some() || p.pid == std::process::id() {
+                continue;
+            }
+            let alive = ucs::sys::process_alive(p.pid as i32)
+                && ucs::sys::process_start_time(p.pid as i32)
+                    .zip(p.start_time)
+                    .is_none_or(|(a, b)| a == b);
+            if !alive {
+                p.failed = Some(Status::ConnectionReset);
+                self.errors
+                    .push_back((EpId(i as u32), Status::ConnectionReset));
+            }
+        }
+    }
+}
+
+impl Iface for CudaIpcIface {
+    fn tl_name(&self) -> &str {
+        "cuda_ipc"
+    }
+    fn device_name(&self) -> &str {
+        "cuda"
+    }
+    fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+    fn md(&self) -> &dyn Md {
+        self.md.as_ref()
+    }
+    fn device_address(&self) -> &[u8] {
+        &self.dev_addr
+    }
+    fn iface_address(&self) -> &[u8] {
+        &self.iface_addr
+    }
+    fn is_reachable(&self, dev: &[u8], iface: &[u8]) -> bool {
+        dev == self.dev_addr.as_slice() && iface.len() == 4
+    }
+
+    fn ep_connect(&mut self, dev: &[u8], iface: &[u8]) -> UcsResult<EpId> {
+        if !self.is_reachable(dev, iface) {
+            return Err(Status::Unreachable);
+        }
+        let pid = Reader::new(iface).u32().ok_or(Status::InvalidAddr)?;
+        Ok(EpId(self.eps.insert(Peer {
+            pid,
+            start_time: ucs::sys::process_start_time(pid as i32),
+            failed: None,
+        }) as u32))
+    }
+
+    fn ep_destroy(&mut self, ep: EpId) {
+        if self.eps.try_remove(ep.0 as usize).is_some() {
+            // Copies still queued for it complete with Canceled from the next progress.
+            for f in self.inflight.iter_mut().filter(|f| f.ep == ep) {
+                f.ep = EpId(u32::MAX);
+            }
+        }
+    }
+
+    unsafe fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(ep, iov, remote_addr, rkey, comp, true) }
+    }
+
+    unsafe fn get_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rma(ep, iov, remote_addr, rkey, comp, false) }
+    }
+
+    fn flush(&mut self, ep: Option<EpId>, _comp: Comp) -> UcsResult<Done> {
+        // Synchronous copies are done when posted; asynchronous ones are waited for.
+        let busy = self.inflight.iter().any(|f| ep.is_none_or(|e| e == f.ep));
+        if busy {
+            for s in self.streams.iter().flatten() {
+                s.synchronize()?;
+            }
+        }
+        Ok(Done::Now)
+    }
+
+    fn progress(&mut self, h: &mut dyn Handler) -> usize {
+        let mut n = 0;
+        while let Some(f) = self.inflight.front() {
+            let done = self.streams[f.stream]
+                .as_ref()
+                .map_or(Ok(true), |s| s.done());
+            match done {
+                Ok(false) => break,
+                r => {
+                    let f = self.inflight.pop_front().expect("front exists");
+                    let status = match r {
+                        Ok(_) if f.ep == EpId(u32::MAX) => Status::Canceled,
+                        Ok(_) => Status::Ok,
+                        Err(e) => e,
+                    };
+                    h.completion(f.comp, status);
+                    n += 1;
+                }
+            }
+        }
+        let now = ucs::time::now_ns();
+        if now.saturating_sub(self.last_check) >= self.check_every_ns {
+            self.last_check = now;
+            self.check_peers();
+        }
+        while let Some((ep, s)) = self.errors.pop_front() {
+            h.ep_error(ep, s);
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exported() -> Exported {
+        Exported {
+            pid: 77,
+            buffer_id: 9,
+            alloc_base: 0x7000_0000,
+            alloc_len: 1 << 20,
+            bus_id: "0000:19:00.0".into(),
+            handle: [5; 64],
+        }
+    }
+
+    #[test]
+    fn keys_round_trip_and_refuse_what_does_not_fit() {
+        let e = exported();
+        let blob = pack_key(0x7000_1000, 4096, &e);
+        let (rk, back) = unpack_key(&blob).unwrap();
+        assert_eq!(back, e);
+        assert_eq!((rk.base, rk.len, rk.key), (0x7000_1000, 4096, 9));
+        // A range outside the allocation, short and long blobs, a wrong magic.
+        assert!(unpack_key(&pack_key(0x6fff_f000, 4096, &e)).is_err());
+        assert!(unpack_key(&pack_key(0x7000_0000, 2 << 20, &e)).is_err());
+        for cut in [0, 4, 20, blob.len() - 1] {
+            assert!(unpack_key(&blob[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = blob.clone();
+        longer.push(0);
+        assert!(unpack_key(&longer).is_err());
+        let mut wrong = blob;
+        wrong[0] = b'X';
+        assert!(unpack_key(&wrong).is_err());
+    }
+}
