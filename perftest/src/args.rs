@@ -59,10 +59,14 @@ pub struct Args {
     /// Percentile rank for the latency column.
     #[arg(short = 'R', default_value_t = 50.0)]
     pub rank: f64,
-    /// Memory type of the send and receive buffers: SEND[,RECV], `host` (default). `cuda`
-    /// and the other GPU types are refused until GPU memory support lands.
+    /// Memory type of the send and receive buffers: SEND[,RECV] of `host` (default),
+    /// `cuda`, `cuda-managed`.
     #[arg(short = 'm')]
     pub mem: Option<String>,
+    /// GPU of the send and receive buffers, as ucx_perftest: SEND[,RECV] of `cuda[:N]`
+    /// (device 0 when N is left out).
+    #[arg(short = 'a')]
+    pub accel: Option<String>,
     /// Print only the final numbers (after the header, as ucx_perftest).
     #[arg(short = 'f')]
     pub final_only: bool,
@@ -288,33 +292,51 @@ impl Args {
         Ok((send, recv))
     }
 
-    /// Checks `-m`: host memory only for now.
-    pub fn mem_types(&self) -> Result<(), String> {
-        let Some(m) = self.mem.as_deref() else {
-            return Ok(());
-        };
-        let words: Vec<&str> = m.split(',').map(str::trim).collect();
-        if words.len() > 2 {
-            return Err(format!("-m {m}: at most a send and a receive memory type"));
-        }
-        for w in words {
-            match w {
-                "host" => {}
-                "cuda" | "cuda-managed" | "rocm" | "rocm-managed" | "ze-host" | "ze-device"
-                | "ze-managed" | "rdma" | "gaudi" => {
-                    return Err(format!(
-                        "memory type '{w}' is not available: this build has no GPU memory support (-m host)"
-                    ))
+    /// The memory type and GPU of the send and the receive buffers (`-m`, `-a`).
+    pub fn mem_spec(&self) -> Result<(crate::mem::MemSpec, crate::mem::MemSpec), String> {
+        use ucs::memtype::MemoryType;
+        let pair =
+            |v: &Option<String>, opt: &str| -> Result<(Option<String>, Option<String>), String> {
+                let Some(m) = v.as_deref() else {
+                    return Ok((None, None));
+                };
+                let words: Vec<&str> = m.split(',').map(str::trim).collect();
+                if words.len() > 2 || words.iter().any(|w| w.is_empty()) {
+                    return Err(format!("{opt} {m}: a send and at most one receive value"));
                 }
-                o => return Err(format!("unknown memory type '{o}' in -m (host)")),
+                let send = words[0].to_string();
+                let recv = words.get(1).map_or(send.clone(), |w| w.to_string());
+                Ok((Some(send), Some(recv)))
+            };
+        let (ms, mr) = pair(&self.mem, "-m")?;
+        let (as_, ar) = pair(&self.accel, "-a")?;
+        let mem = |w: Option<String>| -> Result<MemoryType, String> {
+            match w.as_deref() {
+                None => Ok(MemoryType::Host),
+                Some(w) => MemoryType::parse(w).ok_or_else(|| match w {
+                    "rocm" | "rocm-managed" | "ze-host" | "ze-device" | "ze-managed" | "rdma"
+                    | "gaudi" => {
+                        format!("memory type '{w}' is not supported (host, cuda, cuda-managed)")
+                    }
+                    o => format!("unknown memory type '{o}' in -m (host, cuda, cuda-managed)"),
+                }),
             }
-        }
-        Ok(())
+        };
+        let dev = |w: Option<String>| -> Result<i32, String> {
+            match w.as_deref() {
+                None | Some("cuda") => Ok(0),
+                Some(w) => match w.strip_prefix("cuda:").map(str::parse::<i32>) {
+                    Some(Ok(n)) if n >= 0 => Ok(n),
+                    _ => Err(format!("-a {w}: expected cuda or cuda:N")),
+                },
+            }
+        };
+        Ok(((mem(ms)?, dev(as_)?), (mem(mr)?, dev(ar)?)))
     }
 
     /// Checks options that every test shares.
     pub fn check_common(&self) -> Result<(), String> {
-        self.mem_types()?;
+        self.mem_spec()?;
         self.cpu()?;
         if !(0.0..=100.0).contains(&self.rank) {
             return Err(format!("-R {}: a percentile rank is 0..100", self.rank));
@@ -362,6 +384,9 @@ impl Args {
         }
         if let Some(m) = &self.mem {
             opt("-m", m.clone());
+        }
+        if let Some(a) = &self.accel {
+            opt("-a", a.clone());
         }
         opt("-n", self.iters().to_string());
         opt("-w", self.warmup.to_string());
@@ -431,6 +456,9 @@ impl Args {
         opt("-s", self.size_arg().to_string());
         if let Some(m) = &self.mem {
             opt("-m", m.clone());
+        }
+        if let Some(a) = &self.accel {
+            opt("-a", a.clone());
         }
         opt("-n", self.iters().to_string());
         opt("-w", self.warmup.to_string());
@@ -811,17 +839,35 @@ mod tests {
 
     #[test]
     fn memory_types() {
-        assert_eq!(parse(&[]).mem_types(), Ok(()));
-        assert_eq!(parse(&["-m", "host,host"]).mem_types(), Ok(()));
-        assert!(parse(&["-m", "cuda"])
-            .mem_types()
+        use ucs::memtype::MemoryType::{Cuda, CudaManaged, Host};
+        assert_eq!(parse(&[]).mem_spec(), Ok(((Host, 0), (Host, 0))));
+        assert_eq!(
+            parse(&["-m", "host,host"]).mem_spec(),
+            Ok(((Host, 0), (Host, 0)))
+        );
+        assert_eq!(
+            parse(&["-m", "cuda"]).mem_spec(),
+            Ok(((Cuda, 0), (Cuda, 0)))
+        );
+        assert_eq!(
+            parse(&["-m", "cuda,host", "-a", "cuda:1"]).mem_spec(),
+            Ok(((Cuda, 1), (Host, 1)))
+        );
+        assert_eq!(
+            parse(&["-m", "host,cuda-managed", "-a", "cuda:0,cuda:3"]).mem_spec(),
+            Ok(((Host, 0), (CudaManaged, 3)))
+        );
+        assert!(parse(&["-m", "rocm"])
+            .mem_spec()
             .unwrap_err()
-            .contains("not available"));
-        assert!(parse(&["-m", "host,cuda-managed"]).mem_types().is_err());
+            .contains("not supported"));
         assert!(parse(&["-m", "disk"])
-            .mem_types()
+            .mem_spec()
             .unwrap_err()
             .contains("unknown"));
+        assert!(parse(&["-m", "cuda,cuda,cuda"]).mem_spec().is_err());
+        assert!(parse(&["-a", "cuda:x"]).mem_spec().is_err());
+        assert!(parse(&["-a", "gpu:1"]).mem_spec().is_err());
     }
 
     #[test]

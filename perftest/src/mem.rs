@@ -35,7 +35,7 @@ use std::sync::Arc;
 use ucp::datatype::{DtLayout, LayoutBuf};
 use ucp::{Buf, Data};
 use ucs::UcsResult;
-use uct::{Comp, Done, EpId, Iface, Iov, MemH, RemoteKey};
+use uct::{Comp, Done, EpId, Iface, Iov, MemH, MemoryType, RemoteKey};
 
 /// Alignment of message buffers (a page, as `ucx_perftest` allocates them).
 const ALIGN: usize = 4096;
@@ -45,6 +45,56 @@ const ALIGN: usize = 4096;
 pub struct Region {
     ptr: NonNull<u8>,
     len: usize,
+    /// Host memory, or GPU memory (`-m cuda`, `cuda-managed`): device memory is filled
+    /// and checked through a host copy, by the driver.
+    mem: MemoryType,
+}
+
+/// A buffer's memory type and CUDA device (`-m`, `-a`).
+pub type MemSpec = (MemoryType, i32);
+
+/// Why GPU memory of type `mem` cannot be used here, if it cannot.
+pub fn gpu_unavailable(mem: MemoryType) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if ucs::cuda::driver().is_none() {
+        return Some(format!(
+            "-m {}: {}",
+            mem.name(),
+            ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
+        ));
+    }
+    #[cfg(not(feature = "cuda"))]
+    return Some(format!(
+        "-m {}: this build has no GPU memory support (the `cuda` feature)",
+        mem.name()
+    ));
+    #[cfg(feature = "cuda")]
+    None
+}
+
+/// Device or managed memory for the rest of the process.
+#[cfg(feature = "cuda")]
+fn device_alloc(len: usize, mem: MemoryType, dev: i32) -> Result<NonNull<u8>, String> {
+    if let Some(why) = gpu_unavailable(mem) {
+        return Err(why);
+    }
+    let a = ucs::cuda::DeviceAlloc::new(dev, len.max(1), mem == MemoryType::CudaManaged).map_err(
+        |e| {
+            format!(
+                "cannot allocate {len} bytes of {} memory on GPU {dev}: {e}",
+                mem.name()
+            )
+        },
+    )?;
+    let p = a.ptr() as *mut u8;
+    // A run's message memory lives until the process exits (as `Region::new`'s).
+    std::mem::forget(a);
+    NonNull::new(p).ok_or_else(|| "the driver returned a null allocation".to_string())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_alloc(_len: usize, mem: MemoryType, _dev: i32) -> Result<NonNull<u8>, String> {
+    Err(gpu_unavailable(mem).unwrap_or_default())
 }
 
 impl Region {
@@ -55,6 +105,7 @@ impl Region {
             return Ok(Region {
                 ptr: NonNull::dangling(),
                 len: 0,
+                mem: MemoryType::Host,
             });
         }
         let err = || format!("cannot allocate a {len}-byte message buffer");
@@ -62,7 +113,75 @@ impl Region {
         // SAFETY: `layout` has a non-zero size (len > 0 was checked above).
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).ok_or_else(err)?;
-        Ok(Region { ptr, len })
+        Ok(Region {
+            ptr,
+            len,
+            mem: MemoryType::Host,
+        })
+    }
+
+    /// [`Region::new`] of memory type `mem` on CUDA device `dev` (zero-filled).
+    pub fn new_in(len: usize, (mem, dev): MemSpec) -> Result<Region, String> {
+        if mem == MemoryType::Host {
+            return Region::new(len);
+        }
+        let r = Region {
+            ptr: device_alloc(len, mem, dev)?,
+            len,
+            mem,
+        };
+        r.clear(0);
+        Ok(r)
+    }
+
+    /// [`Region::mapped`] of memory type `mem` on CUDA device `dev`: GPU memory the worker
+    /// allocates and registers (`ucp_mem_map` with a memory type), which a same-host peer
+    /// maps through its memory lane for device memory.
+    pub fn mapped_in(
+        worker: &mut ucp::Worker,
+        len: usize,
+        (mem, dev): MemSpec,
+    ) -> Result<Region, String> {
+        if mem == MemoryType::Host {
+            return Region::mapped(worker, len);
+        }
+        if let Some(why) = gpu_unavailable(mem) {
+            return Err(why);
+        }
+        let h = worker
+            .mem_map_alloc(len.max(1), mem, dev)
+            .map_err(|e| format!("cannot map {len} bytes of {} memory: {e}", mem.name()))?;
+        let (base, _) = worker.mem_query(h).map_err(|e| e.to_string())?;
+        let ptr = NonNull::new(base as *mut u8).ok_or("mem_map returned a null region")?;
+        let r = Region { ptr, len, mem };
+        r.clear(0);
+        Ok(r)
+    }
+
+    /// Whether the host may touch the bytes directly.
+    fn host(&self) -> bool {
+        self.mem.host_accessible()
+    }
+
+    /// Copies between the region (at `off`) and host bytes, for device memory.
+    fn device_copy(&self, off: usize, host: *mut u8, n: usize, to_region: bool) {
+        assert!(off + n <= self.len, "device copy outside the region");
+        let at = self.ptr.as_ptr().wrapping_add(off);
+        // SAFETY: the range lies inside the live allocation (checked); `host` is n bytes of
+        // the caller's; no operation on the region is in flight (the module's contract).
+        let r = unsafe {
+            if to_region {
+                ucs::memtype::copy(at, self.mem, host, MemoryType::Host, n)
+            } else {
+                ucs::memtype::copy(host, MemoryType::Host, at, self.mem, n)
+            }
+        };
+        if let Err(e) = r {
+            panic!(
+                "copying {n} bytes of {} memory failed: {e}",
+                self.mem.name()
+            );
+        }
     }
 
     /// Maps `len` zeroed bytes through `worker` (`mem_map` without a buffer, as
@@ -77,7 +196,11 @@ impl Region {
             .map_err(|e| format!("cannot map a {len}-byte message buffer: {e}"))?;
         let (base, _) = worker.mem_query(h).map_err(|e| e.to_string())?;
         let ptr = NonNull::new(base as *mut u8).ok_or("mem_map returned a null region")?;
-        Ok(Region { ptr, len })
+        Ok(Region {
+            ptr,
+            len,
+            mem: MemoryType::Host,
+        })
     }
 
     /// The whole region as one `ucp` buffer.
@@ -143,6 +266,13 @@ impl Region {
         if self.len == 0 {
             return f(&mut []);
         }
+        if !self.host() {
+            let mut v = vec![0u8; self.len];
+            self.device_copy(0, v.as_mut_ptr(), self.len, false);
+            let r = f(&mut v);
+            self.device_copy(0, v.as_mut_ptr(), self.len, true);
+            return r;
+        }
         // SAFETY: `len` bytes from `ptr` are one live, initialized (zeroed) allocation;
         // the callers hold no operation on the region in flight, and this module makes no
         // other reference to it, so this is the only access while `f` runs.
@@ -184,6 +314,10 @@ impl Region {
     pub fn read_u64_volatile(&self, off: usize) -> u64 {
         assert!(off + 8 <= self.len, "read_u64_volatile outside the region");
         let mut b = [0u8; 8];
+        if !self.host() {
+            self.device_copy(off, b.as_mut_ptr(), 8, false);
+            return u64::from_ne_bytes(b);
+        }
         for (i, x) in b.iter_mut().enumerate() {
             // SAFETY: off + i < len, inside the live allocation; a raw volatile read, no
             // reference made.
@@ -241,6 +375,11 @@ impl Region {
     /// Writes the test pattern for `seed` over the whole region. Only while no operation
     /// on the region is in flight.
     pub fn fill(&self, seed: u64) {
+        if !self.host() {
+            let mut v: Vec<u8> = (0..self.len).map(|i| pattern(i, seed)).collect();
+            self.device_copy(0, v.as_mut_ptr(), self.len, true);
+            return;
+        }
         for i in 0..self.len {
             // SAFETY: i < len, inside the live allocation; a raw write, no reference made.
             unsafe { self.ptr.as_ptr().add(i).write(pattern(i, seed)) }
@@ -251,6 +390,11 @@ impl Region {
     /// operation on the region is in flight.
     pub fn set_u64(&self, off: usize, v: u64) {
         assert!(off + 8 <= self.len, "set_u64 outside the region");
+        if !self.host() {
+            let mut b = v.to_ne_bytes();
+            self.device_copy(off, b.as_mut_ptr(), 8, true);
+            return;
+        }
         // SAFETY: the 8 bytes at `off` lie inside the live allocation (checked); an
         // unaligned raw write, no reference made.
         unsafe { self.ptr.as_ptr().add(off).cast::<u64>().write_unaligned(v) }
@@ -258,6 +402,11 @@ impl Region {
 
     /// Sets every byte to `b`. Only while no operation on the region is in flight.
     pub fn clear(&self, b: u8) {
+        if !self.host() {
+            let mut v = vec![b; self.len];
+            self.device_copy(0, v.as_mut_ptr(), self.len, true);
+            return;
+        }
         // SAFETY: `len` bytes from `ptr` are the live allocation; a raw write.
         unsafe { self.ptr.as_ptr().write_bytes(b, self.len) }
     }
@@ -265,6 +414,15 @@ impl Region {
     /// Whether the first `n` bytes hold the pattern for `seed`; the offset of the first
     /// byte that does not, otherwise. Only while no operation on the region is in flight.
     pub fn check(&self, n: usize, seed: u64) -> Result<(), usize> {
+        if !self.host() {
+            let m = n.min(self.len);
+            let mut v = vec![0u8; m];
+            self.device_copy(0, v.as_mut_ptr(), m, false);
+            if let Some(i) = (0..m).find(|&i| v[i] != pattern(i, seed)) {
+                return Err(i);
+            }
+            return if n > self.len { Err(self.len) } else { Ok(()) };
+        }
         for i in 0..n.min(self.len) {
             // SAFETY: i < len, inside the live allocation; a raw read, no reference made.
             let b = unsafe { self.ptr.as_ptr().add(i).read() };

@@ -173,6 +173,13 @@ fn open(args: &Args, cfg: &Config) -> Result<(Box<dyn Iface>, Plan), Error> {
 /// server is started).
 pub fn check_args(args: &Args) -> Result<(), Error> {
     let cfg = Config::from_env().map_err(|e| Error::Usage(e.to_string()))?;
+    let (send, recv) = args.mem_spec().map_err(Error::Usage)?;
+    if send.0 != uct::MemoryType::Host || recv.0 != uct::MemoryType::Host {
+        return Err(Error::Usage(
+            "-m: the UCT tests move host memory; GPU memory is for the UCP tests (-t tag_lat ...)"
+                .into(),
+        ));
+    }
     if args.layout.as_deref().is_some_and(|l| l.contains(':')) {
         return Err(Error::Usage(
             "named layouts are for the UCP tag tests (-t tag_lat ...)".into(),

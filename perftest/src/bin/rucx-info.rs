@@ -87,6 +87,13 @@ fn print_devices(cfg: &Config) -> bool {
                     a.iface_addr_len,
                     iface.md().name()
                 );
+                println!(
+                    "#   Memory types: am {:?}, put/get local {:?}, remote {:?}; registers {:?}",
+                    a.mem.am,
+                    a.mem.rma_local,
+                    a.mem.rma_remote,
+                    iface.md().reg_mem_types()
+                );
             }
             Err(e) => {
                 ok = false;
@@ -98,7 +105,43 @@ fn print_devices(cfg: &Config) -> bool {
     for a in &d.absent {
         println!("# Not available: {a}");
     }
+    print_gpus();
     ok
+}
+
+/// Each CUDA device: name, memory, PCI bus, and which peers it can access directly.
+#[cfg(feature = "cuda")]
+fn print_gpus() {
+    println!("#");
+    match ucs::cuda::driver() {
+        Some(d) => {
+            for g in d.devices() {
+                let peers: Vec<String> = g.peers.iter().map(|p| format!("cuda:{p}")).collect();
+                println!(
+                    "# GPU cuda:{}: {}, {}, PCI {}, peer access: {}",
+                    g.ordinal,
+                    g.name,
+                    size(g.total_mem),
+                    g.pci_bus_id,
+                    if peers.is_empty() {
+                        "none".to_string()
+                    } else {
+                        peers.join(" ")
+                    }
+                );
+            }
+        }
+        None => println!(
+            "# GPUs: none ({})",
+            ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
+        ),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn print_gpus() {
+    println!("#");
+    println!("# GPUs: not looked for (built without the `cuda` feature)");
 }
 
 fn print_config(cfg: &Config) {

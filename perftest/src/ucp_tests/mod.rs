@@ -34,9 +34,10 @@ use ucs::Status;
 
 use crate::args::{Args, Dt};
 use crate::bootstrap::Oob;
-use crate::mem::Region;
+use crate::mem::{MemSpec, Region};
 use crate::report::{Kind, LatClock, StreamClock};
 use crate::{Error, Role};
+use ucs::memtype::MemoryType;
 
 /// The UCP tests, by name.
 pub const TESTS: &[&str] = &[
@@ -88,6 +89,9 @@ struct Plan {
     validate: bool,
     /// Bytes between iov entries (`-i`).
     gap: usize,
+    /// Memory type and GPU of the send and of the receive buffers (`-m`, `-a`).
+    send_mem: MemSpec,
+    recv_mem: MemSpec,
 }
 
 /// Which API a test measures.
@@ -178,6 +182,14 @@ fn plan(args: &Args) -> Result<Plan, String> {
     if (args.wildcard || args.unexpected) && op != OpKind::Tag {
         return Err(format!("{test}: -C and -U are for the tag tests"));
     }
+    let (send_mem, recv_mem) = args.mem_spec()?;
+    let gpu = send_mem.0 != MemoryType::Host || recv_mem.0 != MemoryType::Host;
+    if gpu && (matches!(send_dt, Dt::Named(_)) || matches!(recv_dt, Dt::Named(_))) {
+        return Err("-m: named layouts move host memory only in this build".into());
+    }
+    if gpu && matches!(op, OpKind::Atomic(..)) {
+        return Err(format!("{test}: atomics on GPU memory are not supported"));
+    }
     Ok(Plan {
         op,
         latency,
@@ -191,12 +203,21 @@ fn plan(args: &Args) -> Result<Plan, String> {
         unexpected: args.unexpected,
         validate: args.validate,
         gap: args.iov_gap,
+        send_mem,
+        recv_mem,
     })
 }
 
 /// Checks what can be checked before a server is started.
 pub fn check_args(args: &Args) -> Result<(), Error> {
-    plan(args).map(drop).map_err(Error::Usage)?;
+    let p = plan(args).map_err(Error::Usage)?;
+    for (mem, _) in [p.send_mem, p.recv_mem] {
+        if mem != MemoryType::Host {
+            if let Some(why) = crate::mem::gpu_unavailable(mem) {
+                return Err(Error::Usage(why));
+            }
+        }
+    }
     for (opt, v) in [("-x", &args.tl), ("-d", &args.device)] {
         if let Some(v) = v {
             eprintln!(
@@ -221,6 +242,7 @@ impl Msgs {
     fn new(
         plan: &Plan,
         dt: &Dt,
+        mem: MemSpec,
         slots: usize,
         mut worker: Option<&mut Worker>,
     ) -> Result<Msgs, Error> {
@@ -228,8 +250,8 @@ impl Msgs {
         let mut regions = Vec::with_capacity(n);
         let mut data = Vec::with_capacity(n);
         let mut alloc = |len: usize| match worker.as_deref_mut() {
-            Some(w) => Region::mapped(w, len),
-            None => Region::new(len),
+            Some(w) => Region::mapped_in(w, len, mem),
+            None => Region::new_in(len, mem),
         };
         for _ in 0..n {
             let (r, d) = match dt {
@@ -568,17 +590,19 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
     let tx = Msgs::new(
         &plan,
         &plan.send_dt,
+        plan.send_mem,
         tx_slots,
         (!heap).then_some(&mut s.worker),
     )?;
     let rx = Msgs::new(
         &plan,
         &plan.recv_dt,
+        plan.recv_mem,
         rx_slots,
         (!heap).then_some(&mut s.worker),
     )?;
     match (plan.op, plan.latency, role) {
-        (OpKind::Put, true, _) => rma::put_lat(args, role, &mut s, oob)?,
+        (OpKind::Put, true, _) => rma::put_lat(args, &plan, role, &mut s, oob)?,
         (OpKind::Put, false, _) => rma::put_bw(args, &plan, role, &mut s, oob)?,
         (OpKind::Get | OpKind::Atomic(..), _, _) => rma::ops(args, &plan, role, &mut s, oob)?,
         (OpKind::Am, true, _) => am::am_lat(args, role, &mut s, &tx, &rx, oob)?,

@@ -20,10 +20,15 @@ const ALIVE_EVERY: u64 = (1 << 16) - 1;
 
 /// Maps `len` bytes, swaps remote keys with the peer, and returns the local handle and the
 /// peer's key.
-fn map_and_swap(s: &mut Side, len: usize, oob: &mut Oob) -> Result<(MemHandle, Rkey), Error> {
+fn map_and_swap(
+    s: &mut Side,
+    len: usize,
+    (mem, dev): crate::mem::MemSpec,
+    oob: &mut Oob,
+) -> Result<(MemHandle, Rkey), Error> {
     let h = s
         .worker
-        .mem_map(None, len)
+        .mem_map_alloc(len, mem, dev)
         .map_err(|e| Error::Setup(format!("mem_map: {e}")))?;
     let blob = s
         .worker
@@ -49,11 +54,17 @@ fn unmap(s: &mut Side, h: MemHandle, oob: &mut Oob) -> Result<(), Error> {
 /// `ucp_put_lat`, as ucx_perftest runs it: the client puts the message with counter
 /// `i+1` in its last 8 bytes into the server's region and waits for the same counter to
 /// appear in its own; the server waits for it in its region and puts it back.
-pub(super) fn put_lat(args: &Args, role: Role, s: &mut Side, oob: &mut Oob) -> Result<(), Error> {
+pub(super) fn put_lat(
+    args: &Args,
+    plan: &Plan,
+    role: Role,
+    s: &mut Side,
+    oob: &mut Oob,
+) -> Result<(), Error> {
     let size = s.size;
-    let (h, rk) = map_and_swap(s, size, oob)?;
+    let (h, rk) = map_and_swap(s, size, plan.recv_mem, oob)?;
     let remote = rk.bounds().0;
-    let src = Region::new(size).map_err(Error::Setup)?;
+    let src = Region::new_in(size, plan.send_mem).map_err(Error::Setup)?;
     let data = src.data(None);
     let counter_at = size - 8;
     let put = |s: &mut Side, i: u64, oob: &Oob| -> Result<(), Error> {
@@ -110,10 +121,10 @@ pub(super) fn put_bw(
     oob: &mut Oob,
 ) -> Result<(), Error> {
     let size = s.size;
-    let (h, rk) = map_and_swap(s, size, oob)?;
+    let (h, rk) = map_and_swap(s, size, plan.recv_mem, oob)?;
     if role == Role::Client {
         let remote = rk.bounds().0;
-        let src = Region::new(size).map_err(Error::Setup)?;
+        let src = Region::new_in(size, plan.send_mem).map_err(Error::Setup)?;
         let data = src.data(None);
         let mut clock = StreamClock::new(args, size);
         let mut inflight: Vec<Option<ReqId>> = vec![None; plan.window];
@@ -187,7 +198,8 @@ pub(super) fn ops(
     oob: &mut Oob,
 ) -> Result<(), Error> {
     let size = s.size;
-    let (h, rk) = map_and_swap(s, size, oob)?;
+    // ucp_get reads the peer's (send) memory into its own (receive) memory.
+    let (h, rk) = map_and_swap(s, size, plan.send_mem, oob)?;
     let warmup = args.warmup;
     let total = warmup + args.iters();
     if role == Role::Server {
@@ -215,7 +227,7 @@ pub(super) fn ops(
             .map_err(|e| Error::Peer(format!("mem_unmap: {e}")));
     }
     let remote = rk.bounds().0;
-    let dst = Region::new(size).map_err(Error::Setup)?;
+    let dst = Region::new_in(size, plan.recv_mem).map_err(Error::Setup)?;
     let data = dst.data(None);
     let reply = Region::new(8).map_err(Error::Setup)?;
     let mut inflight: Vec<Option<ReqId>> = vec![None; plan.window];
