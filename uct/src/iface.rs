@@ -291,6 +291,11 @@ pub trait Iface: Send + std::fmt::Debug {
     fn arm(&mut self) -> UcsResult<()> {
         Err(Status::Unsupported)
     }
+
+    /// The transport's own counters (as UCX's statistics), by name.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Checks an AM id against `AM_ID_MAX`.

@@ -803,6 +803,16 @@ impl Worker {
             || self.sock.has_conn_requests()
     }
 
+    /// Each interface's own counters (`uct::Iface::counters`), by transport name.
+    pub fn transport_counters(&self) -> Vec<(&'static str, Vec<(&'static str, u64)>)> {
+        self.ifaces
+            .iter()
+            .zip(&self.core.info)
+            .map(|(i, info)| (info.tl, i.counters()))
+            .filter(|(_, c)| !c.is_empty())
+            .collect()
+    }
+
     /// Takes the next completion of a request posted with `notify`.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.core.completions.pop_front()

@@ -258,6 +258,12 @@ pub struct CudaIpcIface {
     streams: Vec<Option<Stream>>,
     inflight: VecDeque<InFlight>,
     errors: VecDeque<(EpId, Status)>,
+    /// Mappings opened, translations served from the cache, mappings closed because their
+    /// allocation was freed and another took its place, and closed to make room.
+    opened: u64,
+    hits: u64,
+    stale: u64,
+    evicted: u64,
     tick: u64,
     check_every_ns: u64,
     last_check: u64,
@@ -307,6 +313,10 @@ impl CudaIpcIface {
             streams: (0..driver.devices().len()).map(|_| None).collect(),
             inflight: VecDeque::new(),
             errors: VecDeque::new(),
+            opened: 0,
+            hits: 0,
+            stale: 0,
+            evicted: 0,
             tick: 0,
             check_every_ns: cfg.error_check_interval_ns,
             last_check: ucs::time::now_ns(),
@@ -341,6 +351,7 @@ impl CudaIpcIface {
         let k = (pid, e.buffer_id);
         if let Some(m) = self.mappings.get_mut(&k) {
             m.last_use = self.tick;
+            self.hits += 1;
             return Ok((m.local + (addr - e.alloc_base), m.dev));
         }
         // A new allocation of that peer overlapping a cached one: the old one was freed.
@@ -355,6 +366,7 @@ impl CudaIpcIface {
             .map(|(k, _)| *k)
             .collect();
         for s in stale {
+            self.stale += 1;
             self.unmap(s);
         }
         if self.mappings.len() >= MAX_MAPPINGS {
@@ -364,6 +376,7 @@ impl CudaIpcIface {
                 .min_by_key(|(_, m)| m.last_use)
                 .map(|(k, _)| *k)
             {
+                self.evicted += 1;
                 self.unmap(old);
             }
         }
@@ -378,6 +391,7 @@ impl CudaIpcIface {
             };
             (self.driver.ipc_open(dev, &e.handle)?, dev)
         };
+        self.opened += 1;
         self.mappings.insert(
             k,
             Mapping {
@@ -563,6 +577,16 @@ impl Iface for CudaIpcIface {
             }
         }
         Ok(Done::Now)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("ipc_opened", self.opened),
+            ("ipc_hits", self.hits),
+            ("ipc_stale_closed", self.stale),
+            ("ipc_evicted", self.evicted),
+            ("ipc_mapped", self.mappings.len() as u64),
+        ]
     }
 
     fn progress(&mut self, h: &mut dyn Handler) -> usize {

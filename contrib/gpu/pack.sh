@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine runs (it has no Rust toolchain) and puts it, stripped, in
+# .gpu/bin (ignored by git; name `.gpu` in the device tool's `carry`):
+#   rucx-perftest, rucx-info, rucx-gpu-peer, the GPU test binary (gpu-tests), libucp.so.0
+# and, when contrib/bench/ucx-env.sh has installed it, the UCX 1.22 wheel's ucx_perftest
+# with its CUDA modules (.gpu/ucx122).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cargo build --release -q -p rucx-perftest -p rucx-tests -p rucx-bindings-c
+cargo test --release -q -p rucx-tests --test gpu --no-run 2>&1 | tail -n 1
+out=.gpu/bin
+mkdir -p "$out"
+cp target/release/rucx-perftest target/release/rucx-info target/release/rucx-gpu-peer "$out/"
+test_bin=$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -n 1)
+cp "$test_bin" "$out/gpu-tests"
+cp target/release/librucx_bindings_c.so "$out/libucp.so.0"
+strip "$out"/*
+grep -q '^/.gpu/$' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+root="${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}"
+if [ -d "$root/libucx" ] && [ ! -x .gpu/ucx122/bin/ucx_perftest ]; then
+  u=.gpu/ucx122
+  mkdir -p "$u/lib/ucx" "$u/bin"
+  for f in libucs.so.0 libuct.so.0 libucm.so.0 libucp.so.0 libucs_signal.so.0; do
+    cp -L "$root/libucx/lib/$f" "$u/lib/"
+  done
+  cp -L "$root"/libucx_cu13.libs/libgomp*.so* "$u/lib/" 2>/dev/null || true
+  for f in libuct_cuda libucm_cuda libucx_perftest_cuda libuct_cma; do
+    cp -L "$root/libucx/lib/ucx/$f.so.0" "$u/lib/ucx/"
+    ln -sf "$f.so.0" "$u/lib/ucx/$f.so"
+  done
+  cp "$root/libucx/bin/ucx_perftest" "$root/libucx/bin/ucx_info" "$u/bin/"
+  strip --strip-unneeded "$u"/lib/*.so* "$u"/lib/ucx/*.so.0 "$u"/bin/* 2>/dev/null || true
+fi
+du -sh .gpu

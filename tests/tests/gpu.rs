@@ -1,0 +1,148 @@
+//! GPU memory between two processes (`rucx-gpu-peer`), on the machines that have CUDA
+//! devices: every size through every path (IPC rendezvous, staging, host and managed
+//! memory on either side), on one GPU and across two, the IPC mapping cache and its
+//! invalidation after free and re-allocation, and a peer killed mid-rendezvous. Each case
+//! says "SKIPPED" with the reason where there is no GPU (CI machines have none; the GPU
+//! machine runs these through `contrib/gpu/test.sh`).
+
+use std::time::Duration;
+
+use rucx_tests::ucp_peer::{start_pair, Proc};
+
+/// The peer program: cargo's, or `RUCX_GPU_PEER` where the test binary was carried to
+/// another machine (`contrib/gpu/test.sh`).
+fn peer() -> String {
+    std::env::var("RUCX_GPU_PEER").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rucx-gpu-peer").to_string())
+}
+
+/// The GPUs here; `None` (after saying why) when there are none.
+fn gpus() -> Option<usize> {
+    match ucs::cuda::driver() {
+        Some(d) => Some(d.devices().len()),
+        None => {
+            eprintln!(
+                "SKIPPED: no GPU: {}",
+                ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
+            );
+            None
+        }
+    }
+}
+
+fn finish(case: &str, tls: &str, mut a: Proc, mut b: Proc) -> (String, String) {
+    let ra = a.line("result");
+    let rb = b.line("result");
+    eprintln!("{tls} {case}:\n  a {ra}\n  b {rb}");
+    assert!(
+        ra.starts_with("DONE") && rb.starts_with("DONE"),
+        "{tls} {case}: a {ra}; b {rb}"
+    );
+    assert!(a.child.wait().expect("wait").success());
+    assert!(b.child.wait().expect("wait").success());
+    (ra, rb)
+}
+
+fn run(case: &str, tls: &str) -> (String, String) {
+    let (a, b) = start_pair(&peer(), case, (tls, "all", "auto"));
+    finish(case, tls, a, b)
+}
+
+/// Every memory-type pairing on one GPU, through `cuda_ipc` (the default transports) and
+/// staged through host buffers where `cuda_ipc` is left out (shared memory, and tcp).
+#[test]
+fn every_memory_pairing_on_one_gpu() {
+    if gpus().is_none() {
+        return;
+    }
+    let pairs = [
+        ("cuda", "cuda"),
+        ("cuda", "host"),
+        ("host", "cuda"),
+        ("cuda-managed", "cuda"),
+        ("cuda", "cuda-managed"),
+        ("cuda-managed", "host"),
+    ];
+    for tls in ["all", "posix,cma", "tcp"] {
+        for (am, bm) in pairs {
+            let (ra, _) = run(&format!("pingpong:{am}:{bm}:0:0"), tls);
+            if tls == "all" && am == "cuda" && bm == "cuda" {
+                assert!(!ra.contains("rndv_device 0,"), "IPC rendezvous: {ra}");
+            }
+        }
+    }
+}
+
+/// Device memory of GPU 0 to GPU 1 and back, both ways, through IPC and staged.
+#[test]
+fn between_two_gpus() {
+    match gpus() {
+        None => return,
+        Some(n) if n < 2 => {
+            eprintln!("SKIPPED: one GPU here; the two-GPU cases need two");
+            return;
+        }
+        Some(_) => {}
+    }
+    for tls in ["all", "posix,cma"] {
+        run("pingpong:cuda:cuda:0:1", tls);
+        run("pingpong:cuda:cuda:1:0", tls);
+        run("pingpong:cuda:host:1:0", tls);
+    }
+}
+
+/// The receiver maps the sender's allocation once (three sends, one open), and after the
+/// sender frees it and allocates again at the same address, maps the new one (the stale
+/// mapping is closed, never served).
+#[test]
+fn ipc_mappings_are_cached_and_invalidated() {
+    if gpus().is_none() {
+        return;
+    }
+    let (ra, rb) = run("ipc_cache", "all");
+    let count = |name: &str| -> u64 {
+        rb.split(&format!("(\"{name}\", "))
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {rb}"))
+    };
+    assert_eq!(count("ipc_opened"), 2, "{rb}");
+    assert_eq!(count("ipc_hits"), 2, "{rb}");
+    if ra.contains("same address: true") {
+        assert_eq!(count("ipc_stale_closed"), 1, "{rb}");
+    } else {
+        eprintln!("note: the driver gave the new buffer another address, so nothing was stale");
+    }
+}
+
+/// A peer killed while 64 MiB device messages flow: the survivor's operation ends with an
+/// error within 2 s, whichever side dies.
+#[test]
+fn peer_killed_mid_rendezvous_on_gpu_buffers() {
+    if gpus().is_none() {
+        return;
+    }
+    for victim in ["a", "b"] {
+        let (mut a, mut b) = start_pair(&peer(), "endless", ("all", "all", "auto"));
+        for (side, p) in [("a", &a), ("b", &b)] {
+            let l = p
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{side} never got going"));
+            assert_eq!(l, "READY", "{side}");
+        }
+        let (dead, survivor) = if victim == "a" {
+            (&mut a, &b)
+        } else {
+            (&mut b, &a)
+        };
+        dead.child.kill().expect("kill");
+        let killed = std::time::Instant::now();
+        let r = survivor
+            .lines
+            .recv_timeout(Duration::from_secs(2))
+            .unwrap_or_else(|_| panic!("no error 2 s after killing {victim}"));
+        assert!(r.starts_with("DONE ERR"), "{victim} killed: {r}");
+        eprintln!("{victim} killed: survivor {r} after {:?}", killed.elapsed());
+    }
+}
