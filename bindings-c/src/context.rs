@@ -87,6 +87,9 @@ pub struct CMem {
     /// transport on): every worker maps it as memory it allocated, so same-host peers
     /// map it in turn (freed when this and the workers' mappings are gone).
     shm: Option<SharedRegion>,
+    /// GPU memory we allocated (`UCP_MEM_MAP_ALLOCATE` with a CUDA memory type).
+    #[cfg(feature = "cuda")]
+    _dev: Option<ucs::cuda::DeviceAlloc>,
     pub(crate) regs: Mutex<Vec<(usize, MemHandle)>>,
 }
 
@@ -453,6 +456,9 @@ pub unsafe extern "C" fn ucp_context_query(
         }
         if a.field_mask & UCP_ATTR_FIELD_MEMORY_TYPES != 0 {
             a.memory_types = 1 << UCS_MEMORY_TYPE_HOST;
+            if ucs::memtype::active() {
+                a.memory_types |= (1 << UCS_MEMORY_TYPE_CUDA) | (1 << UCS_MEMORY_TYPE_CUDA_MANAGED);
+            }
         }
         if a.field_mask & UCP_ATTR_FIELD_NAME != 0 {
             write_name(&mut a.name, &c.name);
@@ -507,17 +513,31 @@ pub unsafe extern "C" fn ucp_mem_map(
         if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) || p.length == 0 {
             return code(Status::InvalidParam);
         }
-        if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE)
-            && p.memory_type != UCS_MEMORY_TYPE_HOST
-            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
-        {
-            return code(Status::Unsupported);
-        }
+        let mem_type = if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE) {
+            match mem_type_of(p.memory_type) {
+                Ok(t) => t,
+                Err(s) => return code(s),
+            }
+        } else {
+            None
+        };
         let flags = if has(UCP_MEM_MAP_PARAM_FIELD_FLAGS) {
             p.flags
         } else {
             0
         };
+        // GPU memory to allocate: on the current device's primary context (device 0
+        // where none is current).
+        let gpu = mem_type.filter(|t| *t != ucs::memtype::MemoryType::Host);
+        if let (Some(t), true) = (gpu, flags & UCP_MEM_MAP_ALLOCATE != 0) {
+            if flags & UCP_MEM_MAP_FIXED != 0 {
+                return code(Status::InvalidParam);
+            }
+            return match alloc_gpu(c, t, p.length) {
+                Ok(m) => publish(c, m, memh_p),
+                Err(s) => code(s),
+            };
+        }
         let addr = if has(UCP_MEM_MAP_PARAM_FIELD_ADDRESS) {
             p.address
         } else {
@@ -583,8 +603,41 @@ pub unsafe extern "C" fn ucp_mem_map(
             len,
             owned,
             shm,
+            #[cfg(feature = "cuda")]
+            _dev: None,
             regs: Mutex::new(Vec::new()),
         });
+        publish(c, mem, memh_p)
+    })
+}
+
+/// GPU memory of type `t` for `ucp_mem_map` with `UCP_MEM_MAP_ALLOCATE`.
+#[cfg(feature = "cuda")]
+fn alloc_gpu(_c: &CContext, t: ucs::memtype::MemoryType, len: usize) -> Result<Box<CMem>, Status> {
+    let a = ucs::cuda::DeviceAlloc::new(0, len, t == ucs::memtype::MemoryType::CudaManaged)?;
+    Ok(Box::new(CMem {
+        magic: MEM_MAGIC,
+        base: a.ptr(),
+        len,
+        owned: false,
+        shm: None,
+        _dev: Some(a),
+        regs: Mutex::new(Vec::new()),
+    }))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn alloc_gpu(
+    _c: &CContext,
+    _t: ucs::memtype::MemoryType,
+    _len: usize,
+) -> Result<Box<CMem>, Status> {
+    Err(Status::Unsupported)
+}
+
+/// Maps `mem` on every worker of the context and hands it to the application.
+fn publish(c: &CContext, mem: Box<CMem>, memh_p: *mut *mut CMem) -> ucs_status_t {
+    {
         let mut mems = c.mems.lock().unwrap_or_else(|e| e.into_inner());
         let workers = c.workers.lock().unwrap_or_else(|e| e.into_inner());
         for &w in workers.iter() {
@@ -600,10 +653,10 @@ pub unsafe extern "C" fn ucp_mem_map(
         drop(workers);
         let raw = Box::into_raw(mem);
         mems.push(raw as usize);
-        // SAFETY: memh_p writable (checked non-NULL).
+        // SAFETY: memh_p writable (checked non-NULL by the caller).
         unsafe { *memh_p = raw };
         code(Status::Ok)
-    })
+    }
 }
 
 /// Unmaps a region from its workers and frees what we allocated.
@@ -674,7 +727,7 @@ pub unsafe extern "C" fn ucp_mem_query(
             a.length = m.len;
         }
         if a.field_mask & UCP_MEM_ATTR_FIELD_MEM_TYPE != 0 {
-            a.mem_type = UCS_MEMORY_TYPE_HOST;
+            a.mem_type = ucs_mem_type(ucs::memtype::mem_type(m.base as *const u8));
         }
         code(Status::Ok)
     })

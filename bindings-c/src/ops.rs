@@ -54,6 +54,8 @@ pub(crate) struct Post {
     pub(crate) datatype: ucp_datatype_t,
     pub(crate) flags: u32,
     pub(crate) reply_buffer: *mut c_void,
+    /// `ucs_memory_type_t` of the buffer, for `ucp_request_query`.
+    mem: c_int,
 }
 
 impl Post {
@@ -69,6 +71,7 @@ impl Post {
             datatype: 1 << UCP_DATATYPE_SHIFT,
             flags: 0,
             reply_buffer: std::ptr::null_mut(),
+            mem: UCS_MEMORY_TYPE_HOST,
         }
     }
 
@@ -99,11 +102,10 @@ impl Post {
         if m & !UCP_OP_ATTRS != 0 {
             return Err(Status::InvalidParam);
         }
-        if m & UCP_OP_ATTR_FIELD_MEMORY_TYPE != 0
-            && p.memory_type != UCS_MEMORY_TYPE_HOST
-            && p.memory_type != UCS_MEMORY_TYPE_UNKNOWN
-        {
-            return Err(Status::Unsupported);
+        // The buffer's memory type is detected either way; the hint must name one Rucx
+        // moves.
+        if m & UCP_OP_ATTR_FIELD_MEMORY_TYPE != 0 {
+            mem_type_of(p.memory_type)?;
         }
         let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 && !p.cb.is_null() {
             // SAFETY: the union member the operation uses, a function pointer of that type.
@@ -150,6 +152,7 @@ impl Post {
             } else {
                 std::ptr::null_mut()
             },
+            mem: UCS_MEMORY_TYPE_HOST,
         })
     }
 
@@ -203,8 +206,18 @@ impl Post {
             ..Post::legacy(Cb::None)
         };
         // SAFETY: per the contract.
-        let d = Data::Contig(unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) });
-        Some((post, d))
+        let b = unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) };
+        let post = post.with_mem(&Data::Contig(b));
+        Some((post, Data::Contig(b)))
+    }
+
+    /// Records the memory type of `d` (of a contiguous buffer; host otherwise).
+    #[inline]
+    fn with_mem(mut self, d: &Data) -> Post {
+        if let (Data::Contig(b), true) = (d, ucs::memtype::active()) {
+            self.mem = ucs_mem_type(b.mem_type());
+        }
+        self
     }
 
     /// Posts with `f` (under the worker's lock) and reports as UCX does.
@@ -247,7 +260,10 @@ impl Post {
                 return Ok((Status::NoMemory, ucp_tag_recv_info_t::default()));
             };
             // SAFETY: h is ours and not yet visible to anyone.
-            unsafe { (*h).id = id.0 };
+            unsafe {
+                (*h).id = id.0;
+                (*h).mem_type = self.mem;
+            }
             match wk.request_subscribe(id, h as u64) {
                 Status::InProgress => Err(user_ptr(h)),
                 s => {
@@ -362,6 +378,7 @@ fn tag_send(
 ) -> ucs_status_ptr_t {
     let (e, w) = ep_or_ret!(ep);
     let d = data_or_ret!(buffer, count, post.datatype);
+    let post = post.with_mem(&d);
     let h = e.h;
     let p = SendParams {
         force_imm: post.force_imm,
@@ -454,6 +471,7 @@ fn tag_recv(
 ) -> ucs_status_ptr_t {
     let w = worker_or_ret!(worker);
     let d = data_or_ret!(buffer, count, post.datatype);
+    let post = post.with_mem(&d);
     let p = RecvParams {
         force_imm: post.force_imm,
         ..RECV_P

@@ -88,6 +88,8 @@ pub(crate) struct ReqHdr {
     pub(crate) worker: *const CWorker,
     pub(crate) ctx: *const CContext,
     pub(crate) info: ucp_tag_recv_info_t,
+    /// `ucs_memory_type_t` of the operation's buffer (`ucp_request_query`).
+    pub(crate) mem_type: std::ffi::c_int,
 }
 
 /// Bytes in front of a request pointer (`ucp_context_attr_t::request_size`).
@@ -226,6 +228,7 @@ pub(crate) unsafe fn alloc(
             worker: w as *const CWorker,
             ctx: w.ctx() as *const CContext,
             info: ucp_tag_recv_info_t::default(),
+            mem_type: UCS_MEMORY_TYPE_HOST,
         })
     };
     Some(h)
@@ -464,7 +467,8 @@ pub unsafe extern "C" fn ucp_request_query(
             a.status = code(s);
         }
         if a.field_mask & UCP_REQUEST_ATTR_FIELD_MEM_TYPE != 0 {
-            a.mem_type = UCS_MEMORY_TYPE_HOST;
+            // SAFETY: live header.
+            a.mem_type = unsafe { (*h).mem_type };
         }
         if a.field_mask & UCP_REQUEST_ATTR_FIELD_INFO_STRING != 0
             && !a.debug_string.is_null()

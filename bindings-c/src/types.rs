@@ -32,7 +32,30 @@ pub const UCS_THREAD_MODE_MULTI: c_int = 2;
 
 // ucs_memory_type_t
 pub const UCS_MEMORY_TYPE_HOST: c_int = 0;
+pub const UCS_MEMORY_TYPE_CUDA: c_int = 1;
+pub const UCS_MEMORY_TYPE_CUDA_MANAGED: c_int = 2;
 pub const UCS_MEMORY_TYPE_UNKNOWN: c_int = 5;
+
+/// `ucs_memory_type_t` of a Rucx memory type.
+pub(crate) fn ucs_mem_type(t: ucs::memtype::MemoryType) -> c_int {
+    match t {
+        ucs::memtype::MemoryType::Host => UCS_MEMORY_TYPE_HOST,
+        ucs::memtype::MemoryType::Cuda => UCS_MEMORY_TYPE_CUDA,
+        ucs::memtype::MemoryType::CudaManaged => UCS_MEMORY_TYPE_CUDA_MANAGED,
+    }
+}
+
+/// A `ucs_memory_type_t` the application passed: `Ok(None)` for unknown (detect it),
+/// `Err` for types Rucx does not move (ROCm).
+pub(crate) fn mem_type_of(t: c_int) -> Result<Option<ucs::memtype::MemoryType>, ucs::Status> {
+    match t {
+        UCS_MEMORY_TYPE_HOST => Ok(Some(ucs::memtype::MemoryType::Host)),
+        UCS_MEMORY_TYPE_CUDA => Ok(Some(ucs::memtype::MemoryType::Cuda)),
+        UCS_MEMORY_TYPE_CUDA_MANAGED => Ok(Some(ucs::memtype::MemoryType::CudaManaged)),
+        UCS_MEMORY_TYPE_UNKNOWN => Ok(None),
+        _ => Err(ucs::Status::Unsupported),
+    }
+}
 
 // ucp_params_field: bits 0..=8 (FEATURES, REQUEST_SIZE, REQUEST_INIT, REQUEST_CLEANUP,
 // TAG_SENDER_MASK, MT_WORKERS_SHARED, ESTIMATED_NUM_EPS, ESTIMATED_NUM_PPN, NAME).
@@ -739,6 +762,8 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCS_THREAD_MODE_SERIALIZED,
         UCS_THREAD_MODE_MULTI,
         UCS_MEMORY_TYPE_HOST,
+        UCS_MEMORY_TYPE_CUDA,
+        UCS_MEMORY_TYPE_CUDA_MANAGED,
         UCS_MEMORY_TYPE_UNKNOWN,
         UCP_PARAM_FIELD_FEATURES,
         UCP_PARAM_FIELD_REQUEST_SIZE,

@@ -187,6 +187,36 @@ fn c_example_builds_with_pkg_config_and_runs() {
     assert_eq!(announcements(&err), 2, "both processes on Rucx:\n{err}");
 }
 
+/// The GPU example (`contrib/c-example/gpu_pingpong.c`: device memory from `ucp_mem_map`
+/// moved host to device, device to device and device to host) builds with pkg-config, and
+/// runs: every byte checked where there is a GPU; without one, it must say it skipped
+/// (its context reports no CUDA memory type).
+#[test]
+fn gpu_example_builds_and_runs_or_skips() {
+    if !have("cc") || !have("pkg-config") {
+        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
+        return;
+    }
+    let exe = scratch().join("gpu_pingpong");
+    cc(
+        &crate_dir().join("../contrib/c-example/gpu_pingpong.c"),
+        &exe,
+        &rucx_flags(),
+    );
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(120));
+    if out.contains("skipped") {
+        eprintln!(
+            "SKIPPED: gpu_pingpong: {}",
+            out.lines().next().unwrap_or("")
+        );
+        return;
+    }
+    assert!(
+        ok && out.contains("gpu_pingpong: OK"),
+        "gpu_pingpong failed:\n{out}\n{err}"
+    );
+}
+
 /// `ucpx_dt_create_vector/indexed/subarray` from C: tag send/receive between layouts and
 /// contiguous buffers (eager, rendezvous, count > 1), the `_nb` entry point, put/get with a
 /// layout, and bad input.

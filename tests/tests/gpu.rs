@@ -12,7 +12,8 @@ use rucx_tests::ucp_peer::{start_pair, Proc};
 /// The peer program: cargo's, or `RUCX_GPU_PEER` where the test binary was carried to
 /// another machine (`contrib/gpu/test.sh`).
 fn peer() -> String {
-    std::env::var("RUCX_GPU_PEER").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rucx-gpu-peer").to_string())
+    std::env::var("RUCX_GPU_PEER")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rucx-gpu-peer").to_string())
 }
 
 /// The GPUs here; `None` (after saying why) when there are none.

@@ -150,7 +150,11 @@ impl Peer {
             .w
             .tag_recv(&d, tag, u64::MAX, RecvParams::default())
             .map_err(|e| format!("recv {n}: {e}"))?;
-        self.wait(Some(id), &format!("receive of {n} bytes"), Duration::from_secs(60))
+        self.wait(
+            Some(id),
+            &format!("receive of {n} bytes"),
+            Duration::from_secs(60),
+        )
     }
 }
 
@@ -221,13 +225,12 @@ fn ipc_cache(p: &mut Peer, a: bool) -> Result<String, String> {
         r.check(99, N)?;
         let mut done = Mem::new(MemoryType::Host, 0, 8)?;
         p.send(&mut done, 8, 100)?;
-        let c: Vec<(&str, u64)> = p
-            .w
-            .transport_counters()
-            .into_iter()
-            .filter(|(tl, _)| *tl == "cuda_ipc")
-            .flat_map(|(_, c)| c)
-            .collect();
+        let c: Vec<(&str, u64)> =
+            p.w.transport_counters()
+                .into_iter()
+                .filter(|(tl, _)| *tl == "cuda_ipc")
+                .flat_map(|(_, c)| c)
+                .collect();
         Ok(format!("counters {c:?}"))
     }
 }
@@ -264,7 +267,10 @@ fn main() {
     let mut w = Worker::new(&ctx).expect("worker");
     println!("ADDR {}", to_hex(w.address()));
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).expect("peer address");
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .expect("peer address");
     let peer = from_hex(line.trim()).expect("hex address");
     let ep = w.ep_create(&peer).expect("endpoint");
     let mut p = Peer { w, ep };

@@ -279,7 +279,7 @@ impl CudaIpcIface {
             max_bcopy: 0,
             min_zcopy: 0,
             max_zcopy: usize::MAX,
-            max_iov: 1,
+            max_iov: 64,
             max_hdr: 0,
         };
         Ok(CudaIpcIface {
@@ -441,39 +441,47 @@ impl CudaIpcIface {
             return Err(s);
         }
         let pid = peer.pid;
-        let [v] = iov else {
-            return Err(Status::InvalidParam);
-        };
-        let n = v.length;
-        let local = memtype::detect(v.buffer);
-        let local_dev = if local.mem_type == MemoryType::Cuda {
-            local.device
-        } else {
-            -1
-        };
-        let (remote, map_dev) = self.translate(pid, rkey, remote_addr, n as u64, local_dev)?;
-        let (dst, src) = if to_remote {
-            (remote, v.buffer as u64)
-        } else {
-            (v.buffer as u64, remote)
-        };
-        if n <= SYNC_MAX {
-            self.driver.copy(dst, src, n)?;
+        // Each local piece against the remote range that follows the last; the copies of
+        // one operation go on one stream, so its last event marks them all.
+        let total: usize = iov.iter().map(|v| v.length).sum();
+        let big = total > SYNC_MAX;
+        let mut at = remote_addr;
+        let mut stream = None;
+        for v in iov {
+            let n = v.length;
+            let local = memtype::detect(v.buffer);
+            let local_dev = if local.mem_type == MemoryType::Cuda {
+                local.device
+            } else {
+                -1
+            };
+            let (remote, map_dev) = self.translate(pid, rkey, at, n as u64, local_dev)?;
+            at += n as u64;
+            let (dst, src) = if to_remote {
+                (remote, v.buffer as u64)
+            } else {
+                (v.buffer as u64, remote)
+            };
+            if !big {
+                self.driver.copy(dst, src, n)?;
+                continue;
+            }
+            let si = *stream.get_or_insert(if map_dev >= 0 {
+                map_dev
+            } else {
+                local_dev.max(0)
+            } as usize);
+            if self.streams[si].is_none() {
+                self.streams[si] = Some(self.driver.stream(si as i32)?);
+            }
+            let s = self.streams[si].as_ref().ok_or(Status::NoResource)?;
+            // SAFETY: the caller keeps the local buffer valid until `comp` is reported;
+            // the mapping stays open until then (`unmap` waits for the streams).
+            unsafe { s.copy_async(dst, src, n)? };
+        }
+        let Some(si) = stream else {
             return Ok(Done::Now);
-        }
-        let dev = if map_dev >= 0 {
-            map_dev
-        } else {
-            local_dev.max(0)
         };
-        let si = dev as usize;
-        if self.streams[si].is_none() {
-            self.streams[si] = Some(self.driver.stream(dev)?);
-        }
-        let s = self.streams[si].as_ref().ok_or(Status::NoResource)?;
-        // SAFETY: the caller keeps the local buffer valid until `comp` is reported; the
-        // mapping stays open until then (`unmap` waits for the streams).
-        unsafe { s.copy_async(dst, src, n)? };
         self.inflight.push_back(InFlight {
             stream: si,
             comp,
