@@ -155,7 +155,12 @@ fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
     let mut problems = Vec::new();
     for n in &names {
         let on = |m: &BTreeMap<String, String>| m.get(n).map(String::as_str) == Some("PASS");
+        let breaks = UCX113_BREAKS.contains(&n.as_str());
         let ucx_pass = on(&u113) || u122.as_ref().is_some_and(on);
+        if !ucx_pass && breaks && u122.is_none() {
+            eprintln!("{n}: not checked (UCX 1.13 breaks it and UCX 1.22 did not run)");
+            continue;
+        }
         if !ucx_pass {
             problems.push(format!(
                 "{n}: passes on no UCX version, so it does not encode UCX's contract"
@@ -168,7 +173,6 @@ fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
         if !on(&r_ours) {
             problems.push(format!("{n}: passes on UCX, fails on Rucx (our headers)"));
         }
-        let breaks = UCX113_BREAKS.contains(&n.as_str());
         if on(&u113) == breaks {
             problems.push(format!(
                 "{n}: UCX 1.13 {} it, but docs/c-abi.md says it {}",
