@@ -45,6 +45,10 @@ unsafe impl Sync for Ctx {}
 #[derive(Debug)]
 pub struct Driver {
     devices: Vec<Device>,
+    /// Per device, the stream [`Driver::copy`] uses: the driver's synchronous copies are
+    /// not all synchronous (device to device, and from pageable host memory, return before
+    /// the data has landed), so copies go on this stream and are waited for.
+    copy_streams: Vec<OnceLock<Option<Stream>>>,
 }
 
 static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
@@ -140,7 +144,11 @@ fn load() -> Result<Driver, String> {
             ctx: Ctx(ctx),
         });
     }
-    Ok(Driver { devices })
+    let copy_streams = devices.iter().map(|_| OnceLock::new()).collect();
+    Ok(Driver {
+        devices,
+        copy_streams,
+    })
 }
 
 /// The context made current by [`Driver::bind`], restored when dropped.
@@ -229,17 +237,24 @@ impl Driver {
         })
     }
 
-    /// Copies `n` bytes between any two addresses of the unified address space,
-    /// synchronously (the driver infers each side's memory type).
+    /// Copies `n` bytes between any two addresses of the unified address space (the driver
+    /// infers each side's memory type), and returns once they have landed.
     pub fn copy(&self, dst: DevPtr, src: DevPtr, n: usize) -> UcsResult<()> {
         let dev = self
             .device_of(dst)
             .or_else(|| self.device_of(src))
             .unwrap_or(0);
-        let _b = self.bind(dev)?;
+        let s = self
+            .copy_streams
+            .get(dev as usize)
+            .ok_or(Status::InvalidParam)?
+            .get_or_init(|| self.stream(dev).ok())
+            .as_ref()
+            .ok_or(Status::NoResource)?;
         // SAFETY: the caller's contract (see `memtype::copy`): both ranges are valid for n
-        // bytes in their memory types.
-        check(unsafe { cu::cuMemcpy(dst, src, n) })
+        // bytes in their memory types until this returns, which it does after the copy.
+        unsafe { s.copy_async(dst, src, n)? };
+        s.synchronize()
     }
 
     fn device_of(&self, p: DevPtr) -> Option<i32> {
@@ -381,6 +396,10 @@ pub struct Stream {
 
 // SAFETY: stream and event handles may be used from any thread; the driver serializes.
 unsafe impl Send for Stream {}
+// SAFETY: as above; shared use (the driver's copy streams) only queues copies and waits for
+// the stream, and a wait that also covers another thread's copies is harmless. A stream
+// whose event is polled (`done`) is owned by one interface, not shared.
+unsafe impl Sync for Stream {}
 
 impl Stream {
     /// Queues a copy of `n` bytes (any memory types) and marks the stream's event after it.

@@ -617,6 +617,9 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
     // `RUCX_PERFTEST_STATS=1`: which protocols served the run, per side.
     if std::env::var_os("RUCX_PERFTEST_STATS").is_some_and(|v| v != "0") {
         eprintln!("rucx-perftest {role:?}: {:?}", s.worker.stats());
+        for (tl, c) in s.worker.transport_counters() {
+            eprintln!("rucx-perftest {role:?}: {tl}: {c:?}");
+        }
     }
     s.barrier(oob)
 }

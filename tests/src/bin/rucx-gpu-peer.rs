@@ -129,6 +129,9 @@ impl Peer {
                 };
             }
             self.w.progress();
+            if let Some((_, s)) = self.w.poll_ep_error() {
+                return Err(format!("{what}: the endpoint failed: {s}"));
+            }
             if start.elapsed() > limit {
                 return Err(format!("{what}: not done after {limit:?}"));
             }

@@ -264,6 +264,11 @@ pub struct CudaIpcIface {
     hits: u64,
     stale: u64,
     evicted: u64,
+    /// Copies made synchronously and queued on streams, and the time the synchronous
+    /// ones took, ns.
+    sync_copies: u64,
+    async_copies: u64,
+    sync_ns: u64,
     tick: u64,
     check_every_ns: u64,
     last_check: u64,
@@ -317,6 +322,9 @@ impl CudaIpcIface {
             hits: 0,
             stale: 0,
             evicted: 0,
+            sync_copies: 0,
+            async_copies: 0,
+            sync_ns: 0,
             tick: 0,
             check_every_ns: cfg.error_check_interval_ns,
             last_check: ucs::time::now_ns(),
@@ -463,9 +471,13 @@ impl CudaIpcIface {
                 (v.buffer as u64, remote)
             };
             if !big {
+                let t0 = ucs::time::now_ns();
                 self.driver.copy(dst, src, n)?;
+                self.sync_ns += ucs::time::now_ns() - t0;
+                self.sync_copies += 1;
                 continue;
             }
+            self.async_copies += 1;
             let si = *stream.get_or_insert(if map_dev >= 0 {
                 map_dev
             } else {
@@ -594,6 +606,9 @@ impl Iface for CudaIpcIface {
             ("ipc_stale_closed", self.stale),
             ("ipc_evicted", self.evicted),
             ("ipc_mapped", self.mappings.len() as u64),
+            ("ipc_sync_copies", self.sync_copies),
+            ("ipc_async_copies", self.async_copies),
+            ("ipc_sync_ns", self.sync_ns),
         ]
     }
 
