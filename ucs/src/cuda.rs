@@ -182,8 +182,10 @@ impl Driver {
         &self.devices
     }
 
-    /// Makes `dev`'s primary context current on this thread until the guard drops (nothing
-    /// to do when it is current already).
+    /// Makes `dev`'s primary context current on this thread: until the guard drops when
+    /// the thread had another one current (the application's), for good when it had none
+    /// (as the runtime API does on first use), and nothing to do when it is current
+    /// already.
     pub fn bind(&self, dev: i32) -> UcsResult<Bound> {
         let d = self
             .devices
@@ -193,6 +195,11 @@ impl Driver {
         // SAFETY: out pointer.
         let _ = unsafe { cu::cuCtxGetCurrent(&mut cur) };
         if cur == d.ctx.0 {
+            return Ok(Bound { pushed: false });
+        }
+        if cur.is_null() {
+            // SAFETY: a retained primary context.
+            check(unsafe { cu::cuCtxSetCurrent(d.ctx.0) })?;
             return Ok(Bound { pushed: false });
         }
         // SAFETY: a retained primary context; popped by the guard.
