@@ -23,7 +23,7 @@ if [ -d "$root/libucx" ] && [ ! -x .gpu/ucx122/bin/ucx_perftest ]; then
   for f in libucs.so.0 libuct.so.0 libucm.so.0 libucp.so.0 libucs_signal.so.0; do
     cp -L "$root/libucx/lib/$f" "$u/lib/"
   done
-  cp -L "$root"/libucx_cu13.libs/libgomp*.so* "$u/lib/" 2>/dev/null || true
+  cp -L "$root"/libucx_cu13.libs/*.so* "$u/lib/"
   for f in libuct_cuda libucm_cuda libucx_perftest_cuda libuct_cma; do
     cp -L "$root/libucx/lib/ucx/$f.so.0" "$u/lib/ucx/"
     ln -sf "$f.so.0" "$u/lib/ucx/$f.so"

@@ -384,10 +384,13 @@ impl Core {
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Send(s))
                 if s.ep == ep
-                    && s.proto == Proto::RndvPut
+                    && (s.proto == Proto::RndvPut || pushes_device(s))
                     && s.rreq.is_none()
                     && segs.iter().map(|g| g.len).sum::<u64>() == s.total as u64 =>
             {
+                // A device get rendezvous the receiver turned into a push: no ACK comes, a
+                // FIN goes once the writes landed.
+                s.wait_ack = false;
                 s.rreq = Some(rreq);
                 s.put = Some(Box::new(super::PutTarget {
                     rkey,
@@ -607,6 +610,16 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// Whether send `s` is a get rendezvous of device memory still waiting for its receiver,
+/// which may ask us to write instead of reading (`RTR_PUT` with a device key): on a pair
+/// of processes, one side makes every device copy, so that one GPU never switches between
+/// the two processes' contexts for each message (`tag::start_get`).
+fn pushes_device(s: &super::SendOp) -> bool {
+    s.proto == Proto::RndvGet
+        && s.wait_ack
+        && matches!(s.data, crate::datatype::DataState::Device(_))
 }
 
 /// Whether send `s` to endpoint `ep` may take a split request cutting at `offset`: a get

@@ -500,7 +500,13 @@ pub(super) fn push_send(
     let rma_dev = e.rma_dev;
     if s.started && s.put.is_some() {
         // RTR_PUT or RTR_SPLIT: write into the receiver's segments; FIN follows completion.
-        let rma = rma.ok_or(Status::Unsupported)?;
+        // Device memory of the receiver's goes through the memory lane for it.
+        let device = s
+            .put
+            .as_ref()
+            .and_then(|p| RndvKey::decode(&p.rkey))
+            .is_some_and(|k| k.device);
+        let rma = if device { rma_dev } else { rma }.ok_or(Status::Unsupported)?;
         if write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id, mappings)? {
             stats.rndv_mapped += 1;
         }
@@ -842,7 +848,10 @@ fn write_to_receiver(
         // A receiver asks for a layout split only when its memory can be mapped here.
         return Err(Status::Unsupported);
     } else {
-        let local = s.data.iovs(put.offset, n).ok_or(Status::InvalidParam)?;
+        let local = match s.data.device_iov(put.offset, n) {
+            Some(v) => smallvec::smallvec![v],
+            None => s.data.iovs(put.offset, n).ok_or(Status::InvalidParam)?,
+        };
         let rk = iface.md().rkey_unpack(&key.mkey)?;
         let mut later = 0;
         for_each_remote_seg(&local, &put.segs, |pieces, addr| {
@@ -1329,7 +1338,18 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     }
     if key.device {
         core.stats.rndv_device += 1;
+        // Device to device: the side with the smaller worker id makes every copy of the
+        // pair (see `handler::pushes_device`). We are not it: ask the sender to write.
+        let copier = core.eps.get(ep).is_some_and(|e| core.uuid < e.remote_uuid);
+        if let (false, None, Some(v)) = (copier, layout, r.data.device_iov(0, total)) {
+            if ask_push(ifaces, core, id, lane, ep, sreq, v) {
+                return;
+            }
+        }
     }
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
     let takes_device = core.info[lane.iface]
         .attr
         .mem
@@ -1398,6 +1418,43 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             finish_get(core, id);
         }
     }
+}
+
+/// Asks the sender of device rendezvous `id` to write into our device buffer `v` (an
+/// `RTR_PUT` with the key of our memory lane for device memory); the FIN that follows its
+/// writes completes the receive. False when our buffer cannot be registered (then we read).
+fn ask_push(
+    ifaces: &mut [Box<dyn Iface>],
+    core: &mut Core,
+    id: ReqId,
+    lane: super::Lane,
+    ep: usize,
+    sreq: u64,
+    v: Iov,
+) -> bool {
+    let md = ifaces[lane.iface].md();
+    let Ok(m) = buf::register_span(md, v.buffer as u64, v.length) else {
+        return false;
+    };
+    let rkey = RndvKey {
+        mkey: md.mkey_pack(&m).into(),
+        shm: None,
+        device: true,
+    }
+    .encode();
+    if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        r.rndv().memh = Some((lane.iface, m));
+    }
+    core.queue_ctrl(
+        ep,
+        Ctrl::RtrPut {
+            sreq,
+            rreq: id.0,
+            rkey,
+            segs: remote_segs(&[v]),
+        },
+    );
+    true
 }
 
 /// A get rendezvous whose sender's data lies in window `win`, mapped here: the receiver

@@ -2278,7 +2278,17 @@ fn device_memory_goes_through_the_device_lane() {
     let lane = a.core.eps[ab.idx()].rma_dev.expect("a device lane");
     assert_eq!(a.core.info[lane.iface].tl, "mock_dev");
     assert!(a.core.eps[ab.idx()].rma.is_some_and(|l| l != lane));
-    for n in [8usize, 3000, 100_000, 6 << 20] {
+    // Both directions: device to device, the side with the smaller worker id copies (it
+    // reads what it receives, and writes what it sends when the receiver asks it to).
+    for (n, back) in [8usize, 3000, 100_000, 6 << 20]
+        .into_iter()
+        .flat_map(|n| [(n, false), (n, true)])
+    {
+        let (a, b, ab) = if back {
+            (&mut b, &mut a, ba)
+        } else {
+            (&mut a, &mut b, ab)
+        };
         for (src_dev, dst_dev) in [(true, true), (true, false), (false, true)] {
             let pat = |i: usize| (i as u8).wrapping_mul(7).wrapping_add(n as u8 ^ 0x5a);
             let src_host: Vec<u8> = (0..n).map(pat).collect();
@@ -2295,15 +2305,24 @@ fn device_memory_goes_through_the_device_lane() {
                 Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
                 None => unsafe { Buf::from_mut_slice(&mut dst_host) },
             };
+            let ops = |w: &Worker| -> u64 {
+                w.transport_counters()
+                    .iter()
+                    .filter(|(tl, _)| *tl == "mock_dev")
+                    .flat_map(|(_, c)| c.iter().map(|x| x.1))
+                    .sum()
+            };
+            let (ops_a, ops_b) = (ops(a), ops(b));
             let before = b.stats().rndv_device;
-            let tag = n as u64 * 4 + u64::from(src_dev) * 2 + u64::from(dst_dev);
+            let tag =
+                n as u64 * 8 + u64::from(back) * 4 + u64::from(src_dev) * 2 + u64::from(dst_dev);
             let r = b
                 .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
                 .unwrap();
             let s = a
                 .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
                 .unwrap();
-            drive(&mut a, &mut b, |a, b| {
+            drive(a, b, |a, b| {
                 b.request_status(r) != Status::InProgress
                     && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
             });
@@ -2324,6 +2343,19 @@ fn device_memory_goes_through_the_device_lane() {
                 u64::from(src_dev),
                 "{n} bytes {src_dev}->{dst_dev}: read through the device lane"
             );
+            if src_dev && dst_dev {
+                // Only the copier of the pair touched the device lane.
+                let a_copies = a.core.uuid < b.core.uuid;
+                let (da, db) = (ops(a) - ops_a, ops(b) - ops_b);
+                assert!(
+                    if a_copies {
+                        da > 0 && db == 0
+                    } else {
+                        da == 0 && db > 0
+                    },
+                    "{n} bytes: sender copied {da}, receiver {db} (sender copies: {a_copies})"
+                );
+            }
         }
     }
     // RMA: b maps a region of device memory; a puts into it and gets it back.

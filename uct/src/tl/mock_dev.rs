@@ -190,4 +190,8 @@ impl Iface for MockDevIface {
     fn progress(&mut self, _h: &mut dyn Handler) -> usize {
         0
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("ops", self.ops)]
+    }
 }
