@@ -4,8 +4,8 @@
 #
 #   bash contrib/bench/gpu-tag.sh [-r ROUNDS] [BIN]     (BIN: default .gpu/bin)
 #
-# The cases of the GPU memory issue's table: on one GPU and from GPU 0 to GPU 1 (-a
-# cuda:0,cuda:1 on both sides, as ucx_perftest takes it), tag_lat 8 B and 1 MiB (one-way
+# The cases of the GPU memory issue's table: on one GPU and from GPU 0 to GPU 1, tag_lat
+# 8 B and 1 MiB (one-way
 # latency, 50th percentile, µs), tag_bw and ucp_put_bw 64 MiB (GB/s), plus GPU to host
 # bandwidth (against the pinned copy limit contrib/gpu/probe.cu measures). Each case runs
 # ROUNDS times (default 5), alternating Rucx and UCX; the medians and their ratio are
@@ -20,21 +20,29 @@ BIN=${1:-.gpu/bin}
 U=.gpu/ucx122
 RUCX="$BIN/rucx-perftest"
 ucx() { LD_LIBRARY_PATH="$U/lib" UCX_MODULE_DIR="$U/lib/ucx" "$U/bin/ucx_perftest" "$@"; }
+# Which GPU each side uses: rucx-perftest takes -a cuda:SEND,cuda:RECV on both sides; UCX
+# 1.22's -a selects its device-initiated (GDAKI) tests instead ("Invalid test case" for
+# tag_lat), so its processes get the GPU through CUDA_VISIBLE_DEVICES (server: the
+# receive GPU, client: the send GPU).
 port=$((20000 + RANDOM % 20000))
 
-# one PROG TEST SIZE ITERS COL ARGS...: the Final line's COL of one run (3: p50 latency us,
-# 7: overall bandwidth MB/s), or nan.
+# one PROG TEST SIZE ITERS COL MEM SEND_GPU RECV_GPU: the Final line's COL of one run (3: p50
+# latency us, 7: overall bandwidth MB/s), or nan.
 one() {
-  local prog=$1 test=$2 size=$3 iters=$4 col=$5
-  shift 5
+  local prog=$1 test=$2 size=$3 iters=$4 col=$5 mem=$6 sg=$7 rg=$8
   port=$((port + 1))
-  local run=("$RUCX")
-  [ "$prog" = ucx ] && run=(ucx)
-  taskset -c 2 timeout 300 "${run[@]}" -p "$port" "$@" >/dev/null 2>&1 &
+  local srv=("$RUCX" -p "$port" -a "cuda:$sg,cuda:$rg")
+  local cli=("$RUCX" 127.0.0.1 -p "$port" -a "cuda:$sg,cuda:$rg")
+  local senv=() cenv=()
+  if [ "$prog" = ucx ]; then
+    srv=(ucx -p "$port") cli=(ucx 127.0.0.1 -p "$port")
+    senv=(CUDA_VISIBLE_DEVICES="$rg") cenv=(CUDA_VISIBLE_DEVICES="$sg")
+  fi
+  env "${senv[@]}" taskset -c 2 timeout 300 "${srv[@]}" >/dev/null 2>&1 &
   local spid=$! out=""
   for _ in $(seq 100); do ss -ltn 2>/dev/null | grep -q ":$port " && break; sleep 0.05; done
-  out=$(taskset -c 4 timeout 300 "${run[@]}" 127.0.0.1 -p "$port" -t "$test" -s "$size" \
-    -n "$iters" -w $((iters / 10 + 2)) "$@" 2>&1 | grep '^Final:' || true)
+  out=$(env "${cenv[@]}" taskset -c 4 timeout 300 "${cli[@]}" -t "$test" -s "$size" \
+    -n "$iters" -w $((iters / 10 + 2)) -m "$mem" 2>&1 | grep '^Final:' || true)
   wait "$spid" 2>/dev/null || true
   [ -n "$out" ] || { echo nan; return; }
   awk -v c="$col" '{print $c}' <<<"$out"
@@ -42,30 +50,30 @@ one() {
 median() { awk '$1 != "nan"' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# name test size iters column memory send-gpu recv-gpu
 cases=(
-  "same-gpu tag_lat 8 2000 3 -m cuda -a cuda:0"
-  "same-gpu tag_lat 1048576 1000 3 -m cuda -a cuda:0"
-  "same-gpu tag_bw 67108864 100 7 -m cuda -a cuda:0"
-  "gpu-to-host tag_bw 67108864 100 7 -m cuda,host -a cuda:0"
-  "host-to-gpu tag_bw 67108864 100 7 -m host,cuda -a cuda:0"
+  "same-gpu tag_lat 8 2000 3 cuda 0 0"
+  "same-gpu tag_lat 1048576 1000 3 cuda 0 0"
+  "same-gpu tag_bw 67108864 100 7 cuda 0 0"
+  "gpu-to-host tag_bw 67108864 100 7 cuda,host 0 0"
+  "host-to-gpu tag_bw 67108864 100 7 host,cuda 0 0"
 )
 if [ "$ngpu" -ge 2 ]; then
   cases+=(
-    "gpu0-gpu1 tag_lat 8 2000 3 -m cuda -a cuda:0,cuda:1"
-    "gpu0-gpu1 tag_lat 1048576 1000 3 -m cuda -a cuda:0,cuda:1"
-    "gpu0-gpu1 tag_bw 67108864 100 7 -m cuda -a cuda:0,cuda:1"
-    "gpu0-gpu1 ucp_put_bw 67108864 100 7 -m cuda -a cuda:0,cuda:1"
+    "gpu0-gpu1 tag_lat 8 2000 3 cuda 0 1"
+    "gpu0-gpu1 tag_lat 1048576 1000 3 cuda 0 1"
+    "gpu0-gpu1 tag_bw 67108864 100 7 cuda 0 1"
+    "gpu0-gpu1 ucp_put_bw 67108864 100 7 cuda 0 1"
   )
 fi
 nvidia-smi -L
 printf '%-12s %-10s %9s %12s %12s %8s  %s\n' case test size rucx ucx1.22 ratio unit
 for c in "${cases[@]}"; do
-  read -r name test size iters col rest <<<"$c"
-  read -r -a extra <<<"$rest"
+  read -r name test size iters col mem sg rg <<<"$c"
   r=() u=()
   for _ in $(seq "$rounds"); do
-    r+=("$(one rucx "$test" "$size" "$iters" "$col" "${extra[@]}")")
-    u+=("$(one ucx "$test" "$size" "$iters" "$col" "${extra[@]}")")
+    r+=("$(one rucx "$test" "$size" "$iters" "$col" "$mem" "$sg" "$rg")")
+    u+=("$(one ucx "$test" "$size" "$iters" "$col" "$mem" "$sg" "$rg")")
   done
   mr=$(printf '%s\n' "${r[@]}" | median)
   mu=$(printf '%s\n' "${u[@]}" | median)
