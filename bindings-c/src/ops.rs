@@ -510,9 +510,8 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
         // SAFETY: ucp.h's contract for this call.
-        if let Some((post, d)) =
-            unsafe { Post::plain_contig(param, CbKind::TagRecv, buffer, count) }
-        {
+        let plain = unsafe { Post::plain_contig(param, CbKind::TagRecv, buffer, count) };
+        if let Some((post, d)) = plain {
             let w = worker_or_ret!(worker);
             return post.run(w, |wk| wk.tag_recv(&d, tag, tag_mask, RECV_P).map(Some));
         }

@@ -388,12 +388,23 @@ impl<T, R> TagMatcher<T, R> {
     /// Removes every unexpected message from `sender` (for example when its endpoint is
     /// closed or failed), oldest first, handing each to `f`. Probed messages belong to the
     /// application and are left alone.
-    pub fn drain_sender(&mut self, sender: SenderId, mut f: impl FnMut(TagInfo, T)) {
+    pub fn drain_sender(&mut self, sender: SenderId, f: impl FnMut(TagInfo, T)) {
+        self.drain_sender_if(sender, |_| true, f);
+    }
+
+    /// [`drain_sender`](Self::drain_sender) of the messages `remove` picks; `remove` may
+    /// also change the messages it leaves.
+    pub fn drain_sender_if(
+        &mut self,
+        sender: SenderId,
+        mut remove: impl FnMut(&mut T) -> bool,
+        mut f: impl FnMut(TagInfo, T),
+    ) {
         let mut key = self.unexp_all.head;
         while key != NIL {
-            let e = &self.unexp[key];
+            let e = &mut self.unexp[key];
             let next = e.all.next;
-            if e.info.sender == sender {
+            if e.info.sender == sender && remove(&mut e.msg) {
                 let e = self.take_unexpected(key);
                 f(e.info, e.msg);
             }

@@ -601,7 +601,11 @@ impl Core {
                     if e.remote_id != Some(w.src_ep) {
                         return Err(Bad::Late);
                     }
-                    fail_ep(self, ep, Status::ConnectionReset, Failure::PeerClosed);
+                    // After the messages that came before it (`Worker::run_actions`).
+                    if !self.peer_closes.contains(&ep) {
+                        self.peer_closes.push(ep);
+                    }
+                    self.work = true;
                     return Ok(());
                 }
                 self.eps[ep].remote_id = Some(w.src_ep);

@@ -313,6 +313,21 @@ pub(crate) struct SendOp {
     pub(crate) t0: u64,
 }
 
+impl SendOp {
+    /// Whether everything this side does for the send is done and only the peer's answer
+    /// is awaited (a synchronous send's ACK, a rendezvous's RTR, the receiver's reads):
+    /// a flush does not wait for such a send, as in UCX, and a close cancels it.
+    pub(crate) fn awaits_peer_only(&self) -> bool {
+        let rndv = matches!(self.proto, Proto::RndvGet | Proto::RndvPut | Proto::RndvAm);
+        self.started
+            && !self.queued
+            && self.wait_comp == 0
+            && !self.fin_pending
+            && self.put.is_none()
+            && (self.offset >= self.total || (rndv && self.rreq.is_none()))
+    }
+}
+
 /// Where the sender of a put rendezvous, or of a split rendezvous's tail, writes.
 #[derive(Debug)]
 pub(crate) struct PutTarget {
@@ -424,6 +439,9 @@ pub(crate) struct Core {
     pub(crate) deferred_reqs: Vec<(usize, u64)>,
     /// Sends that may be complete (an ACK or transport completion arrived).
     pub(crate) finished: Vec<ReqId>,
+    /// Endpoints whose peer closed (`WIREUP_CLOSE`), failed once what arrived before the
+    /// notice is done with (an ACK's send completes first).
+    pub(crate) peer_closes: Vec<usize>,
     pub(crate) completions: VecDeque<Completion>,
     /// Active messages waiting for their handlers, and buffers to reuse for them.
     pub(crate) am_events: VecDeque<am::QueuedAm>,
@@ -597,6 +615,7 @@ impl Worker {
             flushes: Vec::new(),
             deferred_reqs: Vec::new(),
             finished: Vec::new(),
+            peer_closes: Vec::new(),
             completions: VecDeque::new(),
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
@@ -1012,6 +1031,15 @@ impl Worker {
         }
         if !core.rma_queue.is_empty() {
             n += rma::progress_queue(ifaces, core);
+        }
+        for ep in std::mem::take(&mut core.peer_closes) {
+            wireup::fail_ep(
+                core,
+                ep,
+                Status::ConnectionReset,
+                wireup::Failure::PeerClosed,
+            );
+            n += 1;
         }
         if !core.flushes.is_empty() {
             n += wireup::progress_flushes(ifaces, core);

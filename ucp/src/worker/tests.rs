@@ -2082,6 +2082,180 @@ fn a_closed_endpoint_ends_its_peer_quietly() {
     }
 }
 
+/// A flush waits for what this side has left to do, not for the peer: a rendezvous or
+/// synchronous send whose receive is not posted yet does not hold it (as in UCX, where two
+/// processes that each flush before receiving would otherwise deadlock); a close cancels
+/// such a send.
+#[test]
+fn a_flush_does_not_wait_for_the_receiver() {
+    for tls in [
+        "posix,cma;RNDV_THRESH=16k",
+        "tcp;RNDV_THRESH=16k",
+        "posix,cma;RNDV_THRESH=16k;RNDV_SCHEME=put_zcopy",
+    ] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        round(&mut a, &mut b, ab, 8, false);
+        let big = vec![3u8; 1 << 20];
+        let small = [4u8; 8];
+        let rndv = a
+            .tag_send(ab, &contig(&big), 1, SendParams::default())
+            .unwrap()
+            .expect("a rendezvous send waits for its receiver");
+        let sync = a
+            .tag_send(
+                ab,
+                &contig(&small),
+                2,
+                SendParams {
+                    sync: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .expect("a synchronous send waits for its receiver");
+        let proto = match a.core.reqs.get(rndv).map(|r| &r.state) {
+            Some(Op::Send(s)) => s.proto,
+            _ => panic!("{tls}: the send is gone"),
+        };
+        assert!(
+            matches!(proto, Proto::RndvGet | Proto::RndvPut | Proto::RndvAm),
+            "{tls}: {proto}"
+        );
+        let f = a.flush(Some(ab)).unwrap();
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(f) != Status::InProgress
+        });
+        assert_eq!(a.wait(f).0, Status::Ok, "{tls}");
+        assert_eq!(a.request_status(rndv), Status::InProgress, "{tls}");
+        assert_eq!(a.request_status(sync), Status::InProgress, "{tls}");
+        let mut dst = vec![0u8; 1 << 20];
+        let r = b
+            .tag_recv(&contig_mut(&mut dst), 1, u64::MAX, RecvParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            a.request_status(rndv) != Status::InProgress
+                && b.request_status(r) != Status::InProgress
+        });
+        assert_eq!(a.wait(rndv).0, Status::Ok, "{tls}");
+        assert_eq!(b.wait(r).0, Status::Ok, "{tls}");
+        assert!(dst == big, "{tls}");
+        let c = a.ep_close(ab).unwrap();
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(c) != Status::InProgress
+        });
+        assert_eq!(a.wait(c).0, Status::Ok, "{tls}");
+        assert_eq!(
+            a.wait(sync).0,
+            Status::Canceled,
+            "{tls}: closed before its match"
+        );
+    }
+}
+
+/// A close notice takes effect after the messages that preceded it: the ACK that ends a
+/// rendezvous send, read in the same progress call as the notice, completes the send with
+/// `Ok` (it used to fail with `ConnectionReset`).
+#[test]
+fn a_close_notice_comes_after_what_preceded_it() {
+    for tls in ["posix,cma;RNDV_THRESH=16k", "tcp;RNDV_THRESH=16k"] {
+        let (mut a, mut b, ab, ba) = pair(tls);
+        round(&mut a, &mut b, ab, 8, false);
+        let big = vec![3u8; 1 << 20];
+        let s = a
+            .tag_send(ab, &contig(&big), 9, SendParams::default())
+            .unwrap()
+            .expect("a rendezvous send waits for its receiver");
+        // b receives into a smaller buffer (truncation: the ACK releases the sender at
+        // once) and closes, without a progressing in between.
+        let start = std::time::Instant::now();
+        while b.tag_probe(9, u64::MAX, false).is_none() {
+            b.progress();
+            assert!(start.elapsed().as_secs() < 10, "{tls}: no RTS");
+        }
+        let mut small = vec![0u8; 100];
+        let r = b
+            .tag_recv(&contig_mut(&mut small), 9, u64::MAX, RecvParams::default())
+            .unwrap();
+        assert_eq!(b.wait(r).0, Status::MessageTruncated, "{tls}");
+        let c = b.ep_close(ba).unwrap();
+        assert_eq!(b.wait(c).0, Status::Ok, "{tls}");
+        let start = std::time::Instant::now();
+        while a.request_status(s) == Status::InProgress {
+            a.progress();
+            assert!(start.elapsed().as_secs() < 10, "{tls}: the send hangs");
+        }
+        assert_eq!(a.wait(s).0, Status::Ok, "{tls}");
+        assert_eq!(
+            a.poll_ep_error(),
+            Some((ab, Status::ConnectionReset)),
+            "{tls}"
+        );
+    }
+}
+
+/// What a peer sent before it closed stays receivable: whole messages waiting as
+/// unexpected (one fragment, several fragments, synchronous or not) survive the close
+/// notice; only the acknowledgement of a synchronous one has nobody to go to.
+#[test]
+fn messages_sent_before_a_close_stay_receivable() {
+    for tls in ["posix,cma;RNDV_THRESH=inf", "tcp;RNDV_THRESH=inf"] {
+        let (mut a, mut b, ab, ba) = pair(tls);
+        round(&mut a, &mut b, ab, 8, false);
+        let sizes = [8usize, 100, 32 << 10, 200 << 10];
+        let srcs: Vec<Vec<u8>> = (0..sizes.len())
+            .map(|i| vec![i as u8 + 1; sizes[i]])
+            .collect();
+        // The eager sends complete locally; the synchronous ones wait for b's match, which
+        // the close cancels: close with all of them on the wire.
+        let mut left = Vec::new();
+        for (i, src) in srcs.iter().enumerate() {
+            for sync in [false, true] {
+                let p = SendParams {
+                    sync,
+                    ..Default::default()
+                };
+                let tag = 100 + 2 * i as u64 + u64::from(sync);
+                if let Some(id) = a.tag_send(ab, &contig(src), tag, p).unwrap() {
+                    if !sync {
+                        left.push(id);
+                    }
+                }
+            }
+        }
+        drive(&mut a, &mut b, |a, _| {
+            left.retain(|&id| a.request_status(id) == Status::InProgress);
+            left.is_empty()
+        });
+        let f = a.flush(Some(ab)).unwrap();
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(f) != Status::InProgress
+        });
+        let c = a.ep_close(ab).unwrap();
+        drive(&mut a, &mut b, |a, b| {
+            a.request_status(c) != Status::InProgress && b.core.eps[ba.idx()].failed.is_some()
+        });
+        assert_eq!(
+            b.poll_ep_error(),
+            Some((ba, Status::ConnectionReset)),
+            "{tls}"
+        );
+        for (i, &n) in sizes.iter().enumerate() {
+            for sync in [false, true] {
+                let tag = 100 + 2 * i as u64 + u64::from(sync);
+                let mut dst = vec![0u8; n];
+                let r = b
+                    .tag_recv(&contig_mut(&mut dst), tag, u64::MAX, RecvParams::default())
+                    .unwrap();
+                let (s, info) = b.wait(r);
+                assert_eq!(s, Status::Ok, "{tls}: {n} bytes, sync {sync}");
+                assert_eq!(info.map(|i| i.length), Some(n), "{tls}");
+                assert!(dst.iter().all(|&x| x == i as u8 + 1), "{tls}: {n} bytes");
+            }
+        }
+        assert_eq!(a.stats().malformed + b.stats().malformed, 0, "{tls}");
+    }
+}
+
 /// A stand-in for the CUDA driver, for machines without a GPU: the "device memory" is host
 /// memory mapped `PROT_NONE`, so the host cannot touch it (a stray `memcpy` faults, and cma
 /// gets `EFAULT`, as with real device memory), and the stand-in's copies open it for the
@@ -2156,10 +2330,8 @@ mod fake_device {
             libc::PROT_NONE
         };
         // SAFETY: the pages belong to a Region (device ranges only reach here).
-        assert_eq!(
-            unsafe { libc::mprotect(page as *mut _, len as usize, prot) },
-            0
-        );
+        let rc = unsafe { libc::mprotect(page as *mut _, len as usize, prot) };
+        assert_eq!(rc, 0);
     }
 
     pub static COPIES: AtomicU64 = AtomicU64::new(0);
@@ -2223,11 +2395,13 @@ fn device_memory_is_staged_where_no_lane_maps_it() {
             let sbuf = match &src_region {
                 // SAFETY: the region outlives the operation.
                 Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                // SAFETY: the vector outlives the operation.
                 None => unsafe { Buf::from_slice(&src_host) },
             };
             let rbuf = match &dst_region {
                 // SAFETY: as above.
                 Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                // SAFETY: the vector outlives the operation.
                 None => unsafe { Buf::from_mut_slice(&mut dst_host) },
             };
             let before = fake_device::COPIES.load(std::sync::atomic::Ordering::Relaxed);
@@ -2298,11 +2472,13 @@ fn device_memory_goes_through_the_device_lane() {
             let sbuf = match &src_region {
                 // SAFETY: the region outlives the operation.
                 Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                // SAFETY: the vector outlives the operation.
                 None => unsafe { Buf::from_slice(&src_host) },
             };
             let rbuf = match &dst_region {
                 // SAFETY: as above.
                 Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+                // SAFETY: the vector outlives the operation.
                 None => unsafe { Buf::from_mut_slice(&mut dst_host) },
             };
             let ops = |w: &Worker| -> u64 {

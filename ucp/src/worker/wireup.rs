@@ -531,16 +531,10 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
             continue;
         };
         let (ep, close, uct) = (f.ep, f.close, f.uct);
-        // Sends still running on the endpoint(s)?
+        // Operations of the endpoint(s) with something left to do on this side?
         let busy = match ep {
-            Some(e) => core
-                .eps
-                .get(e)
-                .is_some_and(|e| e.failed.is_none() && (e.outstanding > 0 || !e.queue.is_empty())),
-            None => core
-                .eps
-                .iter()
-                .any(|(_, e)| e.failed.is_none() && (e.outstanding > 0 || !e.queue.is_empty())),
+            Some(e) => ep_busy(core, e),
+            None => core.eps.iter().any(|(i, _)| ep_busy(core, i)),
         };
         if busy {
             core.flushes.push(id);
@@ -593,6 +587,29 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
     done
 }
 
+/// Whether a flush of endpoint `ep` must wait for its operations: queued ones (protocol
+/// replies to the peer included), one-sided ones, and sends with work left on this side. Sends waiting only for the peer
+/// ([`SendOp::awaits_peer_only`](super::SendOp::awaits_peer_only)) do not count; a flush
+/// that waited for a receiver to match would deadlock two processes that each flush before
+/// receiving.
+fn ep_busy(core: &Core, ep: usize) -> bool {
+    let Some(e) = core.eps.get(ep) else {
+        return false;
+    };
+    if e.failed.is_some() {
+        return false;
+    }
+    if !e.queue.is_empty() || core.ctrl.iter().any(|c| c.0 == ep) {
+        return true;
+    }
+    e.outstanding > 0
+        && core.reqs.iter().any(|(_, r)| match &r.state {
+            Op::Send(s) => s.ep == ep && !s.awaits_peer_only(),
+            Op::Rma(o) => o.ep == ep,
+            _ => false,
+        })
+}
+
 /// A transport flush completed.
 pub(super) fn flush_completion(core: &mut Core, id: ReqId) {
     if let Some(Op::Flush(f)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
@@ -628,6 +645,7 @@ pub(super) fn destroy_ep(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usi
         }
     }
     fail_ep(core, ep, Status::Canceled, Failure::Closed);
+    core.peer_closes.retain(|&e| e != ep);
     let Some(e) = core.eps.try_remove(ep) else {
         return;
     };
@@ -687,18 +705,36 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
     for id in victims {
         core.complete(id, status, None);
     }
-    // Messages in flight from this peer can no longer finish.
-    let frags: Vec<(usize, u64)> = core.frags.keys().filter(|k| k.0 == ep).copied().collect();
-    for k in frags {
-        if let Some(super::FragTarget::Unexpected(f)) = core.frags.remove(&k) {
-            core.unexp_frags.try_remove(f);
-        }
-    }
-    core.matcher.drain_sender(SenderId(ep as u64), |_, msg| {
-        if let super::Unexp::Frag(f) = msg {
-            // The slab entry was dropped above with the fragment map.
-            let _ = f;
-        }
-    });
+    // Messages in flight from this peer can no longer finish; those that arrived whole
+    // stay receivable (a peer that sent and then closed has delivered them), but nobody
+    // is left to acknowledge a synchronous one to, and the endpoint's slot may be reused.
+    let Core {
+        matcher,
+        unexp_frags,
+        frags,
+        ..
+    } = core;
+    matcher.drain_sender_if(
+        SenderId(ep as u64),
+        |msg| match msg {
+            super::Unexp::Eager { sync, .. } => {
+                *sync = None;
+                false
+            }
+            super::Unexp::Frag(f) => match unexp_frags.get_mut(*f) {
+                Some(fb) if fb.received == fb.buf.len() => {
+                    fb.sync = false;
+                    false
+                }
+                _ => {
+                    unexp_frags.try_remove(*f);
+                    true
+                }
+            },
+            super::Unexp::Rts { .. } => true,
+        },
+        |_, _| {},
+    );
+    frags.retain(|k, _| k.0 != ep);
     core.work = true;
 }
