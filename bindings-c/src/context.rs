@@ -544,6 +544,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             std::ptr::null_mut()
         };
         let len = p.length;
+        log::debug!("ucp_mem_map: {len} bytes at {addr:?}, flags {flags:#x}");
         // An allocation at no fixed address, with the posix transport on, is shared
         // memory: what a worker's own allocations are (docs/c-abi.md).
         let shm = if flags & UCP_MEM_MAP_ALLOCATE != 0

@@ -398,7 +398,7 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
         let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
             return status_ptr(Status::InvalidParam);
         };
-        Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush(Some(e.h)).map(Some))
+        Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush_nb(Some(e.h)))
     })
 }
 
@@ -416,7 +416,7 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(
         };
         // SAFETY: forwarded contract.
         match unsafe { Post::nbx(param, CbKind::Send) } {
-            Ok(p) => p.run(w, |wk| wk.flush(Some(e.h)).map(Some)),
+            Ok(p) => p.run(w, |wk| wk.flush_nb(Some(e.h))),
             Err(s) => status_ptr(s),
         }
     })

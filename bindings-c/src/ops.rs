@@ -157,8 +157,8 @@ impl Post {
     }
 
     /// The common case of `ucp_request_param_t`, read without the general parsing: nothing
-    /// but a callback, user data and a contiguous datatype (what MPI libraries and
-    /// `ucx_perftest` pass on the small-message path). Returns the post and the bytes of
+    /// but a callback, user data, a contiguous datatype and `NO_IMM_CMPL` (what MPI
+    /// libraries and `ucx_perftest` pass on the small-message path). Returns the post and the bytes of
     /// `count` elements at `buffer`, or `None` for anything else (then use [`Post::nbx`]).
     ///
     /// # Safety
@@ -170,8 +170,11 @@ impl Post {
         buffer: *const c_void,
         count: usize,
     ) -> Option<(Post, Data)> {
-        const PLAIN: u32 =
-            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+        // (OpenMPI's pml ucx receives with CALLBACK | NO_IMM_CMPL.)
+        const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
+            | UCP_OP_ATTR_FIELD_USER_DATA
+            | UCP_OP_ATTR_FIELD_DATATYPE
+            | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         if param.is_null() {
             return None;
         }
@@ -203,6 +206,7 @@ impl Post {
             } else {
                 std::ptr::null_mut()
             },
+            no_imm: m & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0,
             ..Post::legacy(Cb::None)
         };
         // SAFETY: per the contract.
@@ -793,6 +797,24 @@ fn rma(
     let Some(k) = (unsafe { CRkey::from_ptr(rkey) }) else {
         return status_ptr(Status::InvalidParam);
     };
+    // Contiguous bytes into or out of a region mapped here, with nothing that asks for a
+    // request: a copy in the call (an MPI_Put into an MPI_Win_allocate window).
+    if let (Some(len), false, true) = (
+        contig_size(post.datatype).and_then(|el| count.checked_mul(el)),
+        post.no_imm || post.force_imm,
+        post.user_req.is_null() && (!buffer.is_null() || count == 0),
+    ) {
+        let h = e.h;
+        // SAFETY: ucp.h's contract: `buffer` holds `count` elements of the datatype (a
+        // get's writable), valid for the call, which is all this copy needs.
+        let local = unsafe { Buf::from_raw(buffer.cast(), len) };
+        let r = w.with(|wk| wk.rma_mapped(h, kind == Rma::Get, local, remote_addr, &k.rkey));
+        match r {
+            Some(Ok(())) => return std::ptr::null_mut(),
+            Some(Err(s)) => return status_ptr(s),
+            None => {}
+        }
+    }
     let d = data_or_ret!(buffer, count, post.datatype);
     let h = e.h;
     post.run(w, |wk| match kind {

@@ -845,7 +845,7 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
             return crate::status_ptr(Status::InvalidParam);
         };
         let p = crate::ops::Post::legacy(request::Cb::Send(cb));
-        p.run(w, |wk| wk.flush(None).map(Some))
+        p.run(w, |wk| wk.flush_nb(None))
     })
 }
 
@@ -866,7 +866,7 @@ pub unsafe extern "C" fn ucp_worker_flush_nbx(
             Ok(p) => p,
             Err(s) => return crate::status_ptr(s),
         };
-        p.run(w, |wk| wk.flush(None).map(Some))
+        p.run(w, |wk| wk.flush_nb(None))
     })
 }
 

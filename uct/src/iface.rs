@@ -267,6 +267,14 @@ pub trait Iface: Send + std::fmt::Debug {
     /// `None`) has completed at the target.
     fn flush(&mut self, ep: Option<EpId>, comp: Comp) -> UcsResult<Done>;
 
+    /// Whether a [`flush`](Self::flush) of `ep` would complete at once (`Ok(Done::Now)`):
+    /// nothing posted on it is in flight. Lets a caller skip making a flush request it
+    /// would free at once; `false` (the default) is always safe.
+    fn ep_idle(&self, ep: EpId) -> bool {
+        let _ = ep;
+        false
+    }
+
     /// Orders operations posted after it after those posted before it.
     fn fence(&mut self, ep: Option<EpId>) -> UcsResult<()> {
         let _ = ep;

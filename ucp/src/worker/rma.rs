@@ -557,6 +557,46 @@ impl Worker {
         r.ok_or(Status::IoError)
     }
 
+    /// A put or get of contiguous host bytes through a region of the peer's that is mapped
+    /// here, done in the call: `None` when that is not the case (the key is not mapped,
+    /// or `local` may be device memory) and [`put`](Self::put)/[`get`](Self::get) must
+    /// serve it. The C shim's `ucp_put_nbi`/`ucp_get_nbi` start here: no data state, no
+    /// request, a bounds check and a copy.
+    #[inline]
+    pub fn rma_mapped(
+        &mut self,
+        ep: EpHandle,
+        get: bool,
+        local: Buf,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Option<UcsResult<()>> {
+        let seg = rkey.mapped.as_ref()?;
+        if !local.host_accessible() {
+            return None;
+        }
+        let idx = ep.idx();
+        let e = self.core.eps.get(idx);
+        if rkey.ep != idx || e.is_none() {
+            return Some(Err(Status::InvalidParam));
+        }
+        if let Some(s) = e.and_then(|e| e.failed) {
+            return Some(Err(s));
+        }
+        let len = local.len();
+        if let Err(s) = rkey.check(remote_addr, len) {
+            return Some(Err(s));
+        }
+        let at = seg.base() as u64 + (remote_addr - rkey.base);
+        if get {
+            buf::with_raw(at, len, |src| local.write_at(0, src));
+        } else {
+            buf::with_raw_mut(at, len, |dst| local.read_at(0, dst));
+        }
+        self.core.stats.rma_mapped += 1;
+        Some(Ok(()))
+    }
+
     /// Orders RMA operations posted after it after those posted before (`ucp_ep_fence`,
     /// `ucp_worker_fence`). Operations on one endpoint already execute in posting order
     /// (messages are ordered per endpoint; the memory lane completes before returning), so

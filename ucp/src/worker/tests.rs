@@ -64,6 +64,16 @@ fn contig(v: &[u8]) -> Data {
     Data::Contig(unsafe { Buf::from_slice(v) })
 }
 
+fn buf_of(v: &[u8]) -> Buf {
+    // SAFETY: as above.
+    unsafe { Buf::from_slice(v) }
+}
+
+fn buf_of_mut(v: &mut [u8]) -> Buf {
+    // SAFETY: as above.
+    unsafe { Buf::from_mut_slice(v) }
+}
+
 fn contig_mut(v: &mut [u8]) -> Data {
     // SAFETY: as above.
     Data::Contig(unsafe { Buf::from_mut_slice(v) })
@@ -1742,6 +1752,27 @@ fn rma_put_get_atomics_and_bounds() {
             assert_eq!(run(&mut a, &mut b, r), Status::InvalidParam, "{tls}");
             b.mem_read(region, 0, &mut w).unwrap();
             assert_eq!(w, [0u8; 8]);
+        }
+        // The C shim's fast path: contiguous bytes through the mapped region, in the call,
+        // bounds checked; a flush then has nothing to wait for and makes no request.
+        let src = pattern(16, 9);
+        let mut back = [0u8; 16];
+        let done = a.rma_mapped(ab, false, buf_of(&src), base + 256, &rk);
+        if tls == "tcp" {
+            assert_eq!(done, None, "not mapped over tcp");
+        } else {
+            assert_eq!(done, Some(Ok(())), "{tls}");
+            let mut w16 = [0u8; 16];
+            b.mem_read(region, 256, &mut w16).unwrap();
+            assert_eq!(w16[..], src[..]);
+            let got = a.rma_mapped(ab, true, buf_of_mut(&mut back), base + 256, &rk);
+            assert_eq!(got, Some(Ok(())));
+            assert_eq!(back[..], src[..]);
+            let len = rk.bounds().1;
+            let over = a.rma_mapped(ab, false, buf_of(&src), base + len - 8, &rk);
+            assert_eq!(over, Some(Err(Status::InvalidParam)), "past the end");
+            assert_eq!(a.flush_nb(Some(ab)), Ok(None), "nothing in flight");
+            assert_eq!(a.flush_nb(None), Ok(None));
         }
         // Same host with shared memory: the worker-allocated region is mapped by a, and its
         // puts and gets are copies.

@@ -2,6 +2,8 @@
 
 use std::collections::VecDeque;
 
+use smallvec::SmallVec;
+
 use ucs::{Status, UcsResult};
 use uct::component::DeviceKind;
 use uct::{Done, Iface, IfaceFlags, MemoryType};
@@ -237,6 +239,34 @@ impl Worker {
     /// completes when every send posted before it has completed.
     pub fn flush(&mut self, ep: Option<EpHandle>) -> UcsResult<ReqId> {
         self.flush_op(ep, false, 0, false)
+    }
+
+    /// [`flush`](Self::flush) that completes in the call when it can, as UCX's does: `None`
+    /// when nothing this side posted is still in flight (the common case of
+    /// `MPI_Win_flush` after mapped or synchronous puts), else the request.
+    pub fn flush_nb(&mut self, ep: Option<EpHandle>) -> UcsResult<Option<ReqId>> {
+        let core = &self.core;
+        let idle = |e: &Ep| {
+            [Some(e.am), e.rma, e.rma_dev]
+                .into_iter()
+                .flatten()
+                .all(|l| self.ifaces[l.iface].ep_idle(l.ep))
+        };
+        let quick = core.flushes.is_empty()
+            && match ep {
+                Some(h) => {
+                    let e = core.eps.get(h.idx()).ok_or(Status::InvalidParam)?;
+                    e.failed.is_none() && !ep_busy(core, h.idx()) && idle(e)
+                }
+                None => core
+                    .eps
+                    .iter()
+                    .all(|(i, e)| e.failed.is_some() || (!ep_busy(core, i) && idle(e))),
+            };
+        if quick {
+            return Ok(None);
+        }
+        self.flush(ep).map(Some)
     }
 
     /// Closes an endpoint after flushing it (`ucp_ep_close_nbx` in flush mode); the handle
@@ -522,11 +552,17 @@ pub(super) fn send_ctrl(
     }
 }
 
-/// Moves flush requests along; returns how many completed.
+/// Moves flush requests along; returns how many completed. Allocates nothing in the
+/// common case (one flush, a few lanes): a flush after one-sided operations is on the
+/// latency path of `MPI_Win_flush`.
 pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -> usize {
     let mut done = 0;
-    let ids = std::mem::take(&mut core.flushes);
-    for id in ids {
+    // Taken and put back with the ones still waiting, so the vector keeps its capacity;
+    // flushes posted meanwhile (by a completion callback) are appended.
+    let mut ids = std::mem::take(&mut core.flushes);
+    let mut keep = 0;
+    for i in 0..ids.len() {
+        let id = ids[i];
         let Some(Op::Flush(f)) = core.reqs.get(id).map(|r| &r.state) else {
             continue;
         };
@@ -537,20 +573,20 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
             None => core.eps.iter().any(|(i, _)| ep_busy(core, i)),
         };
         if busy {
-            core.flushes.push(id);
+            ids[keep] = id;
+            keep += 1;
             continue;
         }
         let pending = match uct {
             Some(n) => n,
             None => {
                 // Flush the lanes at the transport level.
-                let mut lanes = Vec::new();
+                let mut lanes: SmallVec<[Lane; 4]> = SmallVec::new();
                 for (i, e) in core.eps.iter() {
                     if ep.is_none_or(|x| x == i) && e.failed.is_none() {
-                        lanes.push(e.am);
-                        for r in [e.rma, e.rma_dev].into_iter().flatten() {
-                            if !lanes.contains(&r) {
-                                lanes.push(r);
+                        for l in [Some(e.am), e.rma, e.rma_dev].into_iter().flatten() {
+                            if !lanes.contains(&l) {
+                                lanes.push(l);
                             }
                         }
                     }
@@ -569,7 +605,8 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
             }
         };
         if pending > 0 {
-            core.flushes.push(id);
+            ids[keep] = id;
+            keep += 1;
             continue;
         }
         let status = match ep.and_then(|e| core.eps.get(e)).and_then(|e| e.failed) {
@@ -584,6 +621,9 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
         core.complete(id, status, None);
         done += 1;
     }
+    ids.truncate(keep);
+    ids.append(&mut core.flushes);
+    core.flushes = ids;
     done
 }
 

@@ -453,6 +453,10 @@ impl Iface for CmaIface {
         }
     }
 
+    fn ep_idle(&self, ep: EpId) -> bool {
+        self.eps.get(ep.index()).is_some_and(|e| e.failed.is_none())
+    }
+
     fn progress(&mut self, h: &mut dyn Handler) -> usize {
         self.progress_calls = self.progress_calls.wrapping_add(1);
         if self.progress_calls.is_multiple_of(256) && !self.eps.is_empty() {

@@ -219,6 +219,10 @@ impl Iface for SelfIface {
         Ok(Done::Now)
     }
 
+    fn ep_idle(&self, ep: EpId) -> bool {
+        self.check_ep(ep).is_ok()
+    }
+
     fn progress(&mut self, h: &mut dyn Handler) -> usize {
         let mut n = 0;
         // Deliver what is queued now; messages queued by the handler's owner afterwards wait

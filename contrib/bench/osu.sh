@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# MPI point-to-point patterns (contrib/bench/osu.c, in the OSU micro-benchmarks' shapes)
+# with OpenMPI 4.1.4 over Debian's UCX 1.13.1 and over Rucx's libucp.so.0 (release build),
+# in alternating rounds; prints, per pattern and size, the median of each library, the
+# spread (min..max) of each library's rounds, the ratio Rucx / UCX of the medians and the
+# median of the per-round ratios ("paired": latency below 1.0, bandwidth above 1.0 means
+# Rucx is better).
+#
+#   contrib/bench/osu.sh [-r ROUNDS] [-s SIZES] [PATTERN ...]
+#
+# PATTERN: lat sendrecv bw bibw mlat2 mlat4 put_lat get_lat put_bw get_bw (default: all).
+# mlatN is the multi-pair latency with N pairs (2N ranks; this 2-core machine then runs
+# more ranks than cores, so those figures measure oversubscription as much as the library).
+# With UCX122=1, UCX 1.22 (the wheel, contrib/bench/ucx-env.sh) is a third column.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=3 sizes="1,8,64,512,4096,32768,262144,1048576,4194304"
+while getopts "r:s:" o; do
+  case $o in r) rounds=$OPTARG ;; s) sizes=$OPTARG ;; *) exit 2 ;; esac
+done
+shift $((OPTIND - 1))
+pats=("$@")
+[ $# -eq 0 ] && pats=(lat sendrecv bw bibw mlat2 mlat4 put_lat get_lat put_bw get_bw)
+
+cargo build --release -q -p rucx-bindings-c
+work=$(mktemp -d /tmp/rucx-osu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/lib"
+ln -sf "$PWD/target/release/librucx_bindings_c.so" "$work/lib/libucp.so.0"
+mpicc -O2 -o "$work/osu" contrib/bench/osu.c
+libs=(ucx113 rucx)
+if [ -n "${UCX122:-}" ]; then
+  # shellcheck source=contrib/bench/ucx-env.sh
+  source contrib/bench/ucx-env.sh
+  libs+=(ucx122)
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# run LIB PATTERN: "size value" lines of one run.
+run() {
+  local lib=$1 pat=$2 np=2 bind=(--bind-to core) osc=() env=()
+  case $pat in
+    mlat*) np=$((2 * ${pat#mlat})); pat=mlat; bind=(--bind-to none) ;;
+    put_* | get_*) osc=(--mca osc ucx) ;;
+  esac
+  case $lib in
+    rucx) env=(-x LD_LIBRARY_PATH="$work/lib") ;;
+    ucx122)
+      local d=${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}/libucx
+      env=(-x LD_LIBRARY_PATH="$d/lib" -x UCX_MODULE_DIR="$d/lib/ucx") ;;
+  esac
+  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$np" "${bind[@]}" \
+    --mca plm isolated --mca btl self --mca pml ucx --mca pml_ucx_tls any \
+    --mca pml_ucx_devices any "${osc[@]}" -x UCX_TLS=posix,cma,self "${env[@]}" \
+    "$work/osu" "$pat" "$sizes" 2>/dev/null | awk '{print $2, $3}'
+}
+
+printf '%-9s %9s' pattern size
+for l in "${libs[@]}"; do printf ' %11s %19s' "$l" "(min..max)"; done
+printf ' %9s %9s\n' rucx/1.13 paired
+for pat in "${pats[@]}"; do
+  for r in $(seq "$rounds"); do
+    for l in "${libs[@]}"; do
+      run "$l" "$pat" >"$work/$pat.$l.$r" || true
+    done
+  done
+  for n in ${sizes//,/ }; do
+    printf '%-9s %9s' "$pat" "$n"
+    declare -A med=()
+    for l in "${libs[@]}"; do
+      vals=$(cat "$work/$pat.$l".* 2>/dev/null | awk -v n="$n" '$1 == n {print $2}' | sort -g)
+      m=$(awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}' <<<"$vals")
+      lo=$(head -n1 <<<"$vals"); hi=$(tail -n1 <<<"$vals")
+      med[$l]=$m
+      printf ' %11s %19s' "$m" "(${lo:-nan}..${hi:-nan})"
+    done
+    # The ratio of the medians, and the median of each round's own ratio (the two runs of
+    # a round are seconds apart, so a slow spell of the machine hits both).
+    paired=$(for r in $(seq "$rounds"); do
+      a=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.rucx.$r" 2>/dev/null)
+      b=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.ucx113.$r" 2>/dev/null)
+      [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) print a / b }'
+    done | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) printf "%.3f", v[(NR+1)/2]; else printf "%.3f", (v[NR/2]+v[NR/2+1])/2}')
+    printf ' %9s %9s\n' "$(awk -v a="${med[rucx]}" -v b="${med[ucx113]}" 'BEGIN { print (a == "nan" || b == "nan" || b == 0) ? "nan" : sprintf("%.3f", a / b) }')" "$paired"
+  done
+done
