@@ -16,6 +16,7 @@ mod context;
 mod dt;
 mod ep;
 mod ext;
+mod fast;
 mod ops;
 mod request;
 mod worker;

@@ -12,7 +12,7 @@ use crate::ep::{CEp, CRkey};
 use crate::request::{self, user_ptr, Cb};
 use crate::types::*;
 use crate::worker::{info_of, CWorker};
-use crate::{code, guard, status_ptr};
+use crate::{code, fast, guard, status_ptr};
 
 /// Which member of `ucp_request_param_t::cb` an operation uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -439,6 +439,13 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
         // SAFETY: ucp.h's contract for this call.
+        if let Some(pp) = unsafe { fast::plain(param) } {
+            // SAFETY: as above.
+            if let Some(r) = unsafe { fast::tag_send(ep, buffer, count, tag, &pp) } {
+                return r;
+            }
+        }
+        // SAFETY: ucp.h's contract for this call.
         if let Some((post, d)) = unsafe { Post::plain_contig(param, CbKind::Send, buffer, count) } {
             let (e, w) = ep_or_ret!(ep);
             let h = e.h;
@@ -513,6 +520,13 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: ucp.h's contract for this call.
+        if let Some(pp) = unsafe { fast::plain(param) } {
+            // SAFETY: as above.
+            if let Some(r) = unsafe { fast::tag_recv(worker, buffer, count, tag, tag_mask, &pp) } {
+                return r;
+            }
+        }
         // SAFETY: ucp.h's contract for this call.
         let plain = unsafe { Post::plain_contig(param, CbKind::TagRecv, buffer, count) };
         if let Some((post, d)) = plain {

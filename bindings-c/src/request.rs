@@ -234,6 +234,20 @@ pub(crate) unsafe fn alloc(
     Some(h)
 }
 
+/// Gives back a header from [`alloc`] that was never handed out: marked dead, and pool
+/// memory (`user` false) returned to the pool.
+///
+/// # Safety
+/// `h` came from `alloc` on `w` (with application memory exactly when `user`) and nobody
+/// else has seen it.
+pub(crate) unsafe fn discard(w: &CWorker, h: *mut ReqHdr, user: bool) {
+    // SAFETY: per the contract.
+    unsafe { (*h).magic.store(MAGIC_FREE, Ordering::Release) };
+    if !user {
+        w.req_put(h);
+    }
+}
+
 /// Completes a request: records the status and info, calls its callback, and releases it
 /// when the application freed it already. A request freed (`ucp_request_free`) before it
 /// completed is released without its callback (`ucp.h`: "no further notifications or

@@ -241,9 +241,14 @@ impl CWorker {
         }
     }
 
-    /// Runs `f` on the worker, locked.
+    /// Runs `f` on the worker, locked. (Each mode reaches the worker directly, not through
+    /// the guard enum, which would match the mode again on every access.)
+    #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
-        f(&mut self.inner.lock().w)
+        match &self.inner {
+            State::Serial(c) => f(&mut c.borrow_mut().w),
+            State::Multi(m) => f(&mut lock(m).w),
+        }
     }
 
     /// Runs `f` on the locked state.

@@ -8,7 +8,7 @@
 //! A test encodes the contract when it passes on UCX: every test must pass on at least one
 //! of the two UCX versions, and ours must pass every test that either passes. The tests
 //! UCX 1.13 fails are the ones `docs/c-abi.md` lists as its own breaks of the contract
-//! (`UCX113_BREAKS`).
+//! (`UCX113_BREAKS`), and those it keeps only sometimes (`UCX113_FLAKY`).
 
 mod common;
 
@@ -18,6 +18,10 @@ use std::process::Command;
 
 /// The promises UCX 1.13.1 itself breaks (docs/c-abi.md, "Where UCX breaks its contract").
 const UCX113_BREAKS: &[&str] = &["callbacks.immediate_receive_with_info"];
+
+/// The promises UCX 1.13.1 keeps only sometimes (same section): either result of 1.13 is
+/// accepted, and the test then counts as the contract through UCX 1.22.
+const UCX113_FLAKY: &[&str] = &["ep.close_after_the_peer_left"];
 
 fn scratch() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-contract");
@@ -156,6 +160,7 @@ fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
     for n in &names {
         let on = |m: &BTreeMap<String, String>| m.get(n).map(String::as_str) == Some("PASS");
         let breaks = UCX113_BREAKS.contains(&n.as_str());
+        let flaky = UCX113_FLAKY.contains(&n.as_str());
         let ucx_pass = on(&u113) || u122.as_ref().is_some_and(on);
         if !ucx_pass && breaks && u122.is_none() {
             eprintln!("{n}: not checked (UCX 1.13 breaks it and UCX 1.22 did not run)");
@@ -173,7 +178,7 @@ fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
         if !on(&r_ours) {
             problems.push(format!("{n}: passes on UCX, fails on Rucx (our headers)"));
         }
-        if on(&u113) == breaks {
+        if !flaky && on(&u113) == breaks {
             problems.push(format!(
                 "{n}: UCX 1.13 {} it, but docs/c-abi.md says it {}",
                 if on(&u113) { "passes" } else { "fails" },

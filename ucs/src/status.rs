@@ -90,7 +90,14 @@ impl Status {
 
     /// Maps a raw `ucs_status_t` back. Codes inside UCX's link/endpoint failure ranges
     /// map to the first code of their range; unknown codes give `None`.
+    #[inline]
     pub fn from_code(code: i8) -> Option<Status> {
+        // The two every request test sees, without the table walk.
+        match code {
+            0 => return Some(Status::Ok),
+            1 => return Some(Status::InProgress),
+            _ => {}
+        }
         if let Some(s) = ALL_STATUSES.iter().copied().find(|s| s.code() == code) {
             return Some(s);
         }

@@ -6,6 +6,7 @@ use ucs::Status;
 
 use super::{Op, Worker};
 use crate::request::ReqId;
+use crate::tag::TagInfo;
 
 impl Worker {
     /// Asks for request `id`'s completion to be reported by [`Worker::poll_completion`]
@@ -24,5 +25,31 @@ impl Worker {
             },
             None => Status::InvalidParam,
         }
+    }
+
+    /// [`request_subscribe`](Self::request_subscribe) in one step with what the caller
+    /// does when the request finished already: then its status and info, and the request
+    /// is freed. `Err((InvalidParam, None))` for an unknown id.
+    #[inline]
+    pub fn subscribe_or_take(
+        &mut self,
+        id: ReqId,
+        user_data: u64,
+    ) -> Result<(), (Status, Option<TagInfo>)> {
+        let done = match self.core.reqs.get_mut(id) {
+            Some(r) => match r.state {
+                Op::Done { status, info } => (status, info),
+                _ => {
+                    r.notify = true;
+                    r.user_data = user_data;
+                    return Ok(());
+                }
+            },
+            None => return Err((Status::InvalidParam, None)),
+        };
+        self.core
+            .reqs
+            .remove_plain(id, |s| matches!(s, Op::Done { .. }));
+        Err(done)
     }
 }

@@ -169,7 +169,7 @@ impl Core {
     fn eager_unexpected(&mut self, info: TagInfo, payload: &[u8]) {
         self.stats.unexpected += 1;
         let msg = Unexp::Eager {
-            data: payload.to_vec(),
+            data: super::UnexpData::from_slice(payload),
             sync: None,
         };
         self.store_unexpected(info, msg);
@@ -211,7 +211,7 @@ impl Core {
         } else {
             self.stats.unexpected += 1;
             let msg = Unexp::Eager {
-                data: payload.to_vec(),
+                data: super::UnexpData::from_slice(payload),
                 sync: Some((ep, sreq)),
             };
             self.store_unexpected(info, msg);

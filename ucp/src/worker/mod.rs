@@ -225,11 +225,20 @@ pub(crate) enum Ctrl {
     WireupReq,
 }
 
+/// Bytes of an unexpected eager message kept inline (the enum is as large as a
+/// rendezvous request anyway).
+pub(crate) const UNEXP_INLINE: usize = 128;
+
+/// The payload of an unexpected eager message.
+pub(crate) type UnexpData = SmallVec<[u8; UNEXP_INLINE]>;
+
 /// An unexpected message, stored in the matcher until a receive takes it.
 #[derive(Debug)]
 pub(crate) enum Unexp {
     Eager {
-        data: Vec<u8>,
+        /// Up to [`UNEXP_INLINE`] bytes are kept here, not on the heap: the small messages
+        /// of `MPI_Sendrecv` and bidirectional windows mostly arrive before their receive.
+        data: UnexpData,
         /// `(ep, sreq)` to acknowledge on match (synchronous send).
         sync: Option<(usize, u64)>,
     },

@@ -1,0 +1,260 @@
+//! The small-message path of `ucp_tag_send_nbx` and `ucp_tag_recv_nbx` with plain
+//! parameters: a callback, user data, a contiguous datatype, request memory of the
+//! application's, `NO_IMM_CMPL` and `FAST_CMPL`, which is what MPI libraries pass
+//! (OpenMPI's pml ucx: `MPI_Isend` with a callback, `MPI_Irecv` with a callback and
+//! `NO_IMM_CMPL`, blocking `MPI_Send`/`MPI_Recv` with a request on the stack). The general path (`ops::Post`) reads every field of
+//! `ucp_request_param_t` and carries the result through one routine for every operation;
+//! here each call does only what its case needs, which halves the library's instructions
+//! per message in a message-rate loop (docs/benchmarks.md, stop 31). Anything else —
+//! another field, a device buffer, a send that needs a request in the immediate case —
+//! returns `None`, untouched, and the caller takes the general path.
+
+use std::ffi::c_void;
+
+use ucp::{Buf, Data, RecvParams, SendParams};
+use ucs::Status;
+
+use crate::ep::CEp;
+use crate::request::{self, user_ptr, Cb, ReqHdr};
+use crate::status_ptr;
+use crate::types::*;
+use crate::worker::{info_of, CWorker};
+
+/// The fields of a plain `ucp_request_param_t`.
+#[derive(Clone, Copy)]
+pub(crate) struct Plain {
+    cb: *const c_void,
+    user_data: *mut c_void,
+    /// `UCP_OP_ATTR_FIELD_REQUEST`: the application's request memory (NULL: the pool's).
+    user_req: *mut c_void,
+    elem: usize,
+    no_imm: bool,
+}
+
+/// The attributes [`plain`] accepts (`FAST_CMPL` is a hint with nothing to do here).
+const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
+    | UCP_OP_ATTR_FIELD_USER_DATA
+    | UCP_OP_ATTR_FIELD_DATATYPE
+    | UCP_OP_ATTR_FIELD_REQUEST
+    | UCP_OP_ATTR_FLAG_NO_IMM_CMPL
+    | UCP_OP_ATTR_FLAG_FAST_CMPL;
+
+/// `param` when it is plain, else `None`.
+///
+/// # Safety
+/// `param` NULL or readable.
+#[inline(always)]
+pub(crate) unsafe fn plain(param: *const ucp_request_param_t) -> Option<Plain> {
+    if param.is_null() {
+        return None;
+    }
+    // SAFETY: readable by contract; op_attr_mask read first.
+    let p = unsafe { &*param };
+    let m = p.op_attr_mask;
+    if m & !PLAIN != 0 {
+        return None;
+    }
+    let elem = if m & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
+        crate::dt::contig_size(p.datatype)?
+    } else {
+        1
+    };
+    Some(Plain {
+        cb: if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+            p.cb
+        } else {
+            std::ptr::null()
+        },
+        user_data: if m & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+            p.user_data
+        } else {
+            std::ptr::null_mut()
+        },
+        user_req: if m & UCP_OP_ATTR_FIELD_REQUEST != 0 {
+            p.request
+        } else {
+            std::ptr::null_mut()
+        },
+        elem,
+        no_imm: m & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0,
+    })
+}
+
+impl Plain {
+    /// The contiguous host buffer of `count` elements at `buffer`, or `None` (overflow,
+    /// NULL with data, device memory: the general path reports or handles it).
+    ///
+    /// # Safety
+    /// ucp.h's contract: the buffer stays valid until the operation completes.
+    #[inline(always)]
+    unsafe fn buf(&self, buffer: *const c_void, count: usize) -> Option<Buf> {
+        let len = count.checked_mul(self.elem)?;
+        if (len > 0 && buffer.is_null()) || ucs::memtype::active() {
+            return None;
+        }
+        // SAFETY: per the contract.
+        Some(unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) })
+    }
+
+    fn cb(&self, kind: crate::ops::CbKind) -> Cb {
+        if self.cb.is_null() {
+            Cb::None
+        } else {
+            // SAFETY: the union member the operation uses, a function pointer of that type.
+            unsafe { Cb::from_param(kind, self.cb) }
+        }
+    }
+}
+
+const SEND_P: SendParams = SendParams {
+    sync: false,
+    user_data: 0,
+    notify: false,
+    force_imm: false,
+};
+
+const RECV_P: RecvParams = RecvParams {
+    user_data: 0,
+    notify: false,
+    force_imm: false,
+};
+
+/// `ucp_tag_send_nbx` with plain parameters, or `None` (nothing done) for the general path.
+///
+/// # Safety
+/// ucp.h's contract for `ucp_tag_send_nbx`.
+#[inline(always)]
+pub(crate) unsafe fn tag_send(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    tag: u64,
+    p: &Plain,
+) -> Option<ucs_status_ptr_t> {
+    if p.no_imm {
+        return None;
+    }
+    // SAFETY: per the contract.
+    let b = unsafe { p.buf(buffer, count) }?;
+    // SAFETY: an endpoint of ours (checked by magic; the general path reports otherwise).
+    let (e, w) = unsafe { CEp::from_ptr(ep) }?;
+    let h = e.h;
+    let id = match w.with(|wk| wk.tag_send(h, &Data::Contig(b), tag, SEND_P)) {
+        Ok(None) if p.user_req.is_null() => return Some(std::ptr::null_mut()),
+        Ok(None) => {
+            // SAFETY: the application's request memory, by UCP_OP_ATTR_FIELD_REQUEST's
+            // contract.
+            let Some(h) = (unsafe { request::alloc(w, p.user_req, Cb::None, p.user_data) }) else {
+                return Some(status_ptr(Status::NoMemory));
+            };
+            return Some(finished(w, h, Status::Ok, None, p, false));
+        }
+        Err(s) => return Some(status_ptr(s)),
+        Ok(Some(id)) => id,
+    };
+    Some(subscribe(w, id, p.cb(crate::ops::CbKind::Send), p, false))
+}
+
+/// `ucp_tag_recv_nbx` with plain parameters, or `None` (nothing done) for the general path.
+///
+/// # Safety
+/// ucp.h's contract for `ucp_tag_recv_nbx`.
+#[inline(always)]
+pub(crate) unsafe fn tag_recv(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    tag: u64,
+    tag_mask: u64,
+    p: &Plain,
+) -> Option<ucs_status_ptr_t> {
+    // SAFETY: per the contract.
+    let b = unsafe { p.buf(buffer, count) }?;
+    // SAFETY: a worker of ours (checked by magic; the general path reports otherwise).
+    let w = unsafe { CWorker::from_ptr(worker.cast()) }?;
+    // A receive usually waits: its request header is made first, so that posting and
+    // subscribing take the worker once.
+    let cb = p.cb(crate::ops::CbKind::TagRecv);
+    // SAFETY: the pool's memory, or the application's by UCP_OP_ATTR_FIELD_REQUEST's
+    // contract.
+    let Some(h) = (unsafe { request::alloc(w, p.user_req, cb, p.user_data) }) else {
+        return Some(status_ptr(Status::NoMemory));
+    };
+    let r = w.with(|wk| {
+        let id = wk.tag_recv(&Data::Contig(b), tag, tag_mask, RECV_P)?;
+        // SAFETY: h is ours and not yet visible to anyone.
+        unsafe { (*h).id = id.0 };
+        Ok(wk.subscribe_or_take(id, h as u64))
+    });
+    Some(match r {
+        Ok(Ok(())) => user_ptr(h),
+        Ok(Err((s, info))) => finished(w, h, s, info, p, true),
+        Err(s) => {
+            discard(w, h, p);
+            status_ptr(s)
+        }
+    })
+}
+
+/// Hands out request `id` as a C request, or reports it as UCX does when it finished
+/// already (as `ops::Post::run_out` does for the general path).
+#[inline(always)]
+fn subscribe(w: &CWorker, id: ucp::ReqId, cb: Cb, p: &Plain, recv: bool) -> ucs_status_ptr_t {
+    // SAFETY: the pool's memory, or the application's by UCP_OP_ATTR_FIELD_REQUEST's
+    // contract.
+    let Some(h) = (unsafe { request::alloc(w, p.user_req, cb, p.user_data) }) else {
+        w.with(|wk| wk.request_free(id));
+        return status_ptr(Status::NoMemory);
+    };
+    // SAFETY: h is ours and not yet visible to anyone.
+    unsafe { (*h).id = id.0 };
+    match w.with(|wk| wk.subscribe_or_take(id, h as u64)) {
+        Ok(()) => user_ptr(h),
+        Err((s, info)) => finished(w, h, s, info, p, recv),
+    }
+}
+
+/// Reports an operation that finished before it was handed out, with header `h` made for
+/// it, as UCX does: under `NO_IMM_CMPL` the request is returned with its callback run now;
+/// a request in the application's memory is completed without its callback (the
+/// application tests it) and NULL or the error returned; else NULL or the error.
+fn finished(
+    w: &CWorker,
+    h: *mut ReqHdr,
+    s: Status,
+    info: Option<ucp::tag::TagInfo>,
+    p: &Plain,
+    recv: bool,
+) -> ucs_status_ptr_t {
+    let reported = s == Status::Ok || (recv && s == Status::MessageTruncated);
+    if !reported {
+        discard(w, h, p);
+        return status_ptr(s);
+    }
+    if p.no_imm {
+        // SAFETY: h is live and completed once, here.
+        unsafe { request::complete(h, s, info_of(info)) };
+        return user_ptr(h);
+    }
+    if p.user_req.is_null() {
+        discard(w, h, p);
+    } else {
+        // SAFETY: h is live, in the application's memory, completed once, here.
+        unsafe {
+            (*h).cb = Cb::None;
+            request::complete(h, s, info_of(info));
+        }
+    }
+    if s == Status::Ok {
+        std::ptr::null_mut()
+    } else {
+        status_ptr(s)
+    }
+}
+
+/// Gives back a header that was never handed out: pool memory returns to the pool; the
+/// application's memory is left as it was given (it never held a live request).
+fn discard(w: &CWorker, h: *mut ReqHdr, p: &Plain) {
+    // SAFETY: h came from `alloc` on this worker and nobody else has seen it.
+    unsafe { request::discard(w, h, !p.user_req.is_null()) };
+}
