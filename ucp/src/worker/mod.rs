@@ -1137,6 +1137,15 @@ impl Core {
         Ok(l)
     }
 
+    /// Whether operations other than the one at hand are in flight. A rendezvous receiver
+    /// splits the copy with its sender only when neither side has other work: in
+    /// `MPI_Sendrecv` or a window of messages both ends are busy with their own copies,
+    /// and the split's extra round trip made 32 KiB exchanges twice as slow
+    /// (docs/benchmarks.md, stop 31).
+    pub(crate) fn busy_besides_one(&self) -> bool {
+        self.reqs.len() > 1
+    }
+
     pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {
         self.ctrl.push_back((ep, c));
         self.work = true;

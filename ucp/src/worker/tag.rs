@@ -1369,7 +1369,12 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             smallvec::smallvec![Iov::from_mut_slice(b)]
         }
     };
-    if help && layout.is_none() && r.rndv().bounce.is_none() && total >= core.split_thresh {
+    if help
+        && layout.is_none()
+        && r.rndv().bounce.is_none()
+        && total >= core.split_thresh
+        && !core.busy_besides_one()
+    {
         if let Some(head) = start_split(ifaces, core, id, lane, &local) {
             // Read only the head; the sender writes the rest.
             let mut cut = IovCutter::default();
@@ -1503,7 +1508,7 @@ fn get_mapped(
     // Share the copy: the sender writes the tail (its RTR_SPLIT is out before this side
     // starts copying).
     let mut head = total;
-    if help && !generic && total >= core.split_thresh {
+    if help && !generic && total >= core.split_thresh && !core.busy_besides_one() {
         let split = match core.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Recv(r)) if matches!(r.data, DataState::Layout(_)) => {
                 start_split_layout(ifaces, core, id, lane)

@@ -631,6 +631,35 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
     }
     assert_eq!(a.stats().rndv_split, 0, "only receivers count splits");
 
+    // A receiver with other operations in flight (here another receive, as in
+    // MPI_Sendrecv or a window) reads everything itself: no split, same data.
+    let mut other = [0u8; 8];
+    let pending = b
+        .tag_recv(&contig_mut(&mut other), 77, u64::MAX, RecvParams::default())
+        .unwrap();
+    let n = 600_000;
+    let src = pattern(n, 11);
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 9, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), 9, SendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    assert_eq!(b.wait(r).0, Status::Ok);
+    assert!(dst == src, "data of the unsplit rendezvous");
+    assert_eq!(
+        b.stats().rndv_split,
+        splits,
+        "a busy receiver does not split"
+    );
+    b.request_cancel(pending);
+    assert_eq!(b.wait(pending).0, Status::Canceled);
+
     // The receiver's reads end first when the sender does not progress: the receive
     // waits for the sender's FIN, then completes with every byte.
     let n = 1 << 20;
