@@ -124,6 +124,9 @@ pub struct Args {
     /// enough.
     #[arg(skip)]
     pub no_header: bool,
+    /// Which run of how many this is (a sweep, or the default suite), for the progress bar.
+    #[arg(skip)]
+    pub sweep_pos: Option<(usize, usize)>,
     /// Print help.
     #[arg(short = 'h', long = "help", action = clap::ArgAction::Help)]
     pub help: Option<bool>,
@@ -131,6 +134,9 @@ pub struct Args {
 
 /// The UCT-level tests.
 pub const UCT_TESTS: &[&str] = &["am_lat", "am_bw", "put_lat", "put_bw", "get"];
+
+/// Most scatter-gather entries handed to `ucx_perftest` (one command-line word).
+const MAX_UCX_ENTRIES: usize = 4096;
 
 /// Largest sweep (sizes in one `-s FROM..TO`).
 const MAX_SWEEP: usize = 64;
@@ -186,6 +192,33 @@ impl Args {
             }
         }
         self.msg_size()
+    }
+
+    /// Bytes of message buffers one process of this run allocates, at most: a send and a
+    /// receive buffer with the iov gaps between entries, one pair per message in flight
+    /// when `--validate` keeps them apart. Checked against the machine before anything is
+    /// allocated.
+    pub fn buffer_bytes(&self) -> Result<u128, String> {
+        let msg = self.message_bytes()? as u128;
+        let parts = self.msg_sizes().map_or(1, |v| v.len()) as u128;
+        let gaps = self.iov_gap as u128 * parts.saturating_sub(1);
+        // A named layout's buffer is the application's arrays, not the message.
+        let side = |d: &Dt| match d {
+            Dt::Named(n) => n.buf_len as u128,
+            _ => msg + gaps,
+        };
+        let pair = if !UCT_TESTS.contains(&self.test()) && self.layout.is_some() {
+            let (s, r) = self.ucp_layouts()?;
+            side(&s) + side(&r)
+        } else {
+            2 * (msg + gaps)
+        };
+        let slots = if self.validate {
+            u128::from(self.outstanding.max(32))
+        } else {
+            1
+        };
+        Ok(pair * slots)
     }
 
     /// The scatter-gather list of `-s`, in order (`SIZE:COUNT` expanded). A sweep is an
@@ -336,6 +369,9 @@ impl Args {
 
     /// Checks options that every test shares.
     pub fn check_common(&self) -> Result<(), String> {
+        if self.iters == Some(0) {
+            return Err("-n 0: a run needs at least one measured iteration".into());
+        }
         self.mem_spec()?;
         self.cpu()?;
         if !(0.0..=100.0).contains(&self.rank) {
@@ -356,6 +392,7 @@ impl Args {
             no_header: self.no_header,
             iters: self.iters(),
             progress: self.server.is_some() || self.loopback,
+            sweep: self.sweep_pos,
         }
     }
 
@@ -453,7 +490,16 @@ impl Args {
                 opt("-D", l.clone());
             }
         }
-        opt("-s", self.size_arg().to_string());
+        // In bytes: ucx_perftest reads no size suffixes (given "1k" it runs 1 byte).
+        let sizes: Vec<String> = self.msg_sizes()?.iter().map(usize::to_string).collect();
+        if sizes.len() > MAX_UCX_ENTRIES {
+            return Err(format!(
+                "-s {}: {} scatter-gather entries are more than ucx_perftest is given here ({MAX_UCX_ENTRIES})",
+                self.size_arg(),
+                sizes.len()
+            ));
+        }
+        opt("-s", sizes.join(","));
         if let Some(m) = &self.mem {
             opt("-m", m.clone());
         }
@@ -888,6 +934,53 @@ mod tests {
         let v = a.to_ucx_argv().unwrap();
         assert_eq!(v.join(" "), "-t tag_lat -s 64 -n 100 -w 10000 -R 50.0 -C");
         assert!(parse(&["-t", "tag_lat", "-D", "milc:4"])
+            .to_ucx_argv()
+            .is_err());
+    }
+
+    #[test]
+    fn zero_iterations_are_refused_and_buffers_are_counted() {
+        let e = parse(&["-t", "tag_lat", "-n", "0"])
+            .check_common()
+            .unwrap_err();
+        assert!(e.contains("-n 0"), "{e}");
+        assert!(parse(&["-t", "tag_lat", "-n", "1"]).check_common().is_ok());
+        // A send and a receive buffer; iov gaps between entries; one pair per message in
+        // flight under --validate; a named layout's whole arrays.
+        assert_eq!(
+            parse(&["-t", "tag_lat", "-s", "1m"]).buffer_bytes(),
+            Ok(2 << 20)
+        );
+        assert_eq!(
+            parse(&["-t", "tag_lat", "-D", "iov", "-s", "8:4", "-i", "100"]).buffer_bytes(),
+            Ok(2 * (32 + 300))
+        );
+        assert_eq!(
+            parse(&["-t", "tag_bw", "-s", "8", "--validate"]).buffer_bytes(),
+            Ok(2 * 8 * 32)
+        );
+        let named = parse(&["-t", "tag_lat", "-D", "milc:300"])
+            .buffer_bytes()
+            .unwrap();
+        assert!(
+            named > 300 << 30,
+            "{named}: the lattice's arrays, not the message"
+        );
+    }
+
+    #[test]
+    fn ucx_argv_gives_sizes_in_bytes() {
+        // ucx_perftest reads no suffixes: "1m" would be 1 byte there.
+        let s = |arg: &str| {
+            let v = parse(&["-t", "tag_lat", "-s", arg]).to_ucx_argv().unwrap();
+            let k = v.iter().position(|w| w == "-s").unwrap();
+            v[k + 1].clone()
+        };
+        assert_eq!(s("1m"), "1048576");
+        assert_eq!(s("64k"), "65536");
+        assert_eq!(s("16,48,8k"), "16,48,8192");
+        assert_eq!(s("1k:3"), "1024,1024,1024");
+        assert!(parse(&["-t", "tag_lat", "-s", "8:5000"])
             .to_ucx_argv()
             .is_err());
     }

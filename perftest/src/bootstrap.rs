@@ -31,8 +31,18 @@ impl Oob {
             .to_socket_addrs()
             .map_err(|e| io::Error::new(e.kind(), format!("cannot resolve {host}: {e}")))?
             .collect();
-        let deadline = std::time::Instant::now() + wait;
+        let start = std::time::Instant::now();
+        let deadline = start + wait;
+        let mut told = false;
         loop {
+            if !told && start.elapsed() >= Duration::from_secs(1) {
+                // Not silent for the whole wait: say what is being waited for.
+                told = true;
+                eprintln!(
+                    "rucx-perftest: nothing listening at {host}:{port} yet; retrying for {} s",
+                    wait.as_secs()
+                );
+            }
             let mut last = None;
             for a in &addrs {
                 match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
@@ -74,6 +84,19 @@ impl Oob {
         let mut buf = vec![0u8; len];
         self.sock.read_exact(&mut buf).map_err(peer_gone)?;
         Ok(buf)
+    }
+
+    /// [`recv`](Self::recv) that gives up after `wait` (`ErrorKind::TimedOut`).
+    pub fn recv_timeout(&mut self, wait: Duration) -> io::Result<Vec<u8>> {
+        self.sock.set_read_timeout(Some(wait))?;
+        let r = self.recv();
+        self.sock.set_read_timeout(None)?;
+        r.map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                io::Error::new(io::ErrorKind::TimedOut, "no answer")
+            }
+            _ => e,
+        })
     }
 
     /// Both sides return once both have called it.

@@ -68,8 +68,42 @@ pub fn run(
 ) -> Result<Option<(String, Row)>, Error> {
     match role {
         Role::Server => serve(a, path, oob).map(|()| None),
-        Role::Client => client(a, path, oob).map(|r| Some((path.to_string(), r))),
+        Role::Client => {
+            let r = client(a, path, oob)?;
+            let want = a.message_bytes().map_err(Error::Usage)?;
+            match checked_size(&r, want) {
+                Ok(()) => Ok(Some((path.to_string(), r))),
+                Err(e) => {
+                    // Two rows of different sizes: no ratio, in the table or the JSON.
+                    eprintln!("rucx-perftest: no comparison with {path}: {e}");
+                    Ok(None)
+                }
+            }
+        }
     }
+}
+
+/// Checks that the reference moved messages of `want` bytes: `ucx_perftest` does not print
+/// its message size, but its bandwidth (MB/s, 2^20 bytes) over its message rate is that
+/// size.
+pub fn checked_size(r: &Row, want: usize) -> Result<(), String> {
+    let (bw, rate) = if r.rate_overall > 0.0 {
+        (r.bw_overall, r.rate_overall)
+    } else {
+        (r.bw_avg, r.rate_avg)
+    };
+    if rate <= 0.0 || !bw.is_finite() {
+        return Err("its output has no message rate to check its message size by".into());
+    }
+    let got = bw * 1_048_576.0 / rate;
+    // Both columns are printed rounded (two decimals of MB/s, whole messages/s).
+    let slack = (want as f64 * 0.01).max(1.0) + 0.006 * 1_048_576.0 / rate;
+    if (got - want as f64).abs() > slack {
+        return Err(format!(
+            "its bandwidth and message rate say it moved {got:.0}-byte messages, not {want}"
+        ));
+    }
+    Ok(())
 }
 
 fn serve(a: &Args, path: &str, oob: &mut Oob) -> Result<(), Error> {
@@ -249,5 +283,23 @@ mod tests {
         assert_eq!(parse_final(n).unwrap().rate_avg, 1211720.0);
         assert!(parse_final("Final: 1 2 3").is_none());
         assert!(parse_final("nothing").is_none());
+    }
+
+    #[test]
+    fn a_reference_of_another_size_is_refused() {
+        // ucx_perftest -s 16,48 (64 bytes) and -s 1 (what it ran when given "-s 1k").
+        let r64 = parse_final(
+            "Final:                  1000      0.170     0.180     0.180      339.07     339.07     5555370     5555370",
+        )
+        .unwrap();
+        assert_eq!(checked_size(&r64, 64), Ok(()));
+        assert!(checked_size(&r64, 1024).is_err());
+        let r1 = parse_final(
+            "Final:                  1000      0.581     0.586     0.586       1.63       1.63     1706389     1706389",
+        )
+        .unwrap();
+        assert_eq!(checked_size(&r1, 1), Ok(()));
+        let e = checked_size(&r1, 1024).unwrap_err();
+        assert!(e.contains("1-byte messages, not 1024"), "{e}");
     }
 }

@@ -76,6 +76,39 @@ fn run_test(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
     }
 }
 
+/// CPU time (user and system) of this process so far, in seconds.
+fn cpu_seconds() -> Option<f64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 * 1e-6;
+    Some(t(u.user_time()) + t(u.system_time()))
+}
+
+/// The share of one CPU this process had since `t0` (wall clock, CPU time), for runs long
+/// enough to tell (a quarter of a second).
+fn cpu_share(t0: (std::time::Instant, Option<f64>)) -> Option<f64> {
+    let wall = t0.0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds()? - t0.1?;
+    (wall >= 0.25).then_some(cpu / wall)
+}
+
+/// Below this share of a CPU, a busy-polling side was sharing its core.
+const MIN_CPU_SHARE: f64 = 0.75;
+
+/// Why a run's figures cannot be trusted, from the client's and the server's CPU shares.
+fn contention(client: Option<f64>, server: Option<f64>) -> Option<String> {
+    let (who, share) = [("client", client), ("server", server)]
+        .into_iter()
+        .filter_map(|(w, s)| s.map(|s| (w, s)))
+        .find(|&(_, s)| s < MIN_CPU_SHARE)?;
+    Some(format!(
+        "the {who} process had {:.0}% of a CPU during this run; it busy-polls, so it should \
+         have had all of one: another process shared its core, and these figures measure \
+         that sharing, not the library. Pin both to idle CPUs (-c A,B) or unload the machine.",
+        share * 100.0
+    ))
+}
+
 /// Runs every run of the command line (one, or one per size of a sweep) on this side; the
 /// client collects the results.
 fn run_all(args: &Args, role: Role, oob: &mut Oob) -> Result<Vec<results::RunResult>, Error> {
@@ -87,7 +120,14 @@ fn run_all(args: &Args, role: Role, oob: &mut Oob) -> Result<Vec<results::RunRes
     for (k, a) in runs.iter().enumerate() {
         let mut a = a.clone();
         a.no_header = sweep && k > 0 && (a.final_only || a.csv);
+        if sweep {
+            a.sweep_pos = Some((k + 1, runs.len()));
+        }
         let a = &a;
+        if role == Role::Server {
+            // A server on another host checks its own memory.
+            check_memory(a, 1)?;
+        }
         if sweep && role == Role::Client && !quiet {
             println!(
                 "# {}, {} bytes",
@@ -95,7 +135,31 @@ fn run_all(args: &Args, role: Role, oob: &mut Oob) -> Result<Vec<results::RunRes
                 a.message_bytes().map_err(Error::Usage)?
             );
         }
+        let t0 = (std::time::Instant::now(), cpu_seconds());
         run_test(a, role, oob)?;
+        let share = cpu_share(t0);
+        // Each side's share of a CPU while it ran: both busy-poll, so anything well below
+        // one CPU means another process shared its core, and the figures measure that.
+        let shares = match role {
+            Role::Server => {
+                oob.send(format!("cpu {}", share.unwrap_or(-1.0)).as_bytes())
+                    .map_err(Error::Oob)?;
+                None
+            }
+            Role::Client => {
+                let m = oob.recv().map_err(Error::Oob)?;
+                let theirs = std::str::from_utf8(&m)
+                    .ok()
+                    .and_then(|m| m.strip_prefix("cpu "))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .ok_or_else(|| Error::Peer("malformed CPU share from the server".into()))?;
+                Some((share, (theirs >= 0.0).then_some(theirs)))
+            }
+        };
+        let contended = shares.and_then(|(c, s)| contention(c, s));
+        if let Some(why) = &contended {
+            eprintln!("rucx-perftest: warning: {why}");
+        }
         let ucx = match &a.compare_ucx {
             Some(path) => compare::run(a, path, role, oob)?,
             None => None,
@@ -107,7 +171,10 @@ fn run_all(args: &Args, role: Role, oob: &mut Oob) -> Result<Vec<results::RunRes
             if let Some(u) = &ucx {
                 compare::print(a, &row, u);
             }
-            out.push(results::RunResult::new(a, row, ucx)?);
+            let mut r = results::RunResult::new(a, row, ucx)?;
+            r.cpu_share = shares;
+            r.contended = contended.is_some();
+            out.push(r);
         }
     }
     Ok(out)
@@ -121,14 +188,36 @@ fn unknown_test(t: &str) -> Error {
     ))
 }
 
+/// The server's answer to a client's command line: the handshake a client waits for, so
+/// that a port where something else listens is an error and not a silent wait.
+const HELLO: &[u8] = b"rucx-perftest ready";
+
+/// How long a client waits for the server's handshake once connected.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+
+/// Set in the environment of `--loopback`'s server process, which has nobody to tell that
+/// it waits.
+const LOOPBACK_CHILD: &str = "RUCX_PERFTEST_LOOPBACK_CHILD";
+
 fn server(port: u16, own_cpus: Option<String>) -> Result<(), Error> {
+    if std::env::var_os(LOOPBACK_CHILD).is_none() {
+        // As ucx_perftest says it.
+        println!("Waiting for connection on port {port}...");
+    }
     let mut oob = Oob::accept(port).map_err(Error::Oob)?;
     let argv = String::from_utf8(oob.recv().map_err(Error::Oob)?)
         .map_err(|_| Error::Peer("the client sent a malformed command line".into()))?;
     let mut full = vec!["rucx-perftest".to_string()];
     full.extend(argv.split('\0').filter(|s| !s.is_empty()).map(String::from));
-    let mut args = Args::try_parse_from(&full)
-        .map_err(|e| Error::Peer(format!("the client's command line: {e}")))?;
+    let mut args = match Args::try_parse_from(&full) {
+        Ok(a) => a,
+        Err(e) => {
+            let msg = format!("the client's command line: {e}");
+            let _ = oob.send(format!("error {msg}").as_bytes());
+            return Err(Error::Peer(msg));
+        }
+    };
+    oob.send(HELLO).map_err(Error::Oob)?;
     args.server = None;
     args.cpus = own_cpus;
     run_all(&args, Role::Server, &mut oob).map(drop)
@@ -141,6 +230,28 @@ fn client(args: &Args, host: &str) -> Result<Vec<results::RunResult>, Error> {
         argv.extend(["--compare-ucx".to_string(), p.clone()]);
     }
     oob.send(argv.join("\0").as_bytes()).map_err(Error::Oob)?;
+    let hello = match oob.recv_timeout(HELLO_WAIT) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(Error::Peer(format!(
+                "{host}:{} accepted the connection but gave no rucx-perftest handshake in {} s (is an rucx-perftest server listening there?)",
+                args.port,
+                HELLO_WAIT.as_secs()
+            )))
+        }
+        Err(e) => return Err(Error::Oob(e)),
+    };
+    if hello != HELLO {
+        let m = String::from_utf8_lossy(&hello);
+        return Err(Error::Peer(match m.strip_prefix("error ") {
+            Some(e) => format!("the server refused: {e}"),
+            None => format!(
+                "{host}:{} is not an rucx-perftest server of this version (it answered {:?})",
+                args.port,
+                m.chars().take(60).collect::<String>()
+            ),
+        }));
+    }
     run_all(args, Role::Client, &mut oob)
 }
 
@@ -157,6 +268,7 @@ fn validate(args: &Args) -> Result<(), Error> {
         if a.compare_ucx.is_some() {
             a.to_ucx_argv().map_err(Error::Usage)?;
         }
+        check_memory(&a, if a.loopback { 2 } else { 1 })?;
     }
     if let Some(p) = &args.compare_ucx {
         compare::check_program(p)?;
@@ -164,8 +276,89 @@ fn validate(args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
+/// Refuses a run whose buffers cannot fit this machine, before anything is allocated
+/// (instead of an abort in the allocator, or the OOM killer).
+/// `processes`: how many processes of the run share this host.
+fn check_memory(a: &Args, processes: u128) -> Result<(), Error> {
+    let per_process = a.buffer_bytes().map_err(Error::Usage)?;
+    let need = per_process * processes;
+    let Some(have) = mem::available_bytes(!a.heap_buffers) else {
+        return Ok(());
+    };
+    if need > u128::from(have) {
+        let what = match &a.layout {
+            Some(l) if !UCT_TESTS.contains(&a.test()) && a.message_bytes().is_ok() => {
+                format!("-D {l} ({}-byte messages)", a.message_bytes().unwrap_or(0))
+            }
+            _ => format!("-s {}", a.size_arg()),
+        };
+        return Err(Error::Usage(format!(
+            "{what}: the run needs {} of message buffers ({} per process), and this machine has {} available",
+            mem::human(need),
+            mem::human(per_process),
+            mem::human(u128::from(have))
+        )));
+    }
+    Ok(())
+}
+
+/// The two least busy CPUs this process may run on, from two samples of `/proc/stat`
+/// 100 ms apart; `None` with fewer than two CPUs or nothing to read.
+fn idle_cpus() -> Option<(usize, usize)> {
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+    let sample = || -> Option<Vec<(usize, u64, u64)>> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        Some(
+            stat.lines()
+                .filter_map(|l| {
+                    let mut w = l.split_whitespace();
+                    let cpu: usize = w.next()?.strip_prefix("cpu")?.parse().ok()?;
+                    let v: Vec<u64> = w.filter_map(|x| x.parse().ok()).collect();
+                    // idle + iowait, and the total.
+                    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+                    Some((cpu, idle, v.iter().sum()))
+                })
+                .filter(|&(cpu, ..)| allowed.is_set(cpu).unwrap_or(false))
+                .collect(),
+        )
+    };
+    let a = sample()?;
+    std::thread::sleep(Duration::from_millis(100));
+    let b = sample()?;
+    let mut busy: Vec<(f64, usize)> = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.0 == y.0 && y.2 > x.2)
+        .map(|(x, y)| (1.0 - (y.1 - x.1) as f64 / (y.2 - x.2) as f64, x.0))
+        .collect();
+    busy.sort_by(|p, q| p.0.total_cmp(&q.0));
+    match busy[..] {
+        [(_, c), (_, s), ..] => Some((c, s)),
+        _ => None,
+    }
+}
+
 fn loopback(args: &Args) -> Result<Vec<results::RunResult>, Error> {
     validate(args)?;
+    // Two busy-polling processes must not share a core: unless told where (-c A,B), the
+    // client and the server go to the two least busy CPUs.
+    let pinned;
+    let args = if args.cpus.is_none() {
+        let mut a = args.clone();
+        if let Some((c, sv)) = idle_cpus() {
+            a.cpus = Some(format!("{c},{sv}"));
+            let f = a.format();
+            if !(f.quiet || f.final_only || f.csv || f.no_header || a.sweep_pos.is_some()) {
+                println!(
+                    "# client on CPU {c}, server on CPU {sv} (the least busy; -c A,B to choose)"
+                );
+            }
+        }
+        pinned = a;
+        &pinned
+    } else {
+        args
+    };
     let l = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(Error::Oob)?;
     let port = l.local_addr().map_err(Error::Oob)?.port();
     drop(l);
@@ -178,6 +371,7 @@ fn loopback(args: &Args) -> Result<Vec<results::RunResult>, Error> {
     }
     let mut child = std::process::Command::new(exe)
         .args(&server_args)
+        .env(LOOPBACK_CHILD, "1")
         .spawn()
         .map_err(|e| Error::Setup(format!("cannot start the server process: {e}")))?;
     let mut a = args.clone();
@@ -202,14 +396,20 @@ const SUITE_SIZES: [usize; 6] = [8, 64, 1 << 10, 8 << 10, 64 << 10, 1 << 20];
 /// transports the context selects (`UCX_TLS` and `UCX_NET_DEVICES` apply when set). Each
 /// case moves a bounded number of bytes, so the whole suite takes seconds.
 fn default_suite(args: &Args) -> Result<Vec<results::RunResult>, Error> {
-    let tls = std::env::var("UCX_TLS").unwrap_or_else(|_| "auto".into());
+    let tls = std::env::var("UCX_TLS")
+        .map_or_else(|_| "UCX_TLS unset".into(), |v| format!("UCX_TLS={v}"));
     let mut out = Vec::new();
-    for (test, budget, most) in [
+    let cases = 2 * SUITE_SIZES.len();
+    for (t, (test, budget, most)) in [
         ("tag_lat", 256u64 << 20, 100_000u64),
         ("tag_bw", 1 << 30, 200_000),
-    ] {
-        for size in SUITE_SIZES {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (k, size) in SUITE_SIZES.into_iter().enumerate() {
             let mut a = args.clone();
+            a.sweep_pos = Some((t * SUITE_SIZES.len() + k + 1, cases));
             a.test = Some(test.to_string());
             a.tl = None;
             a.device = None;
@@ -221,7 +421,7 @@ fn default_suite(args: &Args) -> Result<Vec<results::RunResult>, Error> {
             a.iters = Some(n);
             a.warmup = args.warmup.min(n / 10);
             if !a.format().quiet {
-                println!("# {test}, {size} bytes (transports: {tls})");
+                println!("# {test}, {size} bytes ({tls})");
             }
             out.extend(loopback(&a)?);
         }
@@ -286,6 +486,50 @@ fn plot_only(args: &Args) -> Result<(), Error> {
     plot::write_svg(out, &series).map_err(Error::Setup)
 }
 
+/// Refuses outputs that would fail only after the whole run: a `--plot` that is not SVG
+/// (the only format drawn), and files that cannot be written.
+fn check_outputs(args: &Args) -> Result<(), Error> {
+    if let Some(p) = &args.plot {
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !ext.eq_ignore_ascii_case("svg") {
+            return Err(Error::Usage(format!(
+                "--plot {}: the plot is drawn as SVG only; name the file .svg",
+                p.display()
+            )));
+        }
+    }
+    let outs = [args.json.as_deref(), args.plot.as_deref()];
+    for p in outs.into_iter().flatten() {
+        if p == std::path::Path::new("-") {
+            continue;
+        }
+        writable(p).map_err(|e| Error::Usage(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// Whether `p` can be written: an existing file is opened for writing (not truncated); a
+/// new one is created and removed again (permission bits alone say little to root).
+fn writable(p: &std::path::Path) -> Result<(), String> {
+    use std::fs::OpenOptions;
+    if p.is_dir() {
+        return Err("it is a directory".into());
+    }
+    if p.exists() {
+        return OpenOptions::new()
+            .write(true)
+            .open(p)
+            .map(drop)
+            .map_err(|e| e.to_string());
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(p)
+        .map_err(|e| e.to_string())?;
+    std::fs::remove_file(p).map_err(|e| e.to_string())
+}
+
 /// The client's outputs after the runs: `--json` and `--plot`.
 fn outputs(args: &Args, runs: &[results::RunResult]) -> Result<(), Error> {
     if let Some(path) = &args.json {
@@ -318,7 +562,9 @@ fn main() -> ExitCode {
     }
     let uct_sweep = matches!(args.test.as_deref(), Some("am_lat" | "am_bw")) && args.tl.is_none();
     let is_client = args.server.is_some() || args.loopback;
-    let r = if !args.from.is_empty() && args.test.is_none() && !args.loopback {
+    let r = if let Err(e) = check_outputs(&args) {
+        Err(e)
+    } else if !args.from.is_empty() && args.test.is_none() && !args.loopback {
         plot_only(&args)
     } else if !is_client && (args.json.is_some() || args.plot.is_some()) {
         Err(Error::Usage(
@@ -352,6 +598,32 @@ fn main() -> ExitCode {
             let who = if !is_client { " (server)" } else { "" };
             eprintln!("rucx-perftest{who}: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_side_with_well_under_one_cpu_marks_the_run_contended() {
+        assert_eq!(contention(Some(0.99), Some(1.0)), None);
+        assert_eq!(contention(None, None), None, "runs too short to tell");
+        let w = contention(Some(0.98), Some(0.31)).unwrap();
+        assert!(w.contains("server process had 31%"), "{w}");
+        let w = contention(Some(0.5), Some(0.4)).unwrap();
+        assert!(w.contains("client"), "the first side named: {w}");
+    }
+
+    #[test]
+    fn the_least_busy_cpus_are_two_allowed_ones() {
+        if let Some((c, s)) = idle_cpus() {
+            assert_ne!(c, s);
+            let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+            assert!(allowed.is_set(c).unwrap() && allowed.is_set(s).unwrap());
+        } else {
+            eprintln!("skipped: fewer than two CPUs here");
         }
     }
 }

@@ -97,6 +97,42 @@ fn device_alloc(_len: usize, mem: MemoryType, _dev: i32) -> Result<NonNull<u8>, 
     Err(gpu_unavailable(mem).unwrap_or_default())
 }
 
+/// Memory a run's buffers can take on this machine: `MemAvailable` of `/proc/meminfo`, and
+/// with `shm` (worker-mapped buffers are shared-memory files) no more than `/dev/shm` has
+/// free. `None` when neither can be read (then nothing is refused).
+pub fn available_bytes(shm: bool) -> Option<u64> {
+    let mem = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    });
+    let dev_shm = shm
+        .then(|| nix::sys::statvfs::statvfs("/dev/shm").ok())
+        .flatten()
+        .map(|v| v.blocks_available() * v.fragment_size());
+    match (mem, dev_shm) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `n` bytes for a person: "512 B", "3.0 KiB", "1.5 GiB", "90.9 TiB".
+pub fn human(n: u128) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 impl Region {
     /// Allocates `len` zeroed bytes for the rest of the process (a run's message buffers
     /// are needed until its last operation completes, which is at the run's end).

@@ -46,6 +46,8 @@ pub struct Format {
     pub iters: u64,
     /// A progress bar may be drawn (the client, with stderr a terminal).
     pub progress: bool,
+    /// Run k of n of a sweep or suite, shown with the progress bar.
+    pub sweep: Option<(usize, usize)>,
 }
 
 impl Default for Format {
@@ -59,6 +61,7 @@ impl Default for Format {
             no_header: false,
             iters: 0,
             progress: false,
+            sweep: None,
         }
     }
 }
@@ -280,9 +283,15 @@ impl Reporter {
             Some(self.fmt.iters),
             ProgressDrawTarget::stderr_with_hz(4),
         );
+        let run = match self.fmt.sweep {
+            Some((k, n)) => format!("run {k}/{n}: "),
+            None => String::new(),
+        };
         b.set_style(
-            ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} iterations, eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(&format!(
+                "{run}{{bar:30.cyan/blue}} {{pos}}/{{len}} iterations, eta {{eta}}"
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         b.set_position(total);
         self.bar = Some(b);

@@ -65,9 +65,24 @@ pub struct RunResult {
     pub row: Row,
     /// `ucx_perftest`'s final row (`--compare-ucx`), and the program that gave it.
     pub ucx: Option<(String, Row)>,
+    /// The share of a CPU the client and the server each had during the run (for runs of
+    /// at least a quarter second).
+    pub cpu_share: Option<(Option<f64>, Option<f64>)>,
+    /// A side had well under one CPU: the figures measure a shared core.
+    pub contended: bool,
 }
 
-/// The transports a run used, as the user chose them.
+/// The lanes the last UCP run's endpoint used (`ucp::Worker::ep_lanes`), recorded when it
+/// connected.
+static LANES: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Records the lanes of this run's endpoint.
+pub fn set_lanes(l: String) {
+    *LANES.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
+}
+
+/// The transports a run used: a UCT test's transport and device; a UCP test's lanes as
+/// its endpoint chose them (or, before it connected, `UCX_TLS` as given).
 pub fn transports(args: &Args) -> String {
     if UCT_TESTS.contains(&args.test()) {
         return format!(
@@ -76,7 +91,11 @@ pub fn transports(args: &Args) -> String {
             args.device.as_deref().unwrap_or("default")
         );
     }
-    let mut t = std::env::var("UCX_TLS").unwrap_or_else(|_| "auto".into());
+    if let Some(l) = LANES.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        return l;
+    }
+    let mut t = std::env::var("UCX_TLS")
+        .map_or_else(|_| "UCX_TLS unset".into(), |v| format!("UCX_TLS={v}"));
     if let Ok(d) = std::env::var("UCX_NET_DEVICES") {
         t.push_str(&format!(" ({d})"));
     }
@@ -111,6 +130,8 @@ impl RunResult {
             row,
             ucx,
             test,
+            cpu_share: None,
+            contended: false,
         })
     }
 }
@@ -135,7 +156,11 @@ fn run_json(r: &RunResult) -> Value {
         "recv_layout": r.recv_layout,
         "warmup": r.warmup,
         "percentile_rank": r.rank,
+        "contended": r.contended,
     });
+    if let (Value::Object(m), Some((c, sv))) = (&mut v, r.cpu_share) {
+        m.insert("cpu_share".into(), json!({ "client": c, "server": sv }));
+    }
     if let (Value::Object(m), Value::Object(row)) = (&mut v, row_json(&r.row)) {
         m.extend(row);
         if let Some((prog, u)) = &r.ucx {
@@ -155,7 +180,12 @@ fn label(args: &Args, runs: &[RunResult]) -> String {
         return l.clone();
     }
     match runs.first() {
-        Some(r) => format!("rucx {} [{}]", r.test, r.transports),
+        // The test names a line only when every run is of it (the default suite has
+        // tag_lat and tag_bw runs: its lines are told apart by test in `group`).
+        Some(r) if runs.iter().all(|x| x.test == r.test) => {
+            format!("rucx {} [{}]", r.test, r.transports)
+        }
+        Some(r) => format!("rucx [{}]", r.transports),
         None => "rucx".into(),
     }
 }
@@ -368,5 +398,21 @@ mod tests {
         std::fs::write(&f, "{}").unwrap();
         assert!(read_series(&f).unwrap_err().contains("not a rucx-perftest"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_suite_of_two_tests_labels_each_line_by_its_own_test() {
+        let args = Args::try_parse_from(["p", "--loopback"]).unwrap();
+        let mut runs = Vec::new();
+        for t in ["tag_lat", "tag_bw"] {
+            let a = Args::try_parse_from(["p", "--loopback", "-t", t]).unwrap();
+            runs.push(RunResult::new(&a, row(1.0, 10.0), None).unwrap());
+        }
+        assert!(!label(&args, &runs).contains("tag_lat"));
+        let s = series(&args, &runs);
+        let names: Vec<&str> = s.iter().map(|x| x.label.as_str()).collect();
+        assert_eq!(names.len(), 2);
+        assert!(names[0].ends_with(" tag_lat") && !names[0].contains("tag_bw"));
+        assert!(names[1].ends_with(" tag_bw") && !names[1].contains("tag_lat"));
     }
 }

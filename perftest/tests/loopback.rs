@@ -772,7 +772,8 @@ fn more_bad_input_is_one_error_line() {
 
 #[test]
 fn unreachable_server_is_one_error_line() {
-    // Nothing listens on the port: the client retries for 10 s, then gives up.
+    // Nothing listens on the port: the client says so after a second, retries for 10 s,
+    // then gives up with one error line.
     let port = {
         let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         l.local_addr().unwrap().port().to_string()
@@ -785,15 +786,95 @@ fn unreachable_server_is_one_error_line() {
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{host}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{host}: {stderr}");
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.contains("nothing listening at"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{host}: {stderr}");
         assert!(
             stderr.contains("cannot connect") || stderr.contains("cannot resolve"),
             "{stderr}"
         );
+        if host == "127.0.0.1" {
+            assert!(
+                stderr.contains("nothing listening at 127.0.0.1"),
+                "the wait is announced: {stderr}"
+            );
+        }
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "{host}: took {:?}",
             start.elapsed()
         );
     }
+}
+
+#[test]
+fn a_listener_that_never_answers_is_an_error_within_the_handshake_wait() {
+    // Something else listens on the port and accepts, but says nothing.
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let hold = std::thread::spawn(move || {
+        let (c, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(15));
+        drop(c);
+    });
+    let start = Instant::now();
+    let out = perftest()
+        .args(["127.0.0.1", "-p", &port, "-t", "tag_lat", "-n", "10"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("gave no rucx-perftest handshake"),
+        "{stderr}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(14),
+        "{:?}",
+        start.elapsed()
+    );
+    hold.join().unwrap();
+}
+
+#[test]
+fn impossible_runs_and_outputs_are_refused_before_anything_runs() {
+    let refused = |args: &[&str], want: &str| {
+        let start = Instant::now();
+        let out = perftest().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+            "{args:?}: nothing measured"
+        );
+        assert!(start.elapsed() < Duration::from_secs(10), "{args:?}");
+    };
+    refused(
+        &["--loopback", "-t", "tag_lat", "-s", "99999999999999"],
+        "of message buffers",
+    );
+    refused(&["--loopback", "-t", "tag_lat", "-s", "4000g"], "available");
+    refused(
+        &["--loopback", "-t", "tag_lat", "-D", "milc:300"],
+        "-D milc:300",
+    );
+    refused(&["--loopback", "-t", "tag_lat", "-n", "0"], "-n 0");
+    refused(
+        &["--loopback", "-t", "tag_lat", "--plot", "x.png"],
+        "SVG only",
+    );
+    refused(
+        &[
+            "--loopback",
+            "-t",
+            "tag_lat",
+            "--json",
+            "/nonexistent-dir/x.json",
+        ],
+        "cannot write",
+    );
 }

@@ -21,7 +21,9 @@ pub const TABLE: &[ConfigVar] = &[
         name: "TLS",
         default: "all",
         doc: "Comma-separated transports to use; a leading '^' excludes the listed ones. \
-              Aliases: all, shm (posix,cma,xpmem), sm (same as shm).",
+              Aliases (UCX's; names of transports Rucx lacks are ignored): all; shm and sm \
+              (posix, cma, xpmem, sysv); mm (posix, xpmem, sysv); cuda (cuda_copy, \
+              cuda_ipc, gdr_copy); rc (rc_verbs).",
     },
     ConfigVar {
         name: "NET_DEVICES",
@@ -119,7 +121,8 @@ pub const TABLE: &[ConfigVar] = &[
         default: "32k",
         doc: "Message size from which a same-host get rendezvous is shared out: the \
               receiver reads the head of the message while the sender writes the tail, so \
-              both cores copy. 'inf' turns it off.",
+              both cores copy, when the receiver has nothing else in flight. 'inf' turns \
+              it off. (Rucx only: UCX has no such protocol.)",
     },
     ConfigVar {
         name: "RNDV_LAYOUT_CACHE",
@@ -765,13 +768,17 @@ mod doc_tests {
             "/../docs/configuration.md"
         ))
         .expect("docs/configuration.md");
-        for v in super::TABLE {
-            let row = format!("| `UCX_{}` | `{}` |", v.name, v.default);
-            assert!(
-                doc.contains(&row),
-                "docs/configuration.md lacks the row for UCX_{}",
-                v.name
-            );
-        }
+        // The whole row, so that the page and `rucx-info -c` cannot disagree.
+        let missing: Vec<String> = super::TABLE
+            .iter()
+            .map(|v| format!("| `UCX_{}` | `{}` | {} |", v.name, v.default, v.doc))
+            .filter(|row| !doc.contains(row.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/configuration.md lacks these rows, or they differ from the table in \
+             ucs/src/config.rs:\n{}",
+            missing.join("\n")
+        );
     }
 }

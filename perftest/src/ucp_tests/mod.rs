@@ -561,6 +561,9 @@ fn setup(plan: &Plan, oob: &mut Oob) -> Result<Side, Error> {
     if let Some(info) = side.worker.ep_proto_info(side.ep) {
         log::debug!("rucx-perftest: {}", info.trim_end());
     }
+    if let Some(l) = side.worker.ep_lanes(side.ep) {
+        crate::results::set_lanes(l);
+    }
     side.barrier(oob)?;
     Ok(side)
 }
@@ -584,6 +587,11 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
         }
     }
     let mut s = setup(&plan, oob)?;
+    if role == Role::Client && !(fmt.final_only || fmt.csv || fmt.quiet) {
+        if let Some(l) = s.worker.ep_lanes(s.ep) {
+            println!("# lanes: {l}");
+        }
+    }
     // Message memory comes from the worker, as ucx_perftest's from ucp_mem_map (the worker
     // outlives every operation on it: it is dropped when this function returns).
     let heap = args.heap_buffers;
@@ -616,9 +624,14 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
     }
     // `RUCX_PERFTEST_STATS=1`: which protocols served the run, per side.
     if std::env::var_os("RUCX_PERFTEST_STATS").is_some_and(|v| v != "0") {
-        eprintln!("rucx-perftest {role:?}: {:?}", s.worker.stats());
+        let side = match role {
+            Role::Client => "client",
+            Role::Server => "server",
+        };
+        eprintln!("rucx-perftest {side}: {}", s.worker.stats());
         for (tl, c) in s.worker.transport_counters() {
-            eprintln!("rucx-perftest {role:?}: {tl}: {c:?}");
+            let c: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            eprintln!("rucx-perftest {side}: {tl}: {}", c.join(", "));
         }
     }
     s.barrier(oob)

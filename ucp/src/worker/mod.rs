@@ -116,6 +116,52 @@ pub struct WorkerStats {
     pub late: u64,
 }
 
+impl WorkerStats {
+    /// Every counter with its name, in declaration order.
+    pub fn counters(&self) -> [(&'static str, u64); 20] {
+        [
+            ("unexpected", self.unexpected),
+            ("eager short", self.eager_short),
+            ("eager bcopy", self.eager_bcopy),
+            ("eager zcopy", self.eager_zcopy),
+            ("eager multi-fragment", self.eager_multi),
+            ("rendezvous get", self.rndv_get),
+            ("rendezvous put", self.rndv_put),
+            ("rendezvous am", self.rndv_am),
+            ("rendezvous split", self.rndv_split),
+            ("rendezvous mapped", self.rndv_mapped),
+            ("am eager", self.am_eager),
+            ("am rendezvous", self.am_rndv),
+            ("am in place", self.am_in_place),
+            ("layout bytes sent", self.layout_bytes_sent),
+            ("layout hits", self.layout_hits),
+            ("layout misses", self.layout_misses),
+            ("rma mapped", self.rma_mapped),
+            ("malformed", self.malformed),
+            ("rendezvous device", self.rndv_device),
+            ("late", self.late),
+        ]
+    }
+}
+
+/// The counters that are not zero, "eager short 1000, unexpected 3" ("nothing counted"
+/// when all are).
+impl std::fmt::Display for WorkerStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (name, v) in self.counters() {
+            if v != 0 {
+                write!(f, "{}{name} {v}", if first { "" } else { ", " })?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("nothing counted")?;
+        }
+        Ok(())
+    }
+}
+
 /// A transport interface as the core knows it.
 #[derive(Debug)]
 pub(crate) struct IfaceInfo {

@@ -222,7 +222,11 @@ impl Worker {
                     (Some(Owned::Shm(Arc::new(seg))), base, len)
                 }
                 None => {
-                    let v = vec![0u8; len.max(1)];
+                    // An impossible size is an error, not an abort in the allocator.
+                    let mut v = Vec::new();
+                    v.try_reserve_exact(len.max(1))
+                        .map_err(|_| Status::NoMemory)?;
+                    v.resize(len.max(1), 0u8);
                     let base = v.as_ptr() as u64;
                     (Some(Owned::Heap(v)), base, len)
                 }

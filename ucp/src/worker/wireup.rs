@@ -235,6 +235,11 @@ impl Worker {
         proto_table(&self.core, ep.idx())
     }
 
+    /// The transports an endpoint uses, lane by lane: "am posix/memory, rma cma/memory".
+    pub fn ep_lanes(&self, ep: EpHandle) -> Option<String> {
+        lanes(&self.core, ep.idx())
+    }
+
     /// Flushes an endpoint, or every endpoint (`ucp_ep_flush_nbx` / `ucp_worker_flush_nbx`):
     /// completes when every send posted before it has completed.
     pub fn flush(&mut self, ep: Option<EpHandle>) -> UcsResult<ReqId> {
@@ -314,21 +319,30 @@ impl Worker {
     }
 }
 
+/// "am posix/memory, rma cma/memory" (and the device-memory lane where there is one).
+fn lanes(core: &Core, idx: usize) -> Option<String> {
+    let e = core.eps.get(idx)?;
+    let name = |l: Lane| format!("{}/{}", core.info[l.iface].tl, core.info[l.iface].device);
+    let mut s = format!(
+        "am {}, rma {}",
+        name(e.am),
+        e.rma.map_or("none".into(), name)
+    );
+    if let Some(l) = e.rma_dev {
+        s.push_str(&format!(", rma (device memory) {}", name(l)));
+    }
+    Some(s)
+}
+
 fn proto_table(core: &Core, idx: usize) -> Option<String> {
     use crate::datatype::DtClass;
     use crate::proto::select::{fmt_size, Op as SOp};
     use std::fmt::Write;
     let e = core.eps.get(idx)?;
-    let am = &core.info[e.am.iface];
     let mut s = format!(
-        "ep {idx} to worker {:#x}, lanes: am {}/{}, rma {}\n",
+        "ep {idx} to worker {:#x}, lanes: {}\n",
         e.remote_uuid,
-        am.tl,
-        am.device,
-        e.rma.map_or("none".into(), |l| format!(
-            "{}/{}",
-            core.info[l.iface].tl, core.info[l.iface].device
-        ))
+        lanes(core, idx)?
     );
     for (op, opname) in [
         (SOp::TagSend, "tag_send"),
