@@ -243,10 +243,48 @@ static void close_after_the_peer_left(void)
     ucp_cleanup(pr.ctx);
 }
 
+/* ucp_ep_modify_nb changes the error handler and user data and completes; the peer and
+ * the error mode cannot change (UCS_ERR_INVALID_PARAM). ucp_ep_evaluate_perf estimates a
+ * time that grows with the message size. */
+static void modify_and_evaluate(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    ucp_ep_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_EP_PARAM_FIELD_USER_DATA;
+    mp.user_data = &mp;
+    void *r = ucp_ep_modify_nb(p.ep[0], &mp);
+    CT_OK(ct_wait(&p, r));
+    mp.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    mp.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    r = ucp_ep_modify_nb(p.ep[0], &mp);
+    CT_CHECK(UCS_PTR_IS_ERR(r) && UCS_PTR_STATUS(r) == UCS_ERR_INVALID_PARAM,
+             "changing the error mode must be refused");
+
+    double t[2];
+    size_t sizes[2] = {8, 64 << 20};
+    for (int i = 0; i < 2; i++) {
+        ucp_ep_evaluate_perf_param_t ep;
+        ucp_ep_evaluate_perf_attr_t ea;
+        memset(&ep, 0, sizeof(ep));
+        memset(&ea, 0, sizeof(ea));
+        ep.field_mask = UCP_EP_PERF_PARAM_FIELD_MESSAGE_SIZE;
+        ep.message_size = sizes[i];
+        ea.field_mask = UCP_EP_PERF_ATTR_FIELD_ESTIMATED_TIME;
+        CT_OK(ucp_ep_evaluate_perf(p.ep[0], &ep, &ea));
+        t[i] = ea.estimated_time;
+        CT_CHECK(t[i] > 0 && t[i] < 10, "estimate for %zu bytes: %g s", sizes[i], t[i]);
+    }
+    CT_CHECK(t[1] > t[0], "64 MiB estimated no slower than 8 B (%g, %g)", t[1], t[0]);
+    ct_pair_fini(&p);
+}
+
 const struct ct_test ct_endpoints[] = {
     {"close_flush_delivers", "messages sent before a flush-mode ucp_ep_close_nbx arrive, and the close completes with UCS_OK", close_flush_delivers},
     {"close_force_cancels", "a force close completes at once and ends outstanding operations with UCS_ERR_CANCELED (PEER error mode)", close_force_cancels},
     {"dead_peer_fails_outstanding_sends", "PEER error mode: a dead peer ends outstanding sends with an error and calls the error handler once, inside progress", dead_peer_fails_outstanding_sends},
+    {"modify_and_evaluate", "ucp_ep_modify_nb changes user data and refuses a new error mode; ucp_ep_evaluate_perf grows with the size", modify_and_evaluate},
     {"close_after_the_peer_left", "PEER error mode: closing an endpoint whose peer closed and exited completes", close_after_the_peer_left},
     {0},
 };

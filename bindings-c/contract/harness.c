@@ -229,6 +229,7 @@ static const struct {
 } areas[] = {
     {"requests", ct_requests}, {"callbacks", ct_callbacks}, {"tag", ct_tag},
     {"rma", ct_rma},           {"ep", ct_endpoints},               {"address", ct_address},
+    {"worker", ct_worker_tests},
 };
 
 static int selected(const char *full, int argc, char **argv)

@@ -177,10 +177,38 @@ static void key_lifetimes(void)
     ct_pair_fini(&p);
 }
 
+/* ucp_rkey_ptr gives a local pointer through which stores reach the target's memory, or
+ * UCS_ERR_UNREACHABLE where the memory cannot be mapped; for library-allocated and user
+ * memory alike. */
+static void rkey_ptr_reaches_the_target(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    int mapped = 0;
+    for (int alloc = 0; alloc < 2; alloc++) {
+        struct region r;
+        region_map(&p, &r, 1 << 16, alloc);
+        void *local = NULL;
+        ucs_status_t s = ucp_rkey_ptr(r.rkey, (uint64_t)(uintptr_t)r.base + 4096, &local);
+        CT_CHECK(s == UCS_OK || s == UCS_ERR_UNREACHABLE, "ucp_rkey_ptr: status %d", (int)s);
+        if (s == UCS_OK) {
+            mapped++;
+            CT_CHECK(local != NULL, "UCS_OK with a NULL pointer");
+            memcpy(local, "through the mapping", 20);
+            CT_CHECK(memcmp((char *)r.base + 4096, "through the mapping", 20) == 0,
+                     "a store through ucp_rkey_ptr's pointer did not reach the target");
+        }
+        region_unmap(&p, &r, alloc);
+    }
+    (void)mapped;
+    ct_pair_fini(&p);
+}
+
 const struct ct_test ct_rma[] = {
     {"put_then_flush", "put_nbi data is in the target once a worker or endpoint flush completes, for user and library-allocated memory; a key unpacked from a copy works after ucp_rkey_buffer_release", put_then_flush},
     {"fence_orders_puts", "ucp_worker_fence orders puts to one location: the last value written stays", fence_orders_puts},
     {"get_and_atomic_after_flush", "a get after a flushed put reads the new value; a fetching atomic returns the old one", get_and_atomic_after_flush},
+    {"rkey_ptr_reaches_the_target", "ucp_rkey_ptr gives a pointer through which stores reach the target's memory, or UCS_ERR_UNREACHABLE", rkey_ptr_reaches_the_target},
     {"key_lifetimes", "several keys of one mapping work side by side; destroying keys before unmapping, and mapping again, work", key_lifetimes},
     {0},
 };

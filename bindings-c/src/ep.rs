@@ -465,29 +465,84 @@ pub unsafe extern "C" fn ucp_ep_print_info(ep: *mut c_void, stream: *mut c_void)
     })
 }
 
-/// Modifying an endpoint is not provided (docs/c-abi.md).
+/// Changes an endpoint's error handler and user data, as UCX does (the peer, the address
+/// and the error mode cannot change: UCS_ERR_INVALID_PARAM); completes at once.
 ///
 /// # Safety
-/// Any arguments.
+/// `ep` ours; `params` readable.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_ep_modify_nb(
-    _ep: *mut c_void,
-    _params: *const ucp_ep_params_t,
+    ep: *mut c_void,
+    params: *const ucp_ep_params_t,
 ) -> ucs_status_ptr_t {
-    status_ptr(Status::Unsupported)
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((_, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        if params.is_null() {
+            return status_ptr(Status::InvalidParam);
+        }
+        // SAFETY: readable by contract; field_mask first.
+        let p = unsafe { &*params };
+        let fixed = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+            | UCP_EP_PARAM_FIELD_SOCK_ADDR
+            | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+            | UCP_EP_PARAM_FIELD_CONN_REQUEST;
+        if p.field_mask & !UCP_EP_PARAM_FIELDS != 0 || p.field_mask & fixed != 0 {
+            return status_ptr(Status::InvalidParam);
+        }
+        // Under the worker's lock: error reports read these fields under it too.
+        w.with_inner(|_| {
+            // SAFETY: ep is a live handle (checked); the lock orders this write with the
+            // readers in `CWorker::dispatch`.
+            let ce = unsafe { &mut *ep.cast::<CEp>() };
+            if p.field_mask & UCP_EP_PARAM_FIELD_ERR_HANDLER != 0 {
+                ce.err = p.err_handler;
+            }
+            if p.field_mask & UCP_EP_PARAM_FIELD_USER_DATA != 0 {
+                ce.user_data = Some(p.user_data);
+            }
+        });
+        std::ptr::null_mut()
+    })
 }
 
-/// Performance estimates per endpoint are not exposed (docs/c-abi.md).
+/// The estimated time of a message of `param->message_size` bytes on `ep`, in seconds:
+/// the latency of the endpoint's highest-bandwidth lane plus the size over that bandwidth
+/// (UCX's formula, with the transports' own estimates).
 ///
 /// # Safety
-/// Any arguments.
+/// `ep` ours; `param` readable; `attr` writable.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_ep_evaluate_perf(
-    _ep: *mut c_void,
-    _param: *const ucp_ep_evaluate_perf_param_t,
-    _attr: *mut ucp_ep_evaluate_perf_attr_t,
+    ep: *mut c_void,
+    param: *const ucp_ep_evaluate_perf_param_t,
+    attr: *mut ucp_ep_evaluate_perf_attr_t,
 ) -> ucs_status_t {
-    code(Status::Unsupported)
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return code(Status::InvalidParam);
+        };
+        if param.is_null() || attr.is_null() {
+            return code(Status::InvalidParam);
+        }
+        // SAFETY: readable and writable by contract.
+        let (p, a) = unsafe { (&*param, &mut *attr) };
+        if p.field_mask & UCP_EP_PERF_PARAM_FIELD_MESSAGE_SIZE == 0
+            || a.field_mask & UCP_EP_PERF_ATTR_FIELD_ESTIMATED_TIME == 0
+        {
+            return code(Status::InvalidParam);
+        }
+        match w.with(|wk| wk.ep_estimate(e.h, p.message_size)) {
+            Some(t) => {
+                a.estimated_time = t;
+                code(Status::Ok)
+            }
+            None => code(Status::InvalidParam),
+        }
+    })
 }
 
 /// `ucp_rkey_h`.
@@ -582,22 +637,34 @@ pub unsafe extern "C" fn ucp_rkey_destroy(rkey: *mut c_void) {
     })
 }
 
-/// Direct pointers into a peer's memory are not provided (docs/c-abi.md).
+/// A local pointer to remote address `raddr` where the peer's region is mapped here
+/// (same-host memory a peer allocated with `ucp_mem_map(ALLOCATE)`); UCS_ERR_UNREACHABLE
+/// where it is not, as in UCX.
 ///
 /// # Safety
 /// `rkey` ours; `addr_p` writable.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_rkey_ptr(
     rkey: *mut c_void,
-    _raddr: u64,
-    _addr_p: *mut *mut c_void,
+    raddr: u64,
+    addr_p: *mut *mut c_void,
 ) -> ucs_status_t {
     guard(code(Status::InvalidParam), || {
         // SAFETY: forwarded contract.
-        if unsafe { CRkey::from_ptr(rkey) }.is_none() {
+        let Some(k) = (unsafe { CRkey::from_ptr(rkey) }) else {
+            return code(Status::InvalidParam);
+        };
+        if addr_p.is_null() {
             return code(Status::InvalidParam);
         }
-        code(Status::Unsupported)
+        match k.rkey.local_ptr(raddr) {
+            Ok(p) => {
+                // SAFETY: writable by contract (checked non-NULL).
+                unsafe { *addr_p = p.cast() };
+                code(Status::Ok)
+            }
+            Err(s) => code(s),
+        }
     })
 }
 

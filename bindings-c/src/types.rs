@@ -76,11 +76,16 @@ pub const UCP_WORKER_PARAM_FIELDS: u64 = mask(9);
 
 // ucp_ep_params_field: bits 0..=8.
 pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = bit(0);
+pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = bit(1);
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = bit(2);
 pub const UCP_EP_PARAM_FIELD_USER_DATA: u64 = bit(3);
 pub const UCP_EP_PARAM_FIELD_SOCK_ADDR: u64 = bit(4);
 pub const UCP_EP_PARAM_FIELD_CONN_REQUEST: u64 = bit(6);
 pub const UCP_EP_PARAM_FIELDS: u64 = mask(9);
+
+// ucp_ep_perf_param_field / ucp_ep_perf_attr_field
+pub const UCP_EP_PERF_PARAM_FIELD_MESSAGE_SIZE: u64 = bit(0);
+pub const UCP_EP_PERF_ATTR_FIELD_ESTIMATED_TIME: u64 = bit(0);
 
 // ucp_listener_params_field
 pub const UCP_LISTENER_PARAM_FIELD_SOCK_ADDR: u64 = bit(0);
@@ -773,10 +778,13 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         UCP_WORKER_PARAM_FIELD_NAME,
         UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
         UCP_EP_PARAM_FIELD_ERR_HANDLER,
         UCP_EP_PARAM_FIELD_USER_DATA,
         UCP_EP_PARAM_FIELD_SOCK_ADDR,
         UCP_EP_PARAM_FIELD_CONN_REQUEST,
+        UCP_EP_PERF_PARAM_FIELD_MESSAGE_SIZE,
+        UCP_EP_PERF_ATTR_FIELD_ESTIMATED_TIME,
         UCP_LISTENER_PARAM_FIELD_SOCK_ADDR,
         UCP_LISTENER_PARAM_FIELD_ACCEPT_HANDLER,
         UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,

@@ -81,6 +81,22 @@ pub struct CWorker {
     /// one call on the worker at a time; UCX too keeps its requests per worker). Handed
     /// back to the context pool when the worker is destroyed.
     free_reqs: RefCell<Vec<usize>>,
+    /// Wakes the worker from any thread without its lock (`ucp_worker_signal`).
+    signaler: ucp::Signaler,
+    /// A panic unwound through the worker's state (caught at the C boundary): whatever it
+    /// left is not trusted, and every later call on the worker fails.
+    broken: std::sync::atomic::AtomicBool,
+}
+
+/// Marks a worker broken if dropped while a panic unwinds (costs nothing otherwise).
+struct PanicMark<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for PanicMark<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 /// An active message copied out of `ucp`'s handler for the application's: the header and
@@ -211,7 +227,26 @@ impl CWorker {
         }
         // SAFETY: per the contract.
         let w = unsafe { &*p.cast::<CWorker>() };
-        (w.magic == WORKER_MAGIC).then_some(w)
+        if w.magic != WORKER_MAGIC {
+            return None;
+        }
+        if w.broken.load(std::sync::atomic::Ordering::Acquire) {
+            Self::refuse_broken();
+            return None;
+        }
+        Some(w)
+    }
+
+    /// Says once per process that calls on a broken worker fail.
+    #[cold]
+    fn refuse_broken() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "[rucx] a worker hit an internal error earlier (a panic caught at the C \
+                 boundary); every call on it now fails with UCS_ERR_INVALID_PARAM"
+            );
+        });
     }
 
     pub(crate) fn ctx(&self) -> &CContext {
@@ -245,6 +280,7 @@ impl CWorker {
     /// the guard enum, which would match the mode again on every access.)
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
+        let _mark = PanicMark(&self.broken);
         match &self.inner {
             State::Serial(c) => f(&mut c.borrow_mut().w),
             State::Multi(m) => f(&mut lock(m).w),
@@ -253,11 +289,13 @@ impl CWorker {
 
     /// Runs `f` on the locked state.
     pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let _mark = PanicMark(&self.broken);
         f(&mut self.inner.lock())
     }
 
     /// `ucp_worker_progress`: progress, then report.
     pub(crate) fn progress(&self) -> usize {
+        let _mark = PanicMark(&self.broken);
         let n = {
             let mut g = self.inner.lock();
             let n = g.w.progress();
@@ -316,14 +354,18 @@ impl CWorker {
                     unsafe { request::complete(h as *mut ReqHdr, s, info) };
                 }
                 Event::EpErr(ep, s) => {
-                    let p = self.with_inner(|i| i.eps.get(&ep.0).copied());
-                    if let Some(p) = p {
-                        // SAFETY: endpoints in the map are live.
-                        let e = unsafe { &*(p as *const CEp) };
-                        if let Some(cb) = e.err.cb {
-                            // SAFETY: the application's error handler, as ucp.h specifies.
-                            unsafe { cb(e.err_arg(), p as *mut c_void, code(s)) };
-                        }
+                    // The handler and its argument are read under the lock
+                    // (`ucp_ep_modify_nb` changes them under it).
+                    let found = self.with_inner(|i| {
+                        i.eps.get(&ep.0).copied().map(|p| {
+                            // SAFETY: endpoints in the map are live.
+                            let e = unsafe { &*(p as *const CEp) };
+                            (p, e.err.cb, e.err_arg())
+                        })
+                    });
+                    if let Some((p, Some(cb), arg)) = found {
+                        // SAFETY: the application's error handler, as ucp.h specifies.
+                        unsafe { cb(arg, p as *mut c_void, code(s)) };
                     }
                 }
                 Event::Conn(req) => {
@@ -421,6 +463,7 @@ pub unsafe extern "C" fn ucp_worker_create(
         let uuid = ucp::address::WorkerAddress::decode(w.address())
             .map(|a| a.uuid)
             .unwrap_or(0);
+        let signaler = w.signaler();
         let cw = Box::new(CWorker {
             magic: WORKER_MAGIC,
             ctx: c as *const CContext,
@@ -440,6 +483,8 @@ pub unsafe extern "C" fn ucp_worker_create(
             name,
             am_queue: Arc::new(AmQueue::default()),
             free_reqs: RefCell::new(Vec::new()),
+            signaler,
+            broken: std::sync::atomic::AtomicBool::new(false),
         });
         // Map the context's regions on the new worker, then publish it.
         let mems = lock(&c.mems);
@@ -785,10 +830,14 @@ pub unsafe extern "C" fn ucp_worker_wait_mem(worker: *mut CWorker, _address: *mu
 pub unsafe extern "C" fn ucp_worker_signal(worker: *mut CWorker) -> ucs_status_t {
     guard(code(Status::InvalidParam), || {
         // SAFETY: forwarded contract.
-        if unsafe { CWorker::from_ptr(worker.cast()) }.is_none() {
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
             return code(Status::InvalidParam);
+        };
+        // From any thread: the signal needs no lock (ucp.h: "thread safe").
+        match w.signaler.signal() {
+            Ok(()) => code(Status::Ok),
+            Err(s) => code(s),
         }
-        code(Status::Unsupported)
     })
 }
 
@@ -875,16 +924,91 @@ pub unsafe extern "C" fn ucp_worker_flush_nbx(
     })
 }
 
-/// Stream polling is not provided (docs/c-abi.md).
+/// Endpoints whose stream has data to receive, each reported once per arrival of data
+/// while none waited (as UCX's ready list); returns how many were written, or an error.
 ///
 /// # Safety
-/// Any arguments.
+/// `worker` ours; `poll_eps` writable for `max_eps` entries.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_stream_worker_poll(
-    _worker: *mut CWorker,
-    _poll_eps: *mut ucp_stream_poll_ep_t,
-    _max_eps: usize,
-    _flags: std::ffi::c_uint,
+    worker: *mut CWorker,
+    poll_eps: *mut ucp_stream_poll_ep_t,
+    max_eps: usize,
+    flags: std::ffi::c_uint,
 ) -> isize {
-    code(Status::Unsupported) as isize
+    guard(code(Status::InvalidParam) as isize, || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam) as isize;
+        };
+        if flags != 0 || (poll_eps.is_null() && max_eps > 0) {
+            return code(Status::InvalidParam) as isize;
+        }
+        let ready = w.with(|wk| wk.stream_poll(max_eps));
+        for (k, h) in ready.iter().enumerate() {
+            let ep = crate::ep::handle_of(w, *h);
+            // SAFETY: handles from `handle_of` are live endpoints of this worker.
+            let user_data =
+                unsafe { (*ep.cast::<CEp>()).user_data }.unwrap_or(std::ptr::null_mut());
+            // SAFETY: k < max_eps (stream_poll returns at most that many); writable by
+            // contract.
+            unsafe {
+                poll_eps.add(k).write(ucp_stream_poll_ep_t {
+                    ep,
+                    user_data,
+                    flags: 0,
+                    reserved: [0; 16],
+                });
+            }
+        }
+        ready.len() as isize
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::ucp_init_version;
+
+    /// A panic caught at the C boundary while a worker's state was borrowed leaves the
+    /// worker unusable: later calls on it fail instead of trusting the state the panic
+    /// left.
+    #[test]
+    fn a_panic_inside_the_worker_breaks_it_for_good() {
+        let params = ucp_params_t {
+            field_mask: UCP_PARAM_FIELD_FEATURES,
+            features: 1, // UCP_FEATURE_TAG
+            request_size: 0,
+            request_init: None,
+            request_cleanup: None,
+            tag_sender_mask: 0,
+            mt_workers_shared: 0,
+            estimated_num_eps: 0,
+            estimated_num_ppn: 0,
+            name: std::ptr::null(),
+        };
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: valid params and out pointer.
+        let s = unsafe { ucp_init_version(1, 13, &params, std::ptr::null(), &mut ctx) };
+        assert_eq!(s, code(Status::Ok));
+        // SAFETY: a zeroed worker_params_t with no fields set is valid.
+        let wp: ucp_worker_params_t = unsafe { std::mem::zeroed() };
+        let mut w = std::ptr::null_mut();
+        // SAFETY: our context, readable params, writable out pointer.
+        let s = unsafe { ucp_worker_create(ctx.cast(), &wp, &mut w) };
+        assert_eq!(s, code(Status::Ok));
+        // SAFETY: the worker just made.
+        let cw = unsafe { CWorker::from_ptr(w.cast()) }.expect("a live worker");
+        assert!(cw.progress() < usize::MAX);
+        let r = crate::guard(-1, || cw.with(|_| -> i32 { panic!("a bug, for the test") }));
+        assert_eq!(r, -1, "the panic was caught at the boundary");
+        // SAFETY: still our worker's memory (not destroyed), now refused.
+        assert!(unsafe { CWorker::from_ptr(w.cast()) }.is_none());
+        // SAFETY: as above.
+        assert_eq!(unsafe { ucp_worker_progress(w) }, 0);
+        let mut fd = 0;
+        // SAFETY: as above; fd writable.
+        let s = unsafe { ucp_worker_get_efd(w, &mut fd) };
+        assert_eq!(s, code(Status::InvalidParam));
+    }
 }

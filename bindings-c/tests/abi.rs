@@ -2,6 +2,8 @@
 //! prints `sizeof`/`offsetof` of every struct the shim reads or writes, and the values of
 //! the enum constants it relies on; they must equal our `#[repr(C)]` side.
 
+mod common;
+
 use std::fmt::Write;
 use std::path::Path;
 use std::process::Command;
@@ -9,8 +11,7 @@ use std::process::Command;
 #[test]
 fn layouts_and_constants_match_ucx_headers() {
     if !Path::new("/usr/include/ucp/api/ucp.h").exists() {
-        println!("SKIP: /usr/include/ucp/api/ucp.h not installed (Debian libucx-dev)");
-        return;
+        return common::skip("/usr/include/ucp/api/ucp.h not installed (Debian libucx-dev)");
     }
     let layouts = rucx_bindings_c::layouts();
     let consts = rucx_bindings_c::constants();
@@ -43,8 +44,7 @@ fn layouts_and_constants_match_ucx_headers() {
     let cc = match cc {
         Ok(o) => o,
         Err(e) => {
-            println!("SKIP: no C compiler ({e})");
-            return;
+            return common::skip(&format!("no C compiler ({e})"));
         }
     };
     assert!(

@@ -172,8 +172,7 @@ fn announcements(text: &str) -> usize {
 #[test]
 fn c_example_builds_with_pkg_config_and_runs() {
     if !have("cc") || !have("pkg-config") {
-        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
-        return;
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
     }
     let flags = rucx_flags();
     let exe = scratch().join("pingpong");
@@ -194,8 +193,7 @@ fn c_example_builds_with_pkg_config_and_runs() {
 #[test]
 fn gpu_example_builds_and_runs_or_skips() {
     if !have("cc") || !have("pkg-config") {
-        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
-        return;
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
     }
     let exe = scratch().join("gpu_pingpong");
     cc(
@@ -205,11 +203,10 @@ fn gpu_example_builds_and_runs_or_skips() {
     );
     let (ok, out, err) = run_limited(&exe, Duration::from_secs(120));
     if out.contains("skipped") {
-        eprintln!(
-            "SKIPPED: gpu_pingpong: {}",
+        return common::say_skipped(&format!(
+            "gpu_pingpong: {}",
             out.lines().next().unwrap_or("")
-        );
-        return;
+        ));
     }
     assert!(
         ok && out.contains("gpu_pingpong: OK"),
@@ -223,8 +220,7 @@ fn gpu_example_builds_and_runs_or_skips() {
 #[test]
 fn layout_datatypes_from_c() {
     if !have("cc") || !have("pkg-config") {
-        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
-        return;
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
     }
     let flags = rucx_flags();
     let exe = scratch().join("layout_dt");
@@ -243,8 +239,7 @@ fn layout_datatypes_from_c() {
 #[test]
 fn allocated_memory_between_processes_from_c() {
     if !have("cc") || !have("pkg-config") {
-        println!("SKIP: cc or pkg-config not installed (Debian: gcc, pkgconf)");
-        return;
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
     }
     let flags = rucx_flags();
     let exe = scratch().join("mem_alloc");
@@ -261,8 +256,7 @@ fn allocated_memory_between_processes_from_c() {
 #[test]
 fn our_headers_match_the_layout_table() {
     if !have("cc") {
-        println!("SKIP: no C compiler");
-        return;
+        return common::skip("no C compiler");
     }
     let layouts = rucx_bindings_c::layouts();
     let consts = rucx_bindings_c::constants();
@@ -432,8 +426,9 @@ fn prototypes(text: &str) -> Vec<(String, String)> {
 #[test]
 fn our_headers_agree_with_ucx_headers() {
     if !Path::new(DEBIAN_UCP_H).exists() || !have("cc") {
-        println!("SKIP: {DEBIAN_UCP_H} (Debian libucx-dev) or cc not installed");
-        return;
+        return common::skip(&format!(
+            "{DEBIAN_UCP_H} (Debian libucx-dev) or cc not installed"
+        ));
     }
     let mut consts = BTreeSet::new();
     let mut types = BTreeSet::new();
@@ -506,8 +501,7 @@ fn our_headers_agree_with_ucx_headers() {
 #[test]
 fn exports_and_declarations_agree() {
     if !have("nm") {
-        println!("SKIP: nm not installed");
-        return;
+        return common::skip("nm not installed (Debian binutils)");
     }
     let so = std::fs::read_link(libucp_dir().join("libucp.so.0")).unwrap();
     let out = Command::new("nm")

@@ -74,8 +74,7 @@ fn run_pair(lib: &Path, test: &str, extra: &[&str]) {
 #[test]
 fn ucx_perftest_runs_on_rucx() {
     if !Path::new(PERFTEST).exists() {
-        println!("SKIP: {PERFTEST} not installed (Debian ucx-utils)");
-        return;
+        return common::skip(&format!("{PERFTEST} not installed (Debian ucx-utils)"));
     }
     let lib = common::libucp_dir();
     for t in TESTS {

@@ -8,17 +8,26 @@ pub mod ucp_peer;
 
 use ucs::Config;
 
+/// Says that a case is skipped and why, on stderr past libtest's capture (`eprintln!` is
+/// captured and shown only when a test fails, which would make a skip silent).
+pub fn skipped(why: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// The two-process transports available here, as (tl, device). Transports that cannot run
 /// are printed with the reason so a skipped case is never silent.
 pub fn transports() -> Vec<(String, String)> {
     let d = uct::discover(&Config::default());
     for a in &d.absent {
-        eprintln!("SKIP transport {a}");
+        skipped(&format!("transport {a}"));
     }
     let mut v: Vec<(String, String)> = Vec::new();
     for r in d.available {
         if r.tl == "self" {
-            eprintln!("SKIP self in two-process cases: it only reaches its own interface (covered in-process)");
+            skipped(
+                "self in two-process cases: it only reaches its own interface (covered in-process)",
+            );
             continue;
         }
         // One device per transport is enough for conformance; prefer loopback for tcp.

@@ -21,10 +21,10 @@ fn gpus() -> Option<usize> {
     match ucs::cuda::driver() {
         Some(d) => Some(d.devices().len()),
         None => {
-            eprintln!(
-                "SKIPPED: no GPU: {}",
+            rucx_tests::skipped(&format!(
+                "no GPU: {}",
                 ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
-            );
+            ));
             None
         }
     }
@@ -79,7 +79,7 @@ fn between_two_gpus() {
     match gpus() {
         None => return,
         Some(n) if n < 2 => {
-            eprintln!("SKIPPED: one GPU here; the two-GPU cases need two");
+            rucx_tests::skipped("one GPU here; the two-GPU cases need two");
             return;
         }
         Some(_) => {}

@@ -287,7 +287,7 @@ fn put_get_zcopy_with_1_to_2048_entry_iovs() {
             .flags
             .intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY)
         {
-            eprintln!("SKIP {tl}: no put/get zcopy");
+            rucx_tests::skipped(&format!("{tl}: no put/get zcopy"));
             continue;
         }
         const REGION: usize = 1 << 20;
@@ -410,7 +410,7 @@ fn back_pressure_pending_queue_drains_in_order() {
     for (tl, dev) in am_transports() {
         let mut p = Pair::new(&tl, &dev);
         if !p.iface.attr().flags.contains(IfaceFlags::PENDING) {
-            eprintln!("SKIP {tl}: no pending queue");
+            rucx_tests::skipped(&format!("{tl}: no pending queue"));
             continue;
         }
         assert_eq!(p.peer.cmd("pause"), "ok");
@@ -504,7 +504,7 @@ fn event_fd_wakes_a_sleeping_receiver() {
     for (tl, dev) in am_transports() {
         let mut p = Pair::new(&tl, &dev);
         if !p.iface.attr().flags.contains(IfaceFlags::EVENT_RECV) {
-            eprintln!("SKIP {tl}: no EVENT_RECV");
+            rucx_tests::skipped(&format!("{tl}: no EVENT_RECV"));
             continue;
         }
         let fd = p.iface.event_fd().expect("EVENT_RECV without event_fd");

@@ -1,12 +1,13 @@
-//! `ucp` — Rucx's protocol layer (context, worker, endpoints, tag matching, eager and
-//! rendezvous protocols, datatypes). It sits on `uct` and `ucs`.
-//!
-//! Written so far, as protocol state that does no I/O:
+//! `ucp` — Rucx's protocol layer. It sits on `uct` and `ucs`:
+//! - [`context`]: the transports a process uses, from `UCX_*` configuration.
+//! - [`worker`]: the worker (progress, wire-up, endpoints, client/server connection), tag
+//!   send and receive with eager and rendezvous protocols, active messages, RMA and
+//!   atomics, the stream API, peer failure, device memory (`docs/ucp.md`, `docs/gpu.md`).
+//! - [`proto`]: protocol selection, the wire formats, the eager/rendezvous tuner.
 //! - [`tag`]: the tag matcher (expected/unexpected queues, wildcards, probe, cancel).
-//! - [`dt`]: the datatype engine (MPI-style layout constructors, canonical form,
-//!   streaming segment iteration, pack/unpack).
-//!
-//! The context, worker, wire-up and protocols are the subject of the `ucp` core issue.
+//! - [`dt`] and [`datatype`]: the datatype engine (MPI-style layout constructors,
+//!   canonical form, pack/unpack) and the data descriptions operations take.
+//! - [`request`], [`address`], [`buf`]: request slots, worker addresses, user memory.
 // Unsafe is denied everywhere but in `buf`, the one room where user memory described by
 // raw pointers is touched (STYLE.md §6).
 #![deny(unsafe_code)]
@@ -28,5 +29,5 @@ pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
 pub use request::{Completion, ReqId};
 pub use worker::{
     AmData, AmEvent, AmHandler, AmRndv, AmSendParams, AtomicOp, ConnRequest, EpHandle, MemHandle,
-    RecvParams, Rkey, SendParams, SharedRegion, StreamRecv, Worker, WorkerStats,
+    RecvParams, Rkey, SendParams, SharedRegion, Signaler, StreamRecv, Worker, WorkerStats,
 };

@@ -202,6 +202,8 @@ pub(crate) struct Ep {
     pub(crate) stream_rx: VecDeque<Vec<u8>>,
     pub(crate) stream_off: usize,
     pub(crate) stream_recvs: VecDeque<ReqId>,
+    /// In `Core::stream_ready` (reported once per arrival of data to an idle stream).
+    pub(crate) stream_queued: bool,
     /// Structured layouts already sent to the peer (by hash), and those the peer sent us,
     /// most recent first (an LRU of `Core::layout_cache_size`).
     pub(crate) layouts_sent: std::collections::HashSet<u128>,
@@ -501,6 +503,8 @@ pub(crate) struct Core {
     /// Active messages waiting for their handlers, and buffers to reuse for them.
     pub(crate) am_events: VecDeque<am::QueuedAm>,
     pub(crate) am_pool: Vec<Vec<u8>>,
+    /// Endpoints whose stream has bytes no receive took yet, for `ucp_stream_worker_poll`.
+    pub(crate) stream_ready: VecDeque<usize>,
     /// The active message an interface kept in place during this `progress` call.
     pub(crate) kept: Option<am::KeptAm>,
     /// The interface whose kept message's handler has returned: released at the start of
@@ -541,9 +545,25 @@ pub struct Worker {
     core: Core,
     epoll: ucs::wakeup::Epoll,
     has_event_fd: bool,
+    /// Wakes a sleeper from any thread (`ucp_worker_signal`); in the epoll set.
+    signal: Arc<ucs::wakeup::EventFd>,
     sock: listener::Sockets,
     am_handlers: Vec<Option<am::AmHandler>>,
 }
+
+/// Wakes a worker sleeping in [`Worker::wait_event`] (or makes its next [`Worker::arm`]
+/// report work), from any thread, without the worker (`ucp_worker_signal`).
+#[derive(Clone, Debug)]
+pub struct Signaler(Arc<ucs::wakeup::EventFd>);
+
+impl Signaler {
+    pub fn signal(&self) -> UcsResult<()> {
+        self.0.signal().map_err(|_| Status::IoError)
+    }
+}
+
+/// The epoll data of the signal descriptor (interfaces use their index).
+const SIGNAL_EVENT: u64 = u64::MAX;
 
 impl Drop for Worker {
     fn drop(&mut self) {
@@ -628,6 +648,19 @@ impl Worker {
                 has_event_fd = true;
             }
         }
+        let signal = Arc::new(ucs::wakeup::EventFd::new().map_err(|source| Error::Os {
+            call: "eventfd",
+            source,
+        })?);
+        {
+            use std::os::fd::AsRawFd;
+            epoll
+                .add(signal.as_raw_fd(), libc::EPOLLIN as u32, SIGNAL_EVENT)
+                .map_err(|source| Error::Os {
+                    call: "epoll_ctl",
+                    source,
+                })?;
+        }
         let uuid = rand::random::<u64>();
         let address = WorkerAddress {
             uuid,
@@ -674,6 +707,7 @@ impl Worker {
             completions: VecDeque::new(),
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
+            stream_ready: VecDeque::new(),
             kept: None,
             release_owed: NO_IFACE,
             am_depth: 0,
@@ -696,6 +730,7 @@ impl Worker {
             core,
             epoll,
             has_event_fd,
+            signal,
             sock: listener::Sockets::default(),
             am_handlers: Vec::new(),
         })
@@ -987,16 +1022,28 @@ impl Worker {
     /// work already; progress instead of sleeping.
     pub fn arm(&mut self) -> UcsResult<()> {
         self.release_if_owed();
-        if self.core.work
+        // A signal that came before arming is not lost: it is the work found.
+        if self.signal.drain()
+            || self.core.work
             || !self.core.completions.is_empty()
             || !self.core.ep_errors.is_empty()
             || !self.core.am_events.is_empty()
         {
             return Err(Status::Busy);
         }
-        // Drain the epoll readiness left from the last wakeup before arming again.
+        // Drain the epoll readiness left from the last wakeup before arming again (a
+        // signal arriving meanwhile is work found, and level-triggered: stop there).
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        while self.epoll.wait(&mut ev, 0).unwrap_or(0) > 0 {}
+        loop {
+            let n = self.epoll.wait(&mut ev, 0).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            if ev[..n].iter().any(|e| e.u64 == SIGNAL_EVENT) {
+                self.signal.drain();
+                return Err(Status::Busy);
+            }
+        }
         for iface in self.ifaces.iter_mut() {
             match iface.arm() {
                 Ok(()) | Err(Status::Unsupported) => {}
@@ -1004,6 +1051,11 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// A handle that wakes this worker from another thread (`ucp_worker_signal`).
+    pub fn signaler(&self) -> Signaler {
+        Signaler(Arc::clone(&self.signal))
     }
 
     /// Sleeps until `event_fd` is readable or `timeout_ms` passes (-1: forever)

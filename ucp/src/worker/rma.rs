@@ -127,6 +127,18 @@ impl Rkey {
         (self.base, self.len)
     }
 
+    /// Where remote address `addr` lies in this process, when the peer's region is mapped
+    /// here (same-host shared memory): loads and stores there reach the peer's memory
+    /// (`ucp_rkey_ptr`). `Err(Unreachable)` when it is not mapped; `Err(InvalidParam)`
+    /// outside the region.
+    pub fn local_ptr(&self, addr: u64) -> UcsResult<*mut u8> {
+        let seg = self.mapped.as_ref().ok_or(Status::Unreachable)?;
+        if addr < self.base || addr - self.base >= self.len.max(1) {
+            return Err(Status::InvalidParam);
+        }
+        Ok(seg.base().wrapping_add((addr - self.base) as usize))
+    }
+
     /// Spoils the key's nonce, as a peer forging a key would.
     #[cfg(test)]
     pub(crate) fn forge_nonce_for_test(&mut self) {

@@ -143,6 +143,27 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Endpoints whose stream has bytes waiting for a receive, at most `max`, each reported
+    /// once per arrival of data while none was waiting (`ucp_stream_worker_poll`).
+    pub fn stream_poll(&mut self, max: usize) -> Vec<EpHandle> {
+        let core = &mut self.core;
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(ep) = core.stream_ready.pop_front() else {
+                break;
+            };
+            if let Some(e) = core.eps.get_mut(ep) {
+                e.stream_queued = false;
+                if !e.stream_rx.is_empty() && e.failed.is_none() {
+                    out.push(EpHandle(ep as u32));
+                }
+            }
+        }
+        out
+    }
+}
+
 impl Core {
     /// STREAM arrived.
     pub(super) fn on_stream(&mut self, data: &[u8]) -> Res {
@@ -159,6 +180,11 @@ impl Core {
         v.extend_from_slice(payload);
         self.eps[ep].stream_rx.push_back(v);
         self.stream_match(ep);
+        let e = &mut self.eps[ep];
+        if !e.stream_rx.is_empty() && !e.stream_queued {
+            e.stream_queued = true;
+            self.stream_ready.push_back(ep);
+        }
         Ok(())
     }
 

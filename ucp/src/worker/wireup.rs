@@ -167,6 +167,7 @@ pub(super) fn new_ep(
         stream_rx: VecDeque::new(),
         stream_off: 0,
         stream_recvs: VecDeque::new(),
+        stream_queued: false,
         layouts_sent: Default::default(),
         layout_cache: VecDeque::new(),
         // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
@@ -233,6 +234,19 @@ impl Worker {
     /// class (like `UCX_PROTO_INFO=y`, which prints it for every new endpoint).
     pub fn ep_proto_info(&self, ep: EpHandle) -> Option<String> {
         proto_table(&self.core, ep.idx())
+    }
+
+    /// The time, in seconds, a message of `size` bytes takes on `ep` by the transports'
+    /// estimates: the latency of its fastest-bandwidth lane plus the size over that
+    /// bandwidth, as UCX's `ucp_ep_evaluate_perf` computes it.
+    pub fn ep_estimate(&self, ep: EpHandle, size: usize) -> Option<f64> {
+        let e = self.core.eps.get(ep.idx())?;
+        let best = [Some(e.am), e.rma, e.rma_dev]
+            .into_iter()
+            .flatten()
+            .map(|l| self.core.info[l.iface].attr.perf)
+            .max_by(|a, b| a.bandwidth.total_cmp(&b.bandwidth))?;
+        Some(best.latency_ns * 1e-9 + size as f64 / best.bandwidth.max(1.0))
     }
 
     /// The transports an endpoint uses, lane by lane: "am posix/memory, rma cma/memory".
