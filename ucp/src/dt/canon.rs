@@ -190,7 +190,7 @@ impl Canon {
             ordered,
             hash: 0,
         };
-        c.hash = fnv1a_128(&c.serialize());
+        c.hash = layout_hash(&c.serialize());
         Ok(c)
     }
 
@@ -205,7 +205,7 @@ impl Canon {
             ordered: true,
             hash: 0,
         };
-        c.hash = fnv1a_128(&c.serialize());
+        c.hash = layout_hash(&c.serialize());
         c
     }
 
@@ -223,7 +223,7 @@ impl Canon {
             ordered: self.ordered,
             hash: 0,
         };
-        c.hash = fnv1a_128(&c.serialize());
+        c.hash = layout_hash(&c.serialize());
         c
     }
 
@@ -261,7 +261,7 @@ impl Canon {
         }
     }
 
-    /// 128-bit FNV-1a of the encoding: the memoization key. Stable across builds.
+    /// XXH3-128 of the encoding: the memoization key. Stable across builds and hosts.
     pub fn hash128(&self) -> u128 {
         self.hash
     }
@@ -290,16 +290,12 @@ impl Canon {
     }
 }
 
-/// FNV-1a with the 128-bit parameters (offset basis and prime from the FNV specification).
-pub(crate) fn fnv1a_128(bytes: &[u8]) -> u128 {
-    const BASIS: u128 = 0x6c62272e07bb014262b821756295c58d;
-    const PRIME: u128 = 0x0000000001000000000000000000013B;
-    let mut h = BASIS;
-    for &b in bytes {
-        h ^= b as u128;
-        h = h.wrapping_mul(PRIME);
-    }
-    h
+/// The memoization key of an encoding: XXH3-128 (seed 0). Peers trust it to name a layout
+/// they sent before, so it must not collide by accident (FNV-1a, used before stop 31, is
+/// weak there); a receiver recomputes it from every encoding it is sent, so a peer cannot
+/// make another peer's key name its layout.
+pub(crate) fn layout_hash(bytes: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(bytes)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1000,12 +996,15 @@ mod tests {
         let d = Layout::bytes(8);
         let v = Layout::vector(5, 2, 3, &d).unwrap();
         assert_eq!(canon(&v).encode().unwrap(), vec![1, 0, 0, 1, 5, 48, 0, 16]);
-        assert_eq!(canon(&v).hash128(), fnv1a_128(&[1, 0, 0, 1, 5, 48, 0, 16]));
-        assert_eq!(fnv1a_128(b""), 0x6c62272e07bb014262b821756295c58d);
-        assert_eq!(fnv1a_128(b"a"), 0xd228cb696f1a8caf78912b704e4a8964);
+        assert_eq!(
+            canon(&v).hash128(),
+            layout_hash(&[1, 0, 0, 1, 5, 48, 0, 16])
+        );
+        // XXH3-128 of the empty input (seed 0), the reference implementation's value.
+        assert_eq!(layout_hash(b""), 0x99aa06d3014798d86001c324468d497f);
         assert_eq!(
             Canon::empty().hash128(),
-            fnv1a_128(&Canon::empty().encode().unwrap())
+            layout_hash(&Canon::empty().encode().unwrap())
         );
     }
 }

@@ -77,11 +77,12 @@
 //! pieces), irregular, non-chain layout; there the form is still exact but equivalent
 //! descriptions may differ — a memoization miss, never wrong data.
 //!
-//! The hash ([`Canon::hash128`]) is FNV-1a-128 over the compact encoding
+//! The hash ([`Canon::hash128`]) is XXH3-128 over the compact encoding
 //! ([`Canon::encode`]); the decoder ([`Canon::decode`]) bounds every length and depth and
-//! validates the structure, so peer-supplied descriptors never panic. FNV is not
-//! collision-resistant: a memo table keyed by it that holds peer-supplied layouts should
-//! compare the stored encoding on a hit.
+//! validates the structure, so peer-supplied descriptors never panic. A receiver keeps the
+//! layouts each peer sent under keys it recomputes from their encodings
+//! (`Core::learn_layout`), one memo per peer: a peer can name only layouts it sent, and two
+//! of them colliding by accident is a 2^-128 event, not FNV's structured risk.
 //!
 //! # Wire format ([`Canon::encode`], [`Canon::decode`])
 //!
