@@ -437,7 +437,7 @@ impl Worker {
                 }
             }
             None => {
-                log::warn!("ucp: active message for id {i} without a handler dropped");
+                ucs::warn_limited!("ucp: active message for id {i} without a handler dropped");
                 if let AmData::Rndv(r) = ev.data {
                     self.am_data_release(r);
                 }

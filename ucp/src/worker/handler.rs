@@ -22,6 +22,10 @@ use crate::tag::{ArriveResult, SenderId, TagInfo};
 /// The largest multi-fragment eager message we buffer when it arrives unexpected.
 const MAX_EAGER_TOTAL: u64 = 1 << 30;
 
+/// What an unexpected multi-fragment message's buffer reserves up front (it grows with
+/// the fragments that actually arrive).
+const FRAG_PREALLOC: usize = 256 << 10;
+
 /// Plain eager messages carry no sender: they are complete on arrival and need no answer.
 const ANONYMOUS: SenderId = SenderId(u64::MAX);
 
@@ -135,7 +139,7 @@ impl Core {
             }
             Bad::Malformed(ep) => {
                 self.stats.malformed += 1;
-                log::warn!("ucp: malformed protocol message (am id {id}, {len} bytes)");
+                ucs::warn_limited!("ucp: malformed protocol message (am id {id}, {len} bytes)");
                 if let Some(ep) = ep {
                     fail_ep(self, ep, Status::IoError, Failure::Error);
                 }
@@ -252,11 +256,13 @@ impl Core {
             }
         } else {
             self.stats.unexpected += 1;
-            let mut buf = vec![0u8; total];
-            buf[..payload.len()].copy_from_slice(payload);
+            // Room for what came; the rest grows as it arrives (the announced total is
+            // the peer's word, not an allocation to make on its behalf).
+            let mut buf = Vec::with_capacity(payload.len().max(total.min(FRAG_PREALLOC)));
+            buf.extend_from_slice(payload);
             let f = self.unexp_frags.insert(FragBuf {
                 buf,
-                received: payload.len(),
+                total,
                 ep,
                 sreq: h.sreq,
                 sync,
@@ -284,12 +290,11 @@ impl Core {
                 let end = off
                     .checked_add(payload.len())
                     .ok_or(Bad::Malformed(Some(ep)))?;
-                if end > fb.buf.len() || off != fb.received {
+                if end > fb.total || off != fb.received() {
                     return Err(Bad::Malformed(Some(ep)));
                 }
-                fb.buf[off..end].copy_from_slice(payload);
-                fb.received = end;
-                if end == fb.buf.len() {
+                fb.buf.extend_from_slice(payload);
+                if fb.whole() {
                     self.frags.remove(&key);
                 }
             }

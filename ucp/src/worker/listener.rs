@@ -169,6 +169,10 @@ impl Worker {
             return Err(Status::InvalidParam);
         }
         let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        if len > MAX_ADDR {
+            // The server's word for its address size, refused before allocating it.
+            return Err(Status::InvalidParam);
+        }
         let mut server = vec![0u8; len];
         s.read_exact(&mut server).map_err(io)?;
         let peer = WorkerAddress::decode(&server)?;
@@ -229,7 +233,7 @@ fn poll_listeners(w: &mut Worker) {
         match step {
             Ok(None) => i += 1,
             Err(()) => {
-                log::warn!("ucp: malformed connection request from {}", h.client);
+                ucs::warn_limited!("ucp: malformed connection request from {}", h.client);
                 sock.handshakes.swap_remove(i);
             }
             Ok(Some(addr)) => {
@@ -237,7 +241,7 @@ fn poll_listeners(w: &mut Worker) {
                 if WorkerAddress::decode(&addr).is_err()
                     || h.stream.write_all(&frame(REPLY, &w.core.address)).is_err()
                 {
-                    log::warn!("ucp: dropped connection request from {}", h.client);
+                    ucs::warn_limited!("ucp: dropped connection request from {}", h.client);
                     continue;
                 }
                 sock.requests.push_back(ConnRequest {

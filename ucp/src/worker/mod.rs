@@ -302,11 +302,24 @@ pub(crate) enum Unexp {
 /// The fragments of a multi-fragment message received before its receive was posted.
 #[derive(Debug)]
 pub(crate) struct FragBuf {
+    /// The bytes received so far, in order (grown as fragments arrive, so a header that
+    /// announces a large message costs nothing until its bytes come).
     pub(crate) buf: Vec<u8>,
-    pub(crate) received: usize,
+    /// The message's announced length.
+    pub(crate) total: usize,
     pub(crate) ep: usize,
     pub(crate) sreq: u64,
     pub(crate) sync: bool,
+}
+
+impl FragBuf {
+    pub(crate) fn received(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub(crate) fn whole(&self) -> bool {
+        self.buf.len() == self.total
+    }
 }
 
 /// Where the later fragments of a multi-fragment message go.
@@ -1051,6 +1064,18 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Hands `data` to the protocol handlers as if active message `id` had arrived on the
+    /// first interface, then runs what the handlers queued: the fuzzing entry for
+    /// peer-supplied protocol bytes (`fuzz/`). A malformed message must fail only the
+    /// endpoint it names (or be counted in `WorkerStats::malformed`), never panic.
+    #[doc(hidden)]
+    pub fn deliver_for_fuzzing(&mut self, id: u8, data: &[u8]) {
+        use uct::Handler as _;
+        self.core.cur_iface = 0;
+        self.core.am(id, data);
+        self.run_actions();
     }
 
     /// A handle that wakes this worker from another thread (`ucp_worker_signal`).

@@ -998,7 +998,7 @@ impl Core {
             }
         };
         if status != Status::Ok {
-            log::warn!("ucp: refused remote access to {addr:#x} from ep {ep}: {status}");
+            ucs::warn_limited!("ucp: refused remote access to {addr:#x} from ep {ep}: {status}");
         }
         self.queue_ctrl(
             ep,

@@ -283,10 +283,7 @@ impl Worker {
         let core = &mut self.core;
         match core.matcher.peek(tag, tag_mask) {
             Some(Unexp::Eager { .. }) => true,
-            Some(Unexp::Frag(f)) => core
-                .unexp_frags
-                .get(*f)
-                .is_some_and(|b| b.received == b.buf.len()),
+            Some(Unexp::Frag(f)) => core.unexp_frags.get(*f).is_some_and(|b| b.whole()),
             _ => false,
         }
     }
@@ -1093,13 +1090,13 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
             r.handle = None;
             r.info = Some(info);
             r.expect = info.length;
-            r.received = fb.received;
+            r.received = fb.received();
             r.peer = Some((fb.ep, fb.sreq));
             r.ack_sync = fb.sync;
-            if let Err(s) = r.data.unpack(0, &fb.buf[..fb.received]) {
+            if let Err(s) = r.data.unpack(0, &fb.buf) {
                 r.status = s;
             }
-            if fb.received >= info.length {
+            if fb.received() >= info.length {
                 finish_recv(core, id);
             } else {
                 core.frags.insert((fb.ep, fb.sreq), FragTarget::Recv(id));
@@ -1795,7 +1792,7 @@ pub(super) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
 }
 
 fn fail_get(core: &mut Core, id: ReqId, ep: usize, sreq: u64, s: Status) {
-    log::warn!("ucp: rendezvous get failed: {s}");
+    ucs::warn_limited!("ucp: rendezvous get failed: {s}");
     core.queue_ctrl(ep, Ctrl::Ack { sreq, status: s });
     let info = match core.reqs.get(id).map(|r| &r.state) {
         Some(Op::Recv(r)) => r.info,

@@ -2212,6 +2212,35 @@ fn a_flush_does_not_wait_for_the_receiver() {
     }
 }
 
+/// A first fragment announcing a huge message reserves only what came and a bounded
+/// amount more: memory follows the bytes a peer actually sends (found by reading the code
+/// for the fuzzing bound, docs/fuzzing.md: a 29-byte header used to reserve up to 1 GiB).
+#[test]
+fn an_announced_length_is_not_an_allocation() {
+    let (mut a, mut b, ab, ba) = pair("posix,cma");
+    round(&mut a, &mut b, ab, 8, false);
+    let h = crate::proto::wire::FirstHdr {
+        tag: 99,
+        ep: ba.0,
+        flags: 0,
+        sreq: 5,
+        total: 1 << 29,
+    };
+    let mut msg = vec![0u8; 29];
+    h.write(&mut msg);
+    msg.extend_from_slice(&[7u8; 100]);
+    b.deliver_for_fuzzing(crate::proto::wire::AM_EAGER_FIRST, &msg);
+    let caps: Vec<usize> = b
+        .core
+        .unexp_frags
+        .iter()
+        .map(|(_, f)| f.buf.capacity())
+        .collect();
+    assert_eq!(caps.len(), 1, "the message waits as unexpected");
+    assert!(caps[0] <= 256 << 10, "reserved {} bytes", caps[0]);
+    assert_eq!(b.stats().malformed, 0);
+}
+
 /// A close notice takes effect after the messages that preceded it: the ACK that ends a
 /// rendezvous send, read in the same progress call as the notice, completes the send with
 /// `Ok` (it used to fail with `ConnectionReset`).

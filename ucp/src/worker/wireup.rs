@@ -423,7 +423,7 @@ pub(super) fn accept(
         None => match new_ep(ifaces, core, &peer) {
             Ok(i) => i,
             Err(e) => {
-                log::warn!("ucp: cannot answer wire-up from worker {:#x}: {e}", w.uuid);
+                ucs::warn_limited!("ucp: cannot answer wire-up from worker {:#x}: {e}", w.uuid);
                 return;
             }
         },
@@ -764,7 +764,9 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
     let lost = queued + victims.len();
     if how != Failure::Closed {
         if how == Failure::Error && lost > 0 {
-            log::warn!("ucp: endpoint {ep} failed: {status} ({lost} operations ended with it)");
+            ucs::warn_limited!(
+                "ucp: endpoint {ep} failed: {status} ({lost} operations ended with it)"
+            );
         } else {
             log::debug!("ucp: endpoint {ep} ended ({how:?}, {status}, {lost} operations)");
         }
@@ -790,7 +792,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
                 false
             }
             super::Unexp::Frag(f) => match unexp_frags.get_mut(*f) {
-                Some(fb) if fb.received == fb.buf.len() => {
+                Some(fb) if fb.whole() => {
                     fb.sync = false;
                     false
                 }

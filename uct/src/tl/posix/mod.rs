@@ -219,7 +219,7 @@ impl PosixIface {
         }
         let len = fifo::segment_len(a.fifo_size as usize, a.seg_size as usize);
         let seg = Segment::attach(pid, a.seg_fd, len).map_err(|e| {
-            log::warn!("posix: cannot map the FIFO of pid {pid}: {e}");
+            ucs::warn_limited!("posix: cannot map the FIFO of pid {pid}: {e}");
             Status::Unreachable
         })?;
         let fifo =

@@ -36,6 +36,8 @@ mod buf;
 mod md;
 mod sock;
 pub(crate) mod wire;
+#[doc(hidden)]
+pub use wire::fuzz_stream;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -1144,14 +1146,14 @@ impl TcpIface {
                 }
             };
             if let Err(e) = self.tune(&fd) {
-                log::warn!("tcp: cannot set up the connection from {addr}: {e}");
+                ucs::warn_limited!("tcp: cannot set up the connection from {addr}: {e}");
                 continue;
             }
             let gen = self.gen();
             let entry = self.conns.vacant_entry();
             let token = ev_token(KIND_CONN, gen, entry.key());
             if let Err(e) = self.sh.epoll.add(fd.as_raw_fd(), EV_IN, token) {
-                log::warn!("tcp: epoll_ctl for the connection from {addr} failed: {e}");
+                ucs::warn_limited!("tcp: epoll_ctl for the connection from {addr} failed: {e}");
                 continue;
             }
             log::debug!("tcp: accepted a connection from {addr}");

@@ -359,6 +359,32 @@ pub(crate) fn get_resp(out: &mut [u8], req: u32, status: Status, data_len: usize
     out[12..16].copy_from_slice(&i32::from(status.code()).to_le_bytes());
 }
 
+/// Decodes every frame of a byte stream as an acceptor and an initiator would, with the
+/// transport's default limits, until the bytes run out or a frame is refused: the fuzzing
+/// entry for peer-supplied tcp bytes (`fuzz/`). Panics only if the decoder breaks its own
+/// promise (a frame that uses no bytes, or more than there are); allocates nothing.
+#[doc(hidden)]
+pub fn fuzz_stream(buf: &[u8]) -> usize {
+    let lim = Limits {
+        am: 64 << 10,
+        rma: 1 << 20,
+    };
+    let mut frames = 0;
+    for side in [Side::Acceptor, Side::Initiator] {
+        let mut b = buf;
+        while let Ok(Decoded::Frame(_, used)) = decode(b, &lim, side) {
+            assert!(
+                used > 0 && used <= b.len(),
+                "frame of {used} bytes in {}",
+                b.len()
+            );
+            frames += 1;
+            b = &b[used..];
+        }
+    }
+    frames
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
