@@ -16,6 +16,9 @@ pub struct RecvHandle {
     seq: u64,
 }
 
+/// The unexpected queue's capacity kept once it empties; more is released.
+pub(super) const UNEXP_KEEP: usize = 1024;
+
 /// A message taken out of the unexpected queue by [`TagMatcher::probe`] with `remove`,
 /// waiting for [`TagMatcher::msg_recv`] (`ucp_tag_message_h`). A handle that was already
 /// consumed is refused by `msg_recv`.
@@ -474,7 +477,14 @@ impl<T, R> TagMatcher<T, R> {
         self.unexp_hash
             .unlink(tag, &mut self.unexp, key, unexp_bucket);
         self.unexp_all.unlink(&mut self.unexp, key, unexp_all);
-        self.unexp.remove(key)
+        let m = self.unexp.remove(key);
+        if self.unexp.is_empty() && self.unexp.capacity() > UNEXP_KEEP {
+            // A burst is over: give its memory back rather than keep the high-water mark
+            // for the rest of the run (a sender with no flow control can make it large).
+            self.unexp = Slab::with_capacity(UNEXP_KEEP);
+            self.unexp_hash = TagTable::with_capacity(UNEXP_KEEP);
+        }
+        m
     }
 }
 

@@ -103,6 +103,28 @@ fn older_wildcard_beats_newer_exact() {
 }
 
 #[test]
+fn a_burst_of_unexpected_messages_gives_its_memory_back() {
+    let mut m = M::new();
+    for i in 0..20_000u64 {
+        unexpected(m.arrive(S0, i % 7, 0, i));
+    }
+    let burst = m.capacities();
+    assert!(burst[2] >= 20_000 && burst[3] >= 7, "{burst:?}");
+    for i in 0..20_000u64 {
+        assert_eq!(matched_post(m.post_recv(i % 7, FULL, i)).msg, i);
+        m.check_invariants();
+    }
+    let after = m.capacities();
+    assert!(
+        after[2] <= matcher::UNEXP_KEEP && after[3] <= matcher::UNEXP_KEEP,
+        "unexpected storage kept after the burst: {after:?}"
+    );
+    // And it works as before.
+    unexpected(m.arrive(S1, 3, 0, 1));
+    assert_eq!(matched_post(m.post_recv(3, FULL, 9)).msg, 1);
+}
+
+#[test]
 fn older_exact_beats_newer_wildcard() {
     let mut m = M::new();
     queued(m.post_recv(5, FULL, 1));
