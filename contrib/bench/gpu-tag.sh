@@ -19,7 +19,8 @@ shift $((OPTIND - 1))
 BIN=${1:-.gpu/bin}
 U=.gpu/ucx122
 RUCX="$BIN/rucx-perftest"
-ucx() { LD_LIBRARY_PATH="$U/lib" UCX_MODULE_DIR="$U/lib/ucx" "$U/bin/ucx_perftest" "$@"; }
+# A command (not a shell function: it runs under env, taskset and timeout).
+UCX=(env LD_LIBRARY_PATH="$U/lib" UCX_MODULE_DIR="$U/lib/ucx" "$U/bin/ucx_perftest")
 # Which GPU each side uses: rucx-perftest takes -a cuda:SEND,cuda:RECV on both sides; UCX
 # 1.22's -a selects its device-initiated (GDAKI) tests instead ("Invalid test case" for
 # tag_lat), so its processes get the GPU through CUDA_VISIBLE_DEVICES (server: the
@@ -35,7 +36,7 @@ one() {
   local cli=("$RUCX" 127.0.0.1 -p "$port" -a "cuda:$sg,cuda:$rg")
   local senv=() cenv=()
   if [ "$prog" = ucx ]; then
-    srv=(ucx -p "$port") cli=(ucx 127.0.0.1 -p "$port")
+    srv=("${UCX[@]}" -p "$port") cli=("${UCX[@]}" 127.0.0.1 -p "$port")
     senv=(CUDA_VISIBLE_DEVICES="$rg") cenv=(CUDA_VISIBLE_DEVICES="$sg")
   fi
   env "${senv[@]}" taskset -c 2 timeout 300 "${srv[@]}" >/dev/null 2>&1 &

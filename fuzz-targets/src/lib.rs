@@ -14,8 +14,11 @@ use std::sync::Arc;
 use ucp::{Context, EpHandle, Worker};
 use ucs::Config;
 
+/// A fuzz target: a function of arbitrary bytes that must not panic.
+pub type Target = fn(&[u8]);
+
 /// The targets, by name (the cargo-fuzz binaries and the corpus directories are named so).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("wire_headers", wire_headers),
     ("worker_address", worker_address),
     ("layout", layout),
@@ -255,7 +258,7 @@ fn cloop_new() -> CLoop {
 /// `cfg` writable.
 unsafe fn ucp_config_read_ok(cfg: *mut *mut c_void) -> i32 {
     // SAFETY: per the contract; NULL prefix and file are allowed.
-    i32::from(unsafe { c::ucp_config_read(std::ptr::null(), std::ptr::null(), cfg) })
+    unsafe { c::ucp_config_read(std::ptr::null(), std::ptr::null(), cfg) }
 }
 
 /// The C ABI's framed blobs: a worker address (`ucp_worker_address_query`) and a packed

@@ -49,7 +49,9 @@ fn run(case: &str, tls: &str) -> (String, String) {
 }
 
 /// Every memory-type pairing on one GPU, through `cuda_ipc` (the default transports) and
-/// staged through host buffers where `cuda_ipc` is left out (shared memory, and tcp).
+/// staged through host buffers where `cuda_ipc` is left out (shared memory, with and
+/// without the `cuda_copy` engine, and tcp). Host data received into device memory lands
+/// in a pinned bounce that `cuda_copy` copies into the device buffer on its streams.
 #[test]
 fn every_memory_pairing_on_one_gpu() {
     if gpus().is_none() {
@@ -63,11 +65,20 @@ fn every_memory_pairing_on_one_gpu() {
         ("cuda", "cuda-managed"),
         ("cuda-managed", "host"),
     ];
-    for tls in ["all", "posix,cma", "tcp"] {
+    for tls in ["all", "posix,cma", "posix,cma,cuda_copy", "tcp"] {
         for (am, bm) in pairs {
-            let (ra, _) = run(&format!("pingpong:{am}:{bm}:0:0"), tls);
+            let (ra, rb) = run(&format!("pingpong:{am}:{bm}:0:0"), tls);
             if tls == "all" && am == "cuda" && bm == "cuda" {
                 assert!(!ra.contains("rndv_device 0,"), "IPC rendezvous: {ra}");
+            }
+            if tls.contains("cuda_copy") && am == "host" && bm == "cuda" {
+                let copies: u64 = rb
+                    .split("(\"copy_async\", ")
+                    .nth(1)
+                    .and_then(|r| r.split(')').next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                assert!(copies > 0, "no cuda_copy copy into device memory: {rb}");
             }
         }
     }
@@ -91,26 +102,34 @@ fn between_two_gpus() {
     }
 }
 
-/// The receiver maps the sender's allocation once (three sends, one open), and after the
-/// sender frees it and allocates again at the same address, maps the new one (the stale
-/// mapping is closed, never served).
+/// The copying side maps the other's allocation once (three messages, one open), and after
+/// the other frees it and allocates again at the same address, maps the new one (the stale
+/// mapping is closed, never served). Which side copies depends on the worker ids, so the
+/// counters of both are read.
 #[test]
 fn ipc_mappings_are_cached_and_invalidated() {
     if gpus().is_none() {
         return;
     }
     let (ra, rb) = run("ipc_cache", "all");
-    let count = |name: &str| -> u64 {
-        rb.split(&format!("(\"{name}\", "))
+    let count = |out: &str, name: &str| -> u64 {
+        out.split(&format!("(\"{name}\", "))
             .nth(1)
             .and_then(|r| r.split(')').next())
             .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {rb}"))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
     };
-    assert_eq!(count("ipc_opened"), 2, "{rb}");
-    assert_eq!(count("ipc_hits"), 2, "{rb}");
-    if ra.contains("same address: true") {
-        assert_eq!(count("ipc_stale_closed"), 1, "{rb}");
+    let (copier, other) = if count(&ra, "ipc_opened") > 0 {
+        (&ra, &rb)
+    } else {
+        (&rb, &ra)
+    };
+    let both = format!("a: {ra}\nb: {rb}");
+    assert_eq!(count(copier, "ipc_opened"), 2, "{both}");
+    assert_eq!(count(copier, "ipc_hits"), 2, "{both}");
+    assert_eq!(count(other, "ipc_opened"), 0, "one side copies: {both}");
+    if other.contains("same address: true") {
+        assert_eq!(count(copier, "ipc_stale_closed"), 1, "{both}");
     } else {
         eprintln!("note: the driver gave the new buffer another address, so nothing was stale");
     }

@@ -287,7 +287,8 @@ pub(crate) fn put_zcopy(
     comp: Comp,
 ) -> UcsResult<Done> {
     // SAFETY: the iov entries come from Bufs of a send that stays alive until this
-    // completion is seen (the worker holds the request until then).
+    // completion is seen (the worker holds the request until then), or from a receive's
+    // bounce buffer, which its request owns until then, toward that receive's own buffer.
     unsafe { iface.put_zcopy(ep, local, remote_addr, rkey, comp) }
 }
 

@@ -422,6 +422,27 @@ impl Stream {
         check(unsafe { cu::cuEventRecord(self.event, self.stream) })
     }
 
+    /// Queues a copy of `n` bytes (any memory types) and records `ev` after it, leaving the
+    /// stream's own event alone: several operations in flight on one stream, each with its
+    /// event.
+    ///
+    /// # Safety
+    /// Both ranges stay valid until `ev` reports done.
+    pub unsafe fn copy_recorded(
+        &self,
+        dst: DevPtr,
+        src: DevPtr,
+        n: usize,
+        ev: &Event,
+    ) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        // SAFETY: per the contract; handles of this device.
+        check(unsafe { cu::cuMemcpyAsync(dst, src, n, self.stream) })?;
+        // SAFETY: a live event of this device and a live stream.
+        check(unsafe { cu::cuEventRecord(ev.0, self.stream) })
+    }
+
     /// Whether everything queued before the last `copy_async` has finished.
     pub fn done(&self) -> UcsResult<bool> {
         // SAFETY: a live event.
@@ -446,6 +467,139 @@ impl Drop for Stream {
             let _ = cu::cuStreamSynchronize(self.stream);
             let _ = cu::cuEventDestroy_v2(self.event);
             let _ = cu::cuStreamDestroy_v2(self.stream);
+        }
+    }
+}
+
+/// An event that marks how far a stream got (timing disabled).
+#[derive(Debug)]
+pub struct Event(cu::CUevent);
+
+// SAFETY: an event handle may be used from any thread; the driver serializes.
+unsafe impl Send for Event {}
+
+impl Event {
+    /// A new event of device `dev`.
+    pub fn new(dev: i32) -> UcsResult<Event> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(dev)?;
+        let mut e = std::ptr::null_mut();
+        // SAFETY: out pointer; a current context.
+        check(unsafe {
+            cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+        })?;
+        Ok(Event(e))
+    }
+
+    /// Whether the work queued before its last record has finished.
+    pub fn done(&self) -> UcsResult<bool> {
+        // SAFETY: a live event.
+        match check(unsafe { cu::cuEventQuery(self.0) }) {
+            Ok(()) => Ok(true),
+            Err(Status::InProgress) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits for the work queued before its last record.
+    pub fn synchronize(&self) -> UcsResult<()> {
+        // SAFETY: a live event.
+        check(unsafe { cu::cuEventSynchronize(self.0) })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: made in `Event::new`, destroyed once.
+        let _ = unsafe { cu::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// Smallest pinned buffer the pool hands out; sizes are powers of two from here.
+const PINNED_MIN: usize = 64 << 10;
+/// Bytes of free pinned buffers the pool keeps; more are given back to the driver.
+pub const PINNED_KEEP: usize = 256 << 20;
+
+/// Pinned host memory (page-locked, mapped for every device) from the process's pool:
+/// copies between it and device memory run at the bus's speed, and the pool saves the
+/// milliseconds a `cuMemHostAlloc` of a large buffer costs. Back to the pool when dropped.
+#[derive(Debug)]
+pub struct PinnedBuf {
+    ptr: *mut u8,
+    cap: usize,
+    len: usize,
+}
+
+// SAFETY: owned memory, like a Vec<u8>.
+unsafe impl Send for PinnedBuf {}
+
+/// Free pinned buffers by size class (index = log2(cap / PINNED_MIN)), and their bytes.
+static PINNED: std::sync::Mutex<(Vec<Vec<usize>>, usize)> = std::sync::Mutex::new((Vec::new(), 0));
+
+impl PinnedBuf {
+    /// `len` bytes of pinned memory (contents unspecified), from the pool when it has a
+    /// buffer of the size class, else newly allocated.
+    pub fn take(len: usize) -> UcsResult<PinnedBuf> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let cap = len
+            .max(PINNED_MIN)
+            .checked_next_power_of_two()
+            .ok_or(Status::NoMemory)?;
+        let class = (cap / PINNED_MIN).trailing_zeros() as usize;
+        {
+            let mut g = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+            let cached = g.0.get_mut(class).and_then(Vec::pop);
+            if let Some(p) = cached {
+                g.1 -= cap;
+                return Ok(PinnedBuf {
+                    ptr: p as *mut u8,
+                    cap,
+                    len,
+                });
+            }
+        }
+        Ok(PinnedBuf {
+            ptr: d.host_alloc(cap)?,
+            cap,
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `cap >= len` bytes owned by this buffer (pinned memory is host memory).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuf {
+    fn drop(&mut self) {
+        let class = (self.cap / PINNED_MIN).trailing_zeros() as usize;
+        let mut g = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+        if g.1 + self.cap <= PINNED_KEEP {
+            if g.0.len() <= class {
+                g.0.resize_with(class + 1, Vec::new);
+            }
+            g.0[class].push(self.ptr as usize);
+            g.1 += self.cap;
+            return;
+        }
+        drop(g);
+        if let Some(d) = driver() {
+            // SAFETY: from `host_alloc`, not used after this.
+            unsafe { d.host_free(self.ptr) };
         }
     }
 }

@@ -109,6 +109,11 @@ pub fn discover(cfg: &Config) -> Discovery {
     );
     #[cfg(feature = "cuda")]
     offer(
+        "cuda_copy",
+        tl::cuda_copy::probe().map(|_| vec![("cuda".into(), DeviceKind::Accelerator)]),
+    );
+    #[cfg(feature = "cuda")]
+    offer(
         "cuda_ipc",
         tl::cuda_ipc::probe().map(|_| vec![("cuda".into(), DeviceKind::Accelerator)]),
     );
@@ -135,6 +140,13 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
         "posix" => Ok(Box::new(tl::posix::PosixIface::open(cfg)?)),
         "cma" => Ok(Box::new(tl::cma::CmaIface::open(cfg)?)),
         "tcp" => Ok(Box::new(tl::tcp::TcpIface::open(cfg, &res.device)?)),
+        #[cfg(feature = "cuda")]
+        "cuda_copy" => tl::cuda_copy::CudaCopyIface::open()
+            .map(|i| Box::new(i) as Box<dyn Iface>)
+            .map_err(|s| OpenError::Unavailable {
+                tl: "cuda_copy",
+                reason: s.to_string(),
+            }),
         #[cfg(feature = "cuda")]
         "cuda_ipc" => tl::cuda_ipc::CudaIpcIface::open(cfg)
             .map(|i| Box::new(i) as Box<dyn Iface>)

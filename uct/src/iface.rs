@@ -41,6 +41,10 @@ bitflags! {
         /// Progress offers received active messages through `Handler::am_keep`: a handler
         /// may leave one in place and use it after `progress` returned, until `am_release`.
         const AM_KEEP = 1 << 10;
+        /// Copies between memory types within this process: an endpoint to the process's
+        /// own interface address, put and get between any two of its addresses. It reaches
+        /// no peer; a protocol layer uses it to move data between host and device memory.
+        const MEMTYPE_COPY = 1 << 11;
     }
 }
 

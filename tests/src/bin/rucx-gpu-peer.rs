@@ -201,41 +201,50 @@ fn pingpong(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
     ))
 }
 
+/// Three 1 MiB device messages from `a` to `b`, then both free their buffers and allocate
+/// again, and a fourth. Whichever side makes the copies (the one with the smaller worker id,
+/// see `docs/gpu.md`) maps the other's allocation once, serves the next two from its cache,
+/// and maps the new allocation for the fourth, closing the stale one where the new
+/// allocation came at the old address. Both report whether theirs did, and their
+/// `cuda_ipc` counters.
 fn ipc_cache(p: &mut Peer, a: bool) -> Result<String, String> {
     const N: usize = 1 << 20;
-    if a {
-        let mut b1 = Mem::new(MemoryType::Cuda, 0, N)?;
-        let first = b1.ptr() as u64;
-        for i in 0..3 {
-            b1.fill(i, N);
-            p.send(&mut b1, N, i)?;
+    let mut m1 = Mem::new(MemoryType::Cuda, 0, N)?;
+    let first = m1.ptr() as u64;
+    for i in 0..3 {
+        if a {
+            m1.fill(i, N);
+            p.send(&mut m1, N, i)?;
+        } else {
+            p.recv(&mut m1, N, i)?;
+            m1.check(i, N)?;
         }
-        drop(b1);
-        let mut b2 = Mem::new(MemoryType::Cuda, 0, N)?;
-        let same = b2.ptr() as u64 == first;
-        b2.fill(99, N);
-        p.send(&mut b2, N, 3)?;
-        let mut done = Mem::new(MemoryType::Host, 0, 8)?;
-        p.recv(&mut done, 8, 100)?;
-        Ok(format!("reallocated at the same address: {same}"))
-    } else {
-        let mut r = Mem::new(MemoryType::Cuda, 0, N)?;
-        for i in 0..3 {
-            p.recv(&mut r, N, i)?;
-            r.check(i, N)?;
-        }
-        p.recv(&mut r, N, 3)?;
-        r.check(99, N)?;
-        let mut done = Mem::new(MemoryType::Host, 0, 8)?;
-        p.send(&mut done, 8, 100)?;
-        let c: Vec<(&str, u64)> =
-            p.w.transport_counters()
-                .into_iter()
-                .filter(|(tl, _)| *tl == "cuda_ipc")
-                .flat_map(|(_, c)| c)
-                .collect();
-        Ok(format!("counters {c:?}"))
     }
+    drop(m1);
+    let mut m2 = Mem::new(MemoryType::Cuda, 0, N)?;
+    let same = m2.ptr() as u64 == first;
+    if a {
+        m2.fill(99, N);
+        p.send(&mut m2, N, 3)?;
+    } else {
+        p.recv(&mut m2, N, 3)?;
+        m2.check(99, N)?;
+    }
+    let mut done = Mem::new(MemoryType::Host, 0, 8)?;
+    if a {
+        p.recv(&mut done, 8, 100)?;
+    } else {
+        p.send(&mut done, 8, 100)?;
+    }
+    let c: Vec<(&str, u64)> =
+        p.w.transport_counters()
+            .into_iter()
+            .filter(|(tl, _)| *tl == "cuda_ipc")
+            .flat_map(|(_, c)| c)
+            .collect();
+    Ok(format!(
+        "reallocated at the same address: {same}; counters {c:?}"
+    ))
 }
 
 fn endless(p: &mut Peer, a: bool) -> Result<String, String> {

@@ -621,14 +621,20 @@ impl Core {
     }
 }
 
-/// Whether send `s` is a get rendezvous of device memory still waiting for its receiver,
-/// which may ask us to write instead of reading (`RTR_PUT` with a device key): on a pair
-/// of processes, one side makes every device copy, so that one GPU never switches between
-/// the two processes' contexts for each message (`tag::start_get`).
+/// Whether send `s` is a get rendezvous still waiting for its receiver, which may ask us
+/// to write into its device memory instead of reading (`RTR_PUT` with a device key): on a
+/// pair of processes, one side makes every device copy, so that one GPU never switches
+/// between the two processes' contexts for each message; and host data bound for device
+/// memory is written by its sender, who can read it (`tag::start_get`). Data with
+/// addresses only (contiguous, iov, device): a layout or generic datatype is never asked.
 fn pushes_device(s: &super::SendOp) -> bool {
+    use crate::datatype::DataState;
     s.proto == Proto::RndvGet
         && s.wait_ack
-        && matches!(s.data, crate::datatype::DataState::Device(_))
+        && matches!(
+            s.data,
+            DataState::Device(_) | DataState::Contig(_) | DataState::Iov(_)
+        )
 }
 
 /// Whether send `s` to endpoint `ep` may take a split request cutting at `offset`: a get

@@ -193,6 +193,9 @@ pub(crate) struct Ep {
     /// Sends in posting order that could not go out yet (wire-up, no resources, stream).
     pub(crate) queue: VecDeque<ReqId>,
     pub(crate) failed: Option<Status>,
+    /// The failure was the peer's orderly close (its close notice), not an error: closing
+    /// this endpoint then completes with `Ok`, as when both sides close at once.
+    pub(crate) peer_closed: bool,
     /// Send requests not yet complete.
     pub(crate) outstanding: u32,
     /// In `Core::ready`.
@@ -435,6 +438,47 @@ impl RecvOp {
     }
 }
 
+/// A receive's bounce buffer: pinned when it is to be copied into device memory (the
+/// driver copies from pinned memory at the bus's speed, from pageable memory at a
+/// fraction of it, and the pool saves allocating it for every message).
+#[derive(Debug)]
+pub(crate) enum Bounce {
+    Heap(Vec<u8>),
+    #[cfg(feature = "cuda")]
+    Pinned(ucs::cuda::PinnedBuf),
+}
+
+impl Bounce {
+    /// `total` bytes to be copied into device memory afterwards.
+    pub(crate) fn for_device(total: usize) -> Bounce {
+        #[cfg(feature = "cuda")]
+        if let Ok(p) = ucs::cuda::PinnedBuf::take(total) {
+            return Bounce::Pinned(p);
+        }
+        Bounce::Heap(vec![0u8; total])
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Bounce::Heap(v) => v,
+            #[cfg(feature = "cuda")]
+            Bounce::Pinned(p) => p.as_slice(),
+        }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Bounce::Heap(v) => v,
+            #[cfg(feature = "cuda")]
+            Bounce::Pinned(p) => p.as_mut_slice(),
+        }
+    }
+
+    pub(crate) fn is_pinned(&self) -> bool {
+        !matches!(self, Bounce::Heap(_))
+    }
+}
+
 /// The part of a receive that only rendezvous uses. Boxed, so that an eager receive's
 /// request stays small (posting moves it into the request table) and completing one
 /// drops nothing but this empty `Option`.
@@ -443,8 +487,11 @@ pub(crate) struct RecvRndv {
     /// Outstanding get operations, and the RTS to read for a pending get.
     pub(crate) gets: u32,
     pub(crate) rts: Option<crate::proto::wire::RtsData>,
-    /// Bounce buffer for a get into data without addresses (generic datatypes).
-    pub(crate) bounce: Option<Vec<u8>>,
+    /// Bounce buffer for a get into data without addresses (generic datatypes), or into
+    /// device memory the lane cannot write.
+    pub(crate) bounce: Option<Bounce>,
+    /// The bounce is being copied into device memory by the memory-type copy engine.
+    pub(crate) unpacking: bool,
     /// Put rendezvous: the registration the sender writes into, and its interface.
     pub(crate) memh: Option<(usize, MemH)>,
     /// Split rendezvous: the sender's FIN for the tail it writes has not come yet, and
@@ -509,6 +556,16 @@ pub(crate) struct Core {
     pub(crate) deferred_reqs: Vec<(usize, u64)>,
     /// Sends that may be complete (an ACK or transport completion arrived).
     pub(crate) finished: Vec<ReqId>,
+    /// Pinned bounces to be copied into the device memory of their receives by `mt_copy`.
+    pub(crate) unpacks: Vec<(ReqId, Bounce)>,
+    /// Bounces being copied, kept here until the copy's completion whatever becomes of
+    /// their receive (the copy engine reads them until then), and the gets that wait for
+    /// their bytes to fall under `STAGE_BUDGET` before they take a bounce of their own.
+    pub(crate) staging: Vec<(ReqId, Bounce)>,
+    pub(crate) waiting_gets: VecDeque<ReqId>,
+    /// The memory-type copy engine (an interface with `MEMTYPE_COPY`) and its endpoint to
+    /// itself, where one opened.
+    pub(crate) mt_copy: Option<Lane>,
     /// Endpoints whose peer closed (`WIREUP_CLOSE`), failed once what arrived before the
     /// notice is done with (an ACK's send completes first).
     pub(crate) peer_closes: Vec<usize>,
@@ -674,6 +731,15 @@ impl Worker {
                     source,
                 })?;
         }
+        let mt_copy = ifaces.iter_mut().enumerate().find_map(|(i, f)| {
+            if !f.attr().flags.contains(uct::IfaceFlags::MEMTYPE_COPY) {
+                return None;
+            }
+            let (dev, addr) = (f.device_address().to_vec(), f.iface_address().to_vec());
+            f.ep_connect(&dev, &addr)
+                .ok()
+                .map(|ep| Lane { iface: i, ep })
+        });
         let uuid = rand::random::<u64>();
         let address = WorkerAddress {
             uuid,
@@ -716,6 +782,10 @@ impl Worker {
             flushes: Vec::new(),
             deferred_reqs: Vec::new(),
             finished: Vec::new(),
+            unpacks: Vec::new(),
+            staging: Vec::new(),
+            waiting_gets: VecDeque::new(),
+            mt_copy,
             peer_closes: Vec::new(),
             completions: VecDeque::new(),
             am_events: VecDeque::new(),
@@ -1109,10 +1179,17 @@ impl Worker {
         while let Some(id) = core.gets.pop_front() {
             tag::start_get(ifaces, core, id);
             n += 1;
+            if !core.unpacks.is_empty() {
+                // Copy what was read into device memory while the next get reads.
+                n += tag::start_unpacks(ifaces, core);
+            }
         }
         while let Some(id) = core.puts.pop_front() {
             tag::start_put_recv(ifaces, core, id);
             n += 1;
+        }
+        if !core.unpacks.is_empty() {
+            n += tag::start_unpacks(ifaces, core);
         }
         for (i, m) in core.deregs.drain(..) {
             let _ = ifaces[i].md().mem_dereg(&m);

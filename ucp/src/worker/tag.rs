@@ -6,11 +6,11 @@
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
 use uct::tl::posix::SharedMem;
-use uct::{Done, Iface, IfaceFlags, Iov, MemoryType};
+use uct::{Done, Iface, IfaceFlags, Iov, MemoryType, RemoteKey};
 
 use super::mapped;
 use super::rma::{self, MappingCache};
-use super::{wireup, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
+use super::{wireup, Bounce, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
 use crate::buf;
 use std::sync::Arc;
 
@@ -1289,6 +1289,19 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
+    let staged: usize = core
+        .staging
+        .iter()
+        .chain(&core.unpacks)
+        .map(|(_, b)| b.as_slice().len())
+        .sum();
+    if staged > 0 && staged + r.expect > STAGE_BUDGET && stages(r) {
+        // Host data into device memory goes through a pinned bounce: wait until the
+        // bounces in flight are copied, so that they come back to the pool (pinning
+        // memory anew for every message costs more than the copy).
+        core.waiting_gets.push_back(id);
+        return;
+    }
     let (rkey, mut segs, layout, help) = match r.rndv().rts.take() {
         Some(RtsData::Get { rkey, segs, help }) => (rkey, segs, None, help),
         Some(RtsData::GetLayout {
@@ -1343,6 +1356,18 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
                 return;
             }
         }
+    } else if let (None, Some(v), Some(dev_lane)) = (
+        layout,
+        r.data.device_iov(0, total),
+        core.eps.get(ep).and_then(|e| e.rma_dev),
+    ) {
+        // Host data into our device memory, with a device lane to the sender: the sender
+        // writes it through that lane (it reads its own host memory, which we cannot map
+        // onto the device), with no bounce here.
+        if ask_push(ifaces, core, id, dev_lane, ep, sreq, v) {
+            core.stats.rndv_device += 1;
+            return;
+        }
     }
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
@@ -1361,9 +1386,14 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         Some(v) => v,
         None => {
             // Generic data, or device memory the lane cannot write: read into a bounce
-            // buffer owned by the request, unpack after.
-            let b = r.rndv().bounce.insert(vec![0u8; total]);
-            smallvec::smallvec![Iov::from_mut_slice(b)]
+            // buffer owned by the request, unpack after (pinned for device memory).
+            let bounce = if r.data.device_iov(0, total).is_some() {
+                Bounce::for_device(total)
+            } else {
+                Bounce::Heap(vec![0u8; total])
+            };
+            let b = r.rndv().bounce.insert(bounce);
+            smallvec::smallvec![Iov::from_mut_slice(b.as_mut_slice())]
         }
     };
     if help
@@ -1528,7 +1558,11 @@ fn get_mapped(
         Some(dst) => mapped::copy(src, 0, dst, 0, head as u64),
         None => {
             // Generic data: into a bounce buffer owned by the request, unpacked after.
-            let b = r.rndv().bounce.insert(vec![0u8; total]);
+            let b = r
+                .rndv()
+                .bounce
+                .insert(Bounce::Heap(vec![0u8; total]))
+                .as_mut_slice();
             let p = [Iov::from_mut_slice(b)];
             mapped::copy(src, 0, mapped::Side::Pieces(&p), 0, total as u64)
         }
@@ -1806,11 +1840,24 @@ pub(super) fn finish_get(core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
-    if let Some(b) = r.rndv().bounce.take() {
-        if let Err(s) = r.data.unpack(0, &b) {
+    if std::mem::take(&mut r.rndv().unpacking) {
+        // The copy engine has put the bounce into device memory (or failed: its status
+        // is the request's).
+    } else if let Some(b) = r.rndv().bounce.take() {
+        let to_device = b.is_pinned() && r.data.device_iov(0, b.as_slice().len()).is_some();
+        if to_device && r.status != Status::Ok {
+            // Nothing to copy: the get failed, so the bounce holds no message.
+        } else if to_device && core.mt_copy.is_some() {
+            core.unpacks.push((id, b));
+            core.work = true;
+            return;
+        } else if let Err(s) = r.data.unpack(0, b.as_slice()) {
             r.status = s;
         }
     }
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
     // Split rendezvous: the sender's FIN for the tail completes.
     let split = r.rndv().wait_fin;
     r.rndv().reads_done = true;
@@ -1826,8 +1873,82 @@ pub(super) fn finish_get(core: &mut Core, id: ReqId) {
     }
 }
 
+/// Pinned bounce bytes being copied into device memory beyond which a get that needs a
+/// bounce waits: half of what the pinned pool keeps, so that the bounces in flight and the
+/// one being read into all come from the pool.
+#[cfg(feature = "cuda")]
+const STAGE_BUDGET: usize = ucs::cuda::PINNED_KEEP / 2;
+#[cfg(not(feature = "cuda"))]
+const STAGE_BUDGET: usize = usize::MAX;
+
+/// Whether receive `r`'s pending get reads host data into device memory through a bounce.
+fn stages(r: &mut RecvOp) -> bool {
+    let total = r.expect;
+    r.data.device_iov(0, total).is_some()
+        && matches!(r.rndv().rts.as_ref(), Some(RtsData::Get { rkey, .. })
+            if RndvKey::decode(rkey).is_some_and(|k| !k.device))
+}
+
+/// Starts the copies of pinned bounces into the device memory of their receives, on the
+/// memory-type copy engine; each completes through `on_completion` and `finish_get`.
+pub(super) fn start_unpacks(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -> usize {
+    let Some(lane) = core.mt_copy else {
+        return 0;
+    };
+    core.mark_active(lane.iface);
+    let mut n = 0;
+    for (id, mut b) in std::mem::take(&mut core.unpacks) {
+        n += 1;
+        let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+            continue;
+        };
+        let src = Iov::from_mut_slice(b.as_mut_slice());
+        let Some(dst) = r.data.device_iov(0, src.length) else {
+            on_completion(core, id, Status::NoResource);
+            continue;
+        };
+        let x = r.rndv();
+        x.unpacking = true;
+        x.gets += 1;
+        let rk = RemoteKey {
+            base: dst.buffer as u64,
+            len: dst.length as u64,
+            key: 0,
+        };
+        let piece = Iov {
+            buffer: src.buffer,
+            length: src.length.min(dst.length),
+        };
+        // The bounce stays in `core.staging` and the device buffer is the receive's: both
+        // live until the completion.
+        let st = buf::put_zcopy(
+            ifaces[lane.iface].as_mut(),
+            lane.ep,
+            &[piece],
+            dst.buffer as u64,
+            &rk,
+            id.0,
+        );
+        match st {
+            Ok(Done::Later) => core.staging.push((id, b)),
+            Ok(Done::Now) => on_completion(core, id, Status::Ok),
+            Err(s) => on_completion(core, id, s),
+        }
+    }
+    n
+}
+
 /// A transport completion for request `id`.
 pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
+    if !core.staging.is_empty() {
+        if let Some(i) = core.staging.iter().position(|(r, _)| *r == id) {
+            // A bounce copied into device memory: back to the pool, and the gets waiting
+            // for room go again.
+            core.staging.swap_remove(i);
+            core.gets.extend(core.waiting_gets.drain(..));
+            core.work = true;
+        }
+    }
     match core.reqs.get_mut(id).map(|r| &mut r.state) {
         Some(Op::Send(s)) => {
             s.wait_comp = s.wait_comp.saturating_sub(1);

@@ -72,6 +72,10 @@ fn select_lanes(
         if (info.kind == DeviceKind::Loopback) != same_worker {
             continue;
         }
+        // A memory-type copy engine reaches no peer (the worker uses it for its own copies).
+        if info.attr.flags.contains(IfaceFlags::MEMTYPE_COPY) {
+            continue;
+        }
         for (j, t) in peer.tls.iter().enumerate() {
             if t.tl != info.tl || !iface.is_reachable(&t.device_addr, &t.iface_addr) {
                 continue;
@@ -162,6 +166,7 @@ pub(super) fn new_ep(
         thresh,
         queue: VecDeque::new(),
         failed: None,
+        peer_closed: false,
         outstanding: 0,
         in_ready: false,
         stream_rx: VecDeque::new(),
@@ -637,8 +642,10 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
             keep += 1;
             continue;
         }
-        let status = match ep.and_then(|e| core.eps.get(e)).and_then(|e| e.failed) {
-            Some(s) => s,
+        let status = match ep.and_then(|e| core.eps.get(e)) {
+            // Both sides closing at once: the peer's notice came first, nothing failed.
+            Some(e) if close && e.peer_closed => Status::Ok,
+            Some(e) => e.failed.unwrap_or(Status::Ok),
             None => Status::Ok,
         };
         if close {
@@ -752,6 +759,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
         return;
     }
     e.failed = Some(status);
+    e.peer_closed = how == Failure::PeerClosed;
     let queued = e.queue.len() + e.stream_recvs.len();
     e.queue.clear();
     e.stream_recvs.clear();

@@ -70,6 +70,17 @@ pub struct CmaIface {
     next_check: u64,
     progress_calls: u32,
     errors: VecDeque<(EpId, Status)>,
+    /// Bytes moved and the time the system calls took, ns.
+    bytes: u64,
+    ns: u64,
+}
+
+impl CmaIface {
+    /// Counts an operation of `bytes` that started at `t0`.
+    fn account(&mut self, bytes: usize, t0: u64) {
+        self.bytes += bytes as u64;
+        self.ns += ucs::time::now_ns().saturating_sub(t0);
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -127,6 +138,8 @@ impl CmaIface {
             next_check: 0,
             progress_calls: 0,
             errors: VecDeque::new(),
+            bytes: 0,
+            ns: 0,
         })
     }
 
@@ -414,8 +427,11 @@ impl Iface for CmaIface {
         rkey: &RemoteKey,
         _comp: Comp,
     ) -> UcsResult<Done> {
+        let t0 = ucs::time::now_ns();
         // SAFETY: forwarded caller contract.
-        unsafe { self.transfer(ep, Dir::Write, iov, remote_addr, rkey) }
+        let r = unsafe { self.transfer(ep, Dir::Write, iov, remote_addr, rkey) };
+        self.account(iov_total(iov), t0);
+        r
     }
 
     unsafe fn get_zcopy(
@@ -426,8 +442,11 @@ impl Iface for CmaIface {
         rkey: &RemoteKey,
         _comp: Comp,
     ) -> UcsResult<Done> {
+        let t0 = ucs::time::now_ns();
         // SAFETY: forwarded caller contract.
-        unsafe { self.transfer(ep, Dir::Read, iov, remote_addr, rkey) }
+        let r = unsafe { self.transfer(ep, Dir::Read, iov, remote_addr, rkey) };
+        self.account(iov_total(iov), t0);
+        r
     }
 
     unsafe fn get_zcopy_iov(
@@ -438,8 +457,11 @@ impl Iface for CmaIface {
         rkey: &RemoteKey,
         _comp: Comp,
     ) -> UcsResult<Done> {
+        let t0 = ucs::time::now_ns();
         // SAFETY: forwarded caller contract.
-        unsafe { self.gather(ep, local, remote, rkey) }
+        let r = unsafe { self.gather(ep, local, remote, rkey) };
+        self.account(iov_total(local), t0);
+        r
     }
 
     fn flush(&mut self, ep: Option<EpId>, _comp: Comp) -> UcsResult<Done> {
@@ -455,6 +477,10 @@ impl Iface for CmaIface {
 
     fn ep_idle(&self, ep: EpId) -> bool {
         self.eps.get(ep.index()).is_some_and(|e| e.failed.is_none())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("cma_bytes", self.bytes), ("cma_ns", self.ns)]
     }
 
     fn progress(&mut self, h: &mut dyn Handler) -> usize {

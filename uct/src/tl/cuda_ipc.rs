@@ -14,8 +14,9 @@
 //! Copies go through the driver with unified addressing, so the local buffer may be host,
 //! managed or device memory. Up to `SYNC_MAX` bytes are copied synchronously (an 8-byte
 //! copy costs about 5 µs that way on an H200, against 10 µs for an asynchronous copy whose
-//! event is polled); larger ones are queued on a stream of the local device and reported
-//! through `Handler::completion` once its event fired.
+//! event is polled); larger ones are queued on one of `STREAMS` streams of the device,
+//! taken in turn so that operations in flight overlap on the copy engines, each with an
+//! event of its own, and reported through `Handler::completion` once that event fired.
 //!
 //! There is no active-message path: `ucp` pairs this transport with one that has one
 //! (posix) and uses it for the memory lane of device memory.
@@ -24,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use slab::Slab;
-use ucs::cuda::{self, Driver, Stream};
+use ucs::cuda::{self, Driver, Event, Stream};
 use ucs::memtype::{self, MemoryType};
 use ucs::wire::{Reader, Writer};
 use ucs::{Config, Status, UcsResult};
@@ -38,6 +39,9 @@ const MAGIC: [u8; 4] = *b"CIPC";
 const SYNC_MAX: usize = 256 << 10;
 /// Mappings kept open per interface.
 const MAX_MAPPINGS: usize = 256;
+/// Streams per device: operations in flight are taken in turn, so that they overlap on the
+/// copy engines.
+const STREAMS: usize = 4;
 
 /// Whether this transport can run here: a CUDA driver with at least one device.
 pub fn probe() -> Result<Vec<String>, String> {
@@ -236,10 +240,11 @@ struct Peer {
     failed: Option<Status>,
 }
 
-/// An asynchronous copy in flight.
+/// An asynchronous copy in flight: its device, the event recorded after it.
 #[derive(Debug)]
 struct InFlight {
-    stream: usize,
+    dev: usize,
+    event: Event,
     comp: Comp,
     ep: EpId,
 }
@@ -254,8 +259,11 @@ pub struct CudaIpcIface {
     iface_addr: Vec<u8>,
     eps: Slab<Peer>,
     mappings: HashMap<(u32, u64), Mapping>,
-    /// One stream per local device, made on first use.
-    streams: Vec<Option<Stream>>,
+    /// Per local device, its streams (made on first use, up to `STREAMS`), the next one
+    /// to take, and events free for reuse.
+    streams: Vec<Vec<Stream>>,
+    next: Vec<usize>,
+    events: Vec<Vec<Event>>,
     inflight: VecDeque<InFlight>,
     errors: VecDeque<(EpId, Status)>,
     /// Mappings opened, translations served from the cache, mappings closed because their
@@ -315,7 +323,9 @@ impl CudaIpcIface {
             iface_addr,
             eps: Slab::new(),
             mappings: HashMap::new(),
-            streams: (0..driver.devices().len()).map(|_| None).collect(),
+            streams: (0..driver.devices().len()).map(|_| Vec::new()).collect(),
+            next: vec![0; driver.devices().len()],
+            events: (0..driver.devices().len()).map(|_| Vec::new()).collect(),
             inflight: VecDeque::new(),
             errors: VecDeque::new(),
             opened: 0,
@@ -450,12 +460,13 @@ impl CudaIpcIface {
         }
         let pid = peer.pid;
         // Each local piece against the remote range that follows the last; the copies of
-        // one operation go on one stream, so its last event marks them all.
+        // one operation go on one stream, so the event after the last marks them all.
         let total: usize = iov.iter().map(|v| v.length).sum();
         let big = total > SYNC_MAX;
         let mut at = remote_addr;
-        let mut stream = None;
-        for v in iov {
+        let mut stream: Option<(usize, usize, Event)> = None;
+        let last = iov.len().saturating_sub(1);
+        for (k, v) in iov.iter().enumerate() {
             let n = v.length;
             let local = memtype::detect(v.buffer);
             let local_dev = if local.mem_type == MemoryType::Cuda {
@@ -478,28 +489,54 @@ impl CudaIpcIface {
                 continue;
             }
             self.async_copies += 1;
-            let si = *stream.get_or_insert(if map_dev >= 0 {
-                map_dev
-            } else {
-                local_dev.max(0)
-            } as usize);
-            if self.streams[si].is_none() {
-                self.streams[si] = Some(self.driver.stream(si as i32)?);
+            if stream.is_none() {
+                let dev = if map_dev >= 0 {
+                    map_dev
+                } else {
+                    local_dev.max(0)
+                } as usize;
+                let (si, ev) = self.stream_and_event(dev)?;
+                stream = Some((dev, si, ev));
             }
-            let s = self.streams[si].as_ref().ok_or(Status::NoResource)?;
-            // SAFETY: the caller keeps the local buffer valid until `comp` is reported;
-            // the mapping stays open until then (`unmap` waits for the streams).
-            unsafe { s.copy_async(dst, src, n)? };
+            let (dev, si, ev) = stream.as_ref().ok_or(Status::NoResource)?;
+            let s = &self.streams[*dev][*si];
+            // SAFETY: the caller keeps the local buffer valid until `comp` is reported,
+            // which waits for the event recorded after the last piece; the mapping stays
+            // open until then (`unmap` waits for the streams).
+            unsafe {
+                if k == last {
+                    s.copy_recorded(dst, src, n, ev)?;
+                } else {
+                    s.copy_async(dst, src, n)?;
+                }
+            }
         }
-        let Some(si) = stream else {
+        let Some((dev, _, event)) = stream else {
             return Ok(Done::Now);
         };
         self.inflight.push_back(InFlight {
-            stream: si,
+            dev,
+            event,
             comp,
             ep,
         });
         Ok(Done::Later)
+    }
+
+    /// The next stream of device `dev` (made while there are fewer than `STREAMS`) and an
+    /// event for it.
+    fn stream_and_event(&mut self, dev: usize) -> UcsResult<(usize, Event)> {
+        let streams = self.streams.get_mut(dev).ok_or(Status::InvalidParam)?;
+        if streams.len() < STREAMS {
+            streams.push(self.driver.stream(dev as i32)?);
+        }
+        let si = self.next[dev] % streams.len();
+        self.next[dev] = self.next[dev].wrapping_add(1);
+        let ev = match self.events[dev].pop() {
+            Some(e) => e,
+            None => Event::new(dev as i32)?,
+        };
+        Ok((si, ev))
     }
 
     fn check_peers(&mut self) {
@@ -614,23 +651,24 @@ impl Iface for CudaIpcIface {
 
     fn progress(&mut self, h: &mut dyn Handler) -> usize {
         let mut n = 0;
-        while let Some(f) = self.inflight.front() {
-            let done = self.streams[f.stream]
-                .as_ref()
-                .map_or(Ok(true), |s| s.done());
-            match done {
-                Ok(false) => break,
-                r => {
-                    let f = self.inflight.pop_front().expect("front exists");
-                    let status = match r {
-                        Ok(_) if f.ep == EpId(u32::MAX) => Status::Canceled,
-                        Ok(_) => Status::Ok,
-                        Err(e) => e,
-                    };
-                    h.completion(f.comp, status);
-                    n += 1;
-                }
+        // Operations on different streams finish in any order: each reports when its own
+        // event has.
+        let mut i = 0;
+        while i < self.inflight.len() {
+            let r = self.inflight[i].event.done();
+            if matches!(r, Ok(false)) {
+                i += 1;
+                continue;
             }
+            let f = self.inflight.remove(i).expect("index in range");
+            let status = match r {
+                Ok(_) if f.ep == EpId(u32::MAX) => Status::Canceled,
+                Ok(_) => Status::Ok,
+                Err(e) => e,
+            };
+            self.events[f.dev].push(f.event);
+            h.completion(f.comp, status);
+            n += 1;
         }
         let now = ucs::time::now_ns();
         if now.saturating_sub(self.last_check) >= self.check_every_ns {

@@ -3,6 +3,8 @@
 
 pub mod cma;
 #[cfg(feature = "cuda")]
+pub mod cuda_copy;
+#[cfg(feature = "cuda")]
 pub mod cuda_ipc;
 #[cfg(feature = "mock")]
 pub mod mock_dev;
@@ -38,7 +40,9 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
         .to_string(),
     ));
     #[cfg(not(feature = "cuda"))]
-    v.push(("cuda_ipc", "built without the `cuda` feature".to_string()));
+    for tl in ["cuda_copy", "cuda_ipc"] {
+        v.push((tl, "built without the `cuda` feature".to_string()));
+    }
     v.push(("gdr_copy", gdr_copy_absent()));
     v.push(("cxi", "no Slingshot NIC (/dev/cxi0 not found)".to_string()));
     v
