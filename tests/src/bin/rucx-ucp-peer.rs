@@ -806,12 +806,33 @@ fn endless(p: &mut Peer, role: &str, kind: &str) -> R<String> {
             })),
         );
     }
+    // Layouts: a named application layout, received packed.
+    let nl = ucp::dt::apps::named("nas_mg_y:16").map_err(|e| e.to_string())?;
+    let dt = ucp::datatype::DtLayout::new(&nl.layout).map_err(|e| e.to_string())?;
+    let src = fill(2, nl.buf_len);
     let mut i = 0u64;
     let mut old = [0u8; 8];
     loop {
         let r: R<()> = match (kind, role) {
             ("tag", "a") => p.send(&buf, 1, false),
             ("tag", _) => p.recv(N, 1).map(|v| buf = v),
+            // Eager: sends complete locally, so the sender learns of the death from the
+            // endpoint's failure (its next send is refused).
+            ("eager", "a") => p.send(&buf[..1024], 1, false),
+            ("eager", _) => p.recv(1024, 1).map(|_| ()),
+            ("layout", "a") => {
+                // SAFETY: `src` outlives the send, waited for here.
+                let d = Data::Layout(unsafe {
+                    ucp::datatype::LayoutBuf::new(
+                        src.as_ptr().cast_mut(),
+                        std::sync::Arc::clone(&dt),
+                    )
+                });
+                p.w.tag_send(p.ep, &d, 1, sp)
+                    .map_err(|e| e.to_string())
+                    .and_then(|id| p.wait_ok(id, "layout"))
+            }
+            ("layout", _) => p.recv(dt.size(), 1).map(|_| ()),
             ("am", "a") => {
                 p.w.am_send(p.ep, 1, &[1], &contig(&buf), AmSendParams::default())
                     .map_err(|e| e.to_string())
