@@ -109,31 +109,55 @@ pub fn run_case(exe: &str, case: &str) {
 }
 
 /// Kills one side of an `endless_<kind>` pair once traffic flows; the survivor must report
-/// an error within 2 s. Returns how long it took.
+/// an error within 2 s, and then serve a third peer it connected to before the kill (100
+/// round trips and one of 1 MiB, checked). Returns how long the error took.
 pub fn kill_one(exe: &str, kind: &str, cfg: (&str, &str, &str), victim: &str) -> Duration {
     let case = format!("endless_{kind}");
-    let (mut a, mut b) = start_pair(exe, &case, cfg);
-    for (side, p) in [("a", &a), ("b", &b)] {
+    let third = [("RUCX_THIRD", "1")];
+    let env = |role: &str| if role == victim { &[][..] } else { &third[..] };
+    let mut a = Proc::spawn(exe, "a", &case, cfg, env("a"));
+    let mut b = Proc::spawn(exe, "b", &case, cfg, env("b"));
+    let mut t = Proc::spawn(exe, "c", "echo", cfg, &[]);
+    let hex = |p: &Proc| {
+        let l = p.line("ADDR");
+        l.strip_prefix("ADDR ")
+            .unwrap_or_else(|| panic!("{case}: expected ADDR, got {l}"))
+            .to_string()
+    };
+    let (ah, bh, th) = (hex(&a), hex(&b), hex(&t));
+    a.say(&bh);
+    b.say(&ah);
+    let (dead, survivor, sh) = if victim == "a" {
+        (&mut a, &mut b, bh)
+    } else {
+        (&mut b, &mut a, ah)
+    };
+    survivor.say(&th);
+    t.say(&sh);
+    for (side, p) in [("dead", &*dead), ("survivor", &*survivor)] {
         let l = p
             .lines
             .recv_timeout(Duration::from_secs(30))
             .unwrap_or_else(|_| panic!("{case} {cfg:?}: {side} never got going"));
         assert_eq!(l, "READY", "{case} {cfg:?}: {side}");
     }
-    let (dead, survivor) = if victim == "a" {
-        (&mut a, &b)
-    } else {
-        (&mut b, &a)
-    };
     dead.child.kill().expect("kill");
     let killed = std::time::Instant::now();
     let r = survivor
         .lines
         .recv_timeout(Duration::from_secs(2))
         .unwrap_or_else(|_| panic!("{case} {cfg:?}: no error 2 s after killing {victim}"));
+    let took = killed.elapsed();
     assert!(
-        r.starts_with("DONE ERR"),
+        r.starts_with("DOWN ERR"),
         "{case} {cfg:?}, {victim} killed: {r}"
     );
-    killed.elapsed()
+    let done = survivor.line("result after the kill");
+    assert!(
+        done.starts_with("DONE ERR") && done.contains("third peer"),
+        "{case} {cfg:?}, {victim} killed: the survivor did not serve its other peer: {done}"
+    );
+    let tr = t.line("third peer result");
+    assert!(tr.starts_with("DONE"), "{case} {cfg:?}: third peer: {tr}");
+    took
 }

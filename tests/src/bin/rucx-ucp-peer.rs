@@ -94,9 +94,20 @@ struct Peer {
 type R<T> = Result<T, String>;
 
 impl Peer {
+    /// An error reported for this peer's endpoint (those of an earlier peer, already
+    /// given up, are passed over).
+    fn ep_failed(&mut self) -> Option<Status> {
+        while let Some((ep, s)) = self.w.poll_ep_error() {
+            if ep == self.ep {
+                return Some(s);
+            }
+        }
+        None
+    }
+
     fn progress(&mut self) -> R<()> {
         self.w.progress();
-        if let Some((_, s)) = self.w.poll_ep_error() {
+        if let Some(s) = self.ep_failed() {
             return Err(format!("endpoint failed: {s}"));
         }
         if Instant::now() > self.deadline {
@@ -120,7 +131,7 @@ impl Peer {
             if self.w.request_status(id) != Status::InProgress {
                 break;
             }
-            if let Some((_, s)) = self.w.poll_ep_error() {
+            if let Some(s) = self.ep_failed() {
                 return Err(format!("endpoint failed: {s}"));
             }
             if Instant::now() > self.deadline {
@@ -776,7 +787,48 @@ fn layouts(p: &mut Peer, role: &str) -> R<String> {
 /// Rendezvous transfers without end, for the peer-failure tests: the test kills one side
 /// and the other must end in an error. Prints `READY` once traffic flows; returns the
 /// error as `Ok("ERR ...")`.
-fn endless(p: &mut Peer, role: &str, kind: &str) -> R<String> {
+/// Tags of the third peer's traffic (`RUCX_THIRD`, `echo`).
+const THIRD_TAG: u64 = 77;
+const THIRD_BIG: u64 = 79;
+const THIRD_STOP: u64 = 78;
+/// Round trips with the third peer after the first one died.
+const THIRD_TRIPS: usize = 100;
+
+/// The third peer: answers the wire-up round trip, then `THIRD_TRIPS` 8-byte round trips
+/// and one of 1 MiB, then waits for the stop.
+fn echo(p: &mut Peer) -> R<String> {
+    p.deadline = Instant::now() + Duration::from_secs(120);
+    for _ in 0..=THIRD_TRIPS {
+        let v = p.recv(8, THIRD_TAG)?;
+        p.send(&v, THIRD_TAG, false)?;
+    }
+    let v = p.recv(1 << 20, THIRD_BIG)?;
+    p.send(&v, THIRD_BIG, false)?;
+    p.recv(0, THIRD_STOP)?;
+    Ok("echoed".into())
+}
+
+/// After the first peer died: `THIRD_TRIPS` round trips and a 1 MiB one with the third,
+/// over the endpoint made before, every byte checked.
+fn serve_third(p: &mut Peer, third: EpHandle) -> R<()> {
+    p.ep = third;
+    p.deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0..THIRD_TRIPS as u64 {
+        let v = i.to_le_bytes();
+        p.send(&v, THIRD_TAG, false)?;
+        if p.recv(8, THIRD_TAG)? != v {
+            return Err(format!("third peer: round trip {i} came back wrong"));
+        }
+    }
+    let big = fill(3, 1 << 20);
+    p.send(&big, THIRD_BIG, false)?;
+    if p.recv(1 << 20, THIRD_BIG)? != big {
+        return Err("third peer: the 1 MiB round trip came back wrong".into());
+    }
+    p.send(&[], THIRD_STOP, false)
+}
+
+fn endless(p: &mut Peer, role: &str, kind: &str, third: Option<EpHandle>) -> R<String> {
     use ucp::{AmEvent, AmSendParams, AtomicOp, StreamRecv};
     const N: usize = 8 << 20;
     p.deadline = Instant::now() + Duration::from_secs(600);
@@ -877,7 +929,15 @@ fn endless(p: &mut Peer, role: &str, kind: &str) -> R<String> {
             _ => p.progress(),
         };
         if let Err(e) = r {
-            return Ok(format!("ERR {e}"));
+            let Some(t) = third else {
+                return Ok(format!("ERR {e}"));
+            };
+            // The error, at once (its time is measured), then the other peer is served.
+            println!("DOWN ERR {e}");
+            serve_third(p, t)?;
+            return Ok(format!(
+                "ERR {e}; then the third peer: {THIRD_TRIPS} round trips and 1 MiB"
+            ));
         }
         i += 1;
         if i == 2 {
@@ -1012,6 +1072,26 @@ fn run(role: &str, scenario: &str) -> R<String> {
     p.ep =
         p.w.ep_create(&addr)
             .map_err(|e| format!("ep_create: {e}"))?;
+    // A third peer (`RUCX_THIRD`): its address is the next line; one round trip wires it
+    // up before the scenario starts (`endless` serves it after its first peer died).
+    let third = if std::env::var_os("RUCX_THIRD").is_some() {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let t = from_hex(line.trim()).ok_or("bad third address")?;
+        let t =
+            p.w.ep_create(&t)
+                .map_err(|e| format!("ep_create third: {e}"))?;
+        let first = std::mem::replace(&mut p.ep, t);
+        p.send(&[7u8; 8], THIRD_TAG, false)?;
+        p.recv(8, THIRD_TAG)?;
+        p.ep = first;
+        Some(t)
+    } else {
+        None
+    };
     match scenario {
         "pingpong" => pingpong(&mut p, role),
         "stream" => stream(&mut p, role),
@@ -1023,9 +1103,13 @@ fn run(role: &str, scenario: &str) -> R<String> {
         "rma" => rma(&mut p, role),
         "stream_bytes" => stream_bytes(&mut p, role),
         "layouts" => layouts(&mut p, role),
-        s if s.starts_with("endless") => {
-            endless(&mut p, role, s.strip_prefix("endless_").unwrap_or("tag"))
-        }
+        s if s.starts_with("endless") => endless(
+            &mut p,
+            role,
+            s.strip_prefix("endless_").unwrap_or("tag"),
+            third,
+        ),
+        "echo" => echo(&mut p),
         s => Err(format!("unknown scenario {s}")),
     }
 }

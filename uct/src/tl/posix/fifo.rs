@@ -7,14 +7,17 @@
 //! 64   head  — producers claim cell `head` with compare-and-swap; bit 63 is ARMED
 //! 128  tail  — the consumer has released every cell below `tail`
 //! 256  cells[fifo_size], seg_size bytes each:
-//!        0  seq   (u64) = index + 1 once the cell at `index` is published
+//!        0  seq   (u64) = index + 1 once the cell at `index` is published;
+//!                         CLAIMED | pid of the producer while it writes the cell
 //!        8  len   (u32) bytes of data
 //!        12 am id (u8)
 //!        16 data
 //! ```
 //!
-//! A producer claims index `h` only while `h - tail < fifo_size`, writes the cell, and
-//! publishes it with a release store of `seq`. The consumer reads cell `rx`, checks
+//! A producer claims index `h` only while `h - tail < fifo_size`, marks the cell with its
+//! pid, writes it, and publishes it with a release store of `seq`. A producer that dies
+//! between claim and publish would stall the FIFO for every other producer; its mark lets
+//! the consumer find the dead claimant and skip the cell (`claimant`). The consumer reads cell `rx`, checks
 //! `seq == rx + 1` with an acquire load, hands the data over, and moves on; it releases
 //! cells to the producers in batches (a store of `tail` every quarter FIFO), so in a
 //! ping-pong the `tail` line does not bounce between the cores on every message. Each round
@@ -37,6 +40,9 @@ const OFF_HEAD: usize = 64;
 const OFF_TAIL: usize = 128;
 /// Set in `head` by a consumer about to sleep.
 const ARMED: u64 = 1 << 63;
+/// Set in a cell's `seq` (with the producer's pid below) while the producer writes it; a
+/// published `seq` (an index + 1) never has it.
+const CLAIMED: u64 = 1 << 63;
 
 /// Segment bytes for a FIFO of `fifo_size` cells of `seg_size` bytes.
 pub(crate) fn segment_len(fifo_size: usize, seg_size: usize) -> usize {
@@ -60,6 +66,8 @@ pub(crate) struct FifoView {
     mask: u64,
     size: u64,
     seg_size: usize,
+    /// `CLAIMED` and this process's pid: the mark of a cell this process is writing.
+    mark: u64,
 }
 
 // SAFETY: shared fields are accessed only through atomics; cell payloads are written by
@@ -139,6 +147,7 @@ impl Fifo {
             mask: fifo_size as u64 - 1,
             size: fifo_size as u64,
             seg_size,
+            mark: CLAIMED | u64::from(std::process::id()),
         };
         Fifo { seg, view }
     }
@@ -230,6 +239,9 @@ impl FifoView {
         };
         let wake = cur & ARMED != 0;
         let cell = self.cell(h);
+        // Our mark, so that if we die before publishing, the consumer knows whose the
+        // stalled cell was (the line is ours to write: the data below shares it).
+        self.seq(cell).store(self.mark, Ordering::Relaxed);
         // SAFETY: we own cell `h` until we publish it: the consumer released it (h - tail <
         // size at claim time, by a reading of tail no newer than the real one) and no
         // other producer can claim the same index.
@@ -270,6 +282,26 @@ impl FifoView {
         // SAFETY: len <= data_cap keeps the slice inside the cell.
         let data = unsafe { std::slice::from_raw_parts(cell.add(CELL_HDR), len as usize) };
         Some(Ok((id, data)))
+    }
+
+    /// Consumer: the pid of the producer writing cell `index`, when the cell has been
+    /// claimed in this round, is not published, and its claimant has marked it (it may be
+    /// dead: see the module documentation).
+    pub(crate) fn claimant(&self, index: u64) -> Option<u32> {
+        let head = self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & !ARMED;
+        let claimed_past = head.wrapping_sub(index);
+        if claimed_past == 0 || claimed_past > self.size {
+            return None; // not claimed in this round
+        }
+        let s = self.seq(self.cell(index)).load(Ordering::Acquire);
+        (s & CLAIMED != 0).then_some(s as u32)
+    }
+
+    /// Consumer: gives up cell `index`, whose claimant died before publishing it: its mark
+    /// is cleared (a later round's claimant writes its own), and the caller moves past it.
+    pub(crate) fn abandon(&self, index: u64) {
+        self.seq(self.cell(index))
+            .store(index.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Consumer: releases every cell below `next` to the producers.
@@ -316,6 +348,44 @@ pub(crate) fn prefetch_write(addr: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_producer_that_dies_mid_write_leaves_its_mark() {
+        let f = Fifo::init(Segment::create(segment_len(4, 256)).unwrap(), 4, 256);
+        let mut tail = 0;
+        // A producer that stops between claiming cell 0 and publishing it (here: its fill
+        // panics).
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f.push(&mut tail, 1, |_| panic!("killed mid-write"));
+        }));
+        assert!(r.is_err());
+        assert!(!f.ready(0));
+        assert_eq!(f.claimant(0), Some(std::process::id()));
+        // Another producer's message waits behind it, reachable once cell 0 is skipped.
+        f.push(&mut tail, 2, |d| {
+            d[..3].copy_from_slice(b"abc");
+            3
+        })
+        .expect("room");
+        assert!(f.peek(0).is_none());
+        assert_eq!(f.claimant(1), None, "published");
+        assert_eq!(f.claimant(2), None, "not claimed");
+        assert_eq!(f.peek(1), Some(Ok((2, &b"abc"[..]))));
+        f.abandon(0);
+        assert_eq!(f.claimant(0), None, "mark cleared");
+        f.release(2);
+        // The next rounds go on as usual, cell 0 included.
+        for i in 2..10u64 {
+            f.push(&mut tail, 3, |d| {
+                d[0] = i as u8;
+                1
+            })
+            .expect("room");
+            assert_eq!(f.claimant(i), None);
+            assert_eq!(f.peek(i), Some(Ok((3, &[i as u8][..]))));
+            f.release(i + 1);
+        }
+    }
 
     #[test]
     fn push_peek_release_wraps() {

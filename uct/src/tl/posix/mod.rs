@@ -588,12 +588,34 @@ impl PosixIface {
             if now >= self.next_check {
                 self.next_check = now + self.check_interval_ns;
                 self.check_peers();
+                self.skip_dead_claim();
             }
         }
         if !self.errors.is_empty() {
             n += self.report_errors(h);
         }
         n
+    }
+
+    /// A cell that a producer claimed and did not publish, stalling the receive FIFO for
+    /// every other producer: when the pid that marked it is gone, the cell is skipped (its
+    /// message died with its writer).
+    fn skip_dead_claim(&mut self) {
+        if self.kept != NOT_KEPT || self.rx.ready(self.rx_index) {
+            return;
+        }
+        let Some(pid) = self.rx.claimant(self.rx_index) else {
+            return;
+        };
+        if ucs::sys::process_alive(pid as i32) {
+            return;
+        }
+        ucs::warn_limited!(
+            "posix: pid {pid} died while writing a message into this FIFO; its cell is skipped"
+        );
+        self.rx.abandon(self.rx_index);
+        self.rx_index = self.rx_index.wrapping_add(1);
+        self.release_due();
     }
 
     fn report_errors(&mut self, h: &mut dyn Handler) -> usize {
