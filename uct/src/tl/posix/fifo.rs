@@ -6,7 +6,9 @@
 //! 0    control: magic, fifo_size, seg_size, owner pid
 //! 64   head  — producers claim cell `head` with compare-and-swap; bit 63 is ARMED
 //! 128  tail  — the consumer has released every cell below `tail`
-//! 256  cells[fifo_size], seg_size bytes each:
+//! 192  producer slots handed out
+//! 256  slots[SLOTS], 64 bytes each: a producer's pid, and the index it is claiming
+//! CTL_SIZE  cells[fifo_size], seg_size bytes each:
 //!        0  seq   (u64) = index + 1 once the cell at `index` is published;
 //!                         CLAIMED | pid of the producer while it writes the cell
 //!        8  len   (u32) bytes of data
@@ -16,8 +18,11 @@
 //!
 //! A producer claims index `h` only while `h - tail < fifo_size`, marks the cell with its
 //! pid, writes it, and publishes it with a release store of `seq`. A producer that dies
-//! between claim and publish would stall the FIFO for every other producer; its mark lets
-//! the consumer find the dead claimant and skip the cell (`claimant`). The consumer reads cell `rx`, checks
+//! between claim and publish would stall the FIFO for every other producer. So each
+//! producer (up to `SLOTS` of them) takes a slot when it attaches and writes there the
+//! index it is about to claim, before each compare-and-swap; with the mark in the cell,
+//! that lets the consumer name every process that may be writing a stalled cell, and skip
+//! the cell when all of them are dead (`claimants`). The consumer reads cell `rx`, checks
 //! `seq == rx + 1` with an acquire load, hands the data over, and moves on; it releases
 //! cells to the producers in batches (a store of `tail` every quarter FIFO), so in a
 //! ping-pong the `tail` line does not bounce between the cores on every message. Each round
@@ -34,7 +39,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::segment::Segment;
 
 pub(crate) const MAGIC: u64 = 0x314d_5350_7863_7552; // "RucxPSM1"
-pub(crate) const CTL_SIZE: usize = 256;
+const OFF_NSLOTS: usize = 192;
+const OFF_SLOTS: usize = 256;
+/// Producers that get a slot; a FIFO with more producers than this trusts only cell marks.
+const SLOTS: usize = 64;
+pub(crate) const CTL_SIZE: usize = OFF_SLOTS + SLOTS * 64;
 pub(crate) const CELL_HDR: usize = 16;
 const OFF_HEAD: usize = 64;
 const OFF_TAIL: usize = 128;
@@ -68,6 +77,8 @@ pub(crate) struct FifoView {
     seg_size: usize,
     /// `CLAIMED` and this process's pid: the mark of a cell this process is writing.
     mark: u64,
+    /// This producer's slot (pid, then the index it is claiming), or null without one.
+    slot: *mut u8,
 }
 
 // SAFETY: shared fields are accessed only through atomics; cell payloads are written by
@@ -135,7 +146,19 @@ impl Fifo {
         if pid != owner {
             return Err(BadFifo::Owner);
         }
-        Ok(Self::wrap(seg, fifo_size, seg_size))
+        let mut f = Self::wrap(seg, fifo_size, seg_size);
+        // A producer's slot: its pid, and no index claimed yet.
+        let k = f.ctl_atomic64(OFF_NSLOTS).fetch_add(1, Ordering::AcqRel) as usize;
+        if k < SLOTS {
+            // SAFETY: slot k lies inside the control area; it is this producer's alone.
+            let slot = unsafe { f.base.add(OFF_SLOTS + k * 64) };
+            f.view.slot = slot;
+            f.view.slot_word(1).store(u64::MAX, Ordering::Relaxed);
+            f.view
+                .slot_word(0)
+                .store(u64::from(std::process::id()), Ordering::Release);
+        }
+        Ok(f)
     }
 
     fn wrap(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
@@ -148,6 +171,7 @@ impl Fifo {
             size: fifo_size as u64,
             seg_size,
             mark: CLAIMED | u64::from(std::process::id()),
+            slot: std::ptr::null_mut(),
         };
         Fifo { seg, view }
     }
@@ -168,6 +192,14 @@ impl FifoView {
         // SAFETY: off is one of the 8-aligned control offsets inside the segment, which
         // outlives every view of it; the field is only ever accessed atomically.
         unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+    }
+
+    /// Word `i` of this producer's slot (0: pid, 1: index being claimed).
+    #[inline(always)]
+    fn slot_word(&self, i: usize) -> &AtomicU64 {
+        // SAFETY: called only with a slot (non-null), which lies inside the control area;
+        // its words are only ever accessed atomically.
+        unsafe { &*self.slot.add(i * 8).cast::<AtomicU64>() }
     }
 
     #[inline]
@@ -225,6 +257,11 @@ impl FifoView {
                 if h.wrapping_sub(*tail_seen) & !ARMED >= self.size {
                     return None;
                 }
+            }
+            // The index we are about to claim, where the consumer can see it if we die
+            // between the claim and our mark (ordered before the claim by its release).
+            if !self.slot.is_null() {
+                self.slot_word(1).store(h, Ordering::Relaxed);
             }
             // Claiming also clears ARMED: this producer then owes the consumer a signal.
             match head.compare_exchange_weak(
@@ -284,17 +321,38 @@ impl FifoView {
         Some(Ok((id, data)))
     }
 
-    /// Consumer: the pid of the producer writing cell `index`, when the cell has been
-    /// claimed in this round, is not published, and its claimant has marked it (it may be
-    /// dead: see the module documentation).
-    pub(crate) fn claimant(&self, index: u64) -> Option<u32> {
+    /// Consumer: the processes that may be writing cell `index`, when it has been claimed
+    /// in this round and is not published: the pid marked in the cell, and every slotted
+    /// producer whose slot names `index` (one of them won the claim; the others lost it and
+    /// will move on, unless dead). Empty when the cell is not stalled that way, or when its
+    /// writer cannot be known (a producer without a slot that died before marking it).
+    pub(crate) fn claimants(&self, index: u64) -> Vec<u32> {
         let head = self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & !ARMED;
         let claimed_past = head.wrapping_sub(index);
         if claimed_past == 0 || claimed_past > self.size {
-            return None; // not claimed in this round
+            return Vec::new(); // not claimed in this round
         }
         let s = self.seq(self.cell(index)).load(Ordering::Acquire);
-        (s & CLAIMED != 0).then_some(s as u32)
+        if s == index.wrapping_add(1) {
+            return Vec::new(); // published
+        }
+        let mut who = Vec::new();
+        if s & CLAIMED != 0 {
+            who.push(s as u32);
+        }
+        let n = self.ctl_atomic64(OFF_NSLOTS).load(Ordering::Acquire) as usize;
+        if n > SLOTS {
+            // Some producer has no slot: only a mark tells who writes.
+            return who;
+        }
+        for k in 0..n {
+            let base = OFF_SLOTS + k * 64;
+            let pid = self.ctl_atomic64(base).load(Ordering::Acquire);
+            if self.ctl_atomic64(base + 8).load(Ordering::Acquire) == index && pid != 0 {
+                who.push(pid as u32);
+            }
+        }
+        who
     }
 
     /// Consumer: gives up cell `index`, whose claimant died before publishing it: its mark
@@ -360,7 +418,7 @@ mod tests {
         }));
         assert!(r.is_err());
         assert!(!f.ready(0));
-        assert_eq!(f.claimant(0), Some(std::process::id()));
+        assert_eq!(f.claimants(0), vec![std::process::id()]);
         // Another producer's message waits behind it, reachable once cell 0 is skipped.
         f.push(&mut tail, 2, |d| {
             d[..3].copy_from_slice(b"abc");
@@ -368,11 +426,11 @@ mod tests {
         })
         .expect("room");
         assert!(f.peek(0).is_none());
-        assert_eq!(f.claimant(1), None, "published");
-        assert_eq!(f.claimant(2), None, "not claimed");
+        assert!(f.claimants(1).is_empty(), "published");
+        assert!(f.claimants(2).is_empty(), "not claimed");
         assert_eq!(f.peek(1), Some(Ok((2, &b"abc"[..]))));
         f.abandon(0);
-        assert_eq!(f.claimant(0), None, "mark cleared");
+        assert!(f.claimants(0).is_empty(), "given up: its mark is cleared");
         f.release(2);
         // The next rounds go on as usual, cell 0 included.
         for i in 2..10u64 {
@@ -381,10 +439,36 @@ mod tests {
                 1
             })
             .expect("room");
-            assert_eq!(f.claimant(i), None);
+            assert!(f.claimants(i).is_empty());
             assert_eq!(f.peek(i), Some(Ok((3, &[i as u8][..]))));
             f.release(i + 1);
         }
+    }
+
+    #[test]
+    fn a_producer_that_dies_between_claim_and_mark_is_named_by_its_slot() {
+        let seg = Segment::create(segment_len(4, 256)).unwrap();
+        let pid = std::process::id();
+        let consumer = Fifo::init(seg, 4, 256);
+        let (fd, len) = (consumer.segment().fd(), segment_len(4, 256));
+        let producer = Fifo::open(
+            Segment::attach(pid as i32, fd as u32, len).unwrap(),
+            4,
+            256,
+            pid,
+        )
+        .unwrap();
+        assert!(!producer.slot.is_null(), "the first producer gets a slot");
+        // What `push` does up to its claim, and no further: the slot names index 0, head
+        // moves past it, no mark in the cell.
+        producer.slot_word(1).store(0, Ordering::Relaxed);
+        producer
+            .ctl_atomic64(OFF_HEAD)
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .unwrap();
+        assert!(!consumer.ready(0));
+        assert_eq!(consumer.claimants(0), vec![pid]);
+        assert!(consumer.claimants(1).is_empty(), "not claimed");
     }
 
     #[test]

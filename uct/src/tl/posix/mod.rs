@@ -598,20 +598,19 @@ impl PosixIface {
     }
 
     /// A cell that a producer claimed and did not publish, stalling the receive FIFO for
-    /// every other producer: when the pid that marked it is gone, the cell is skipped (its
-    /// message died with its writer).
+    /// every other producer: when every process that may be writing it is gone, the cell
+    /// is skipped (its message died with its writer).
     fn skip_dead_claim(&mut self) {
-        if self.kept != NOT_KEPT || self.rx.ready(self.rx_index) {
+        if self.rx.ready(self.rx_index) {
             return;
         }
-        let Some(pid) = self.rx.claimant(self.rx_index) else {
-            return;
-        };
-        if ucs::sys::process_alive(pid as i32) {
+        let who = self.rx.claimants(self.rx_index);
+        if who.is_empty() || who.iter().any(|&p| ucs::sys::process_alive(p as i32)) {
             return;
         }
         ucs::warn_limited!(
-            "posix: pid {pid} died while writing a message into this FIFO; its cell is skipped"
+            "posix: pid {} died while writing a message into this FIFO; its cell is skipped",
+            who[0]
         );
         self.rx.abandon(self.rx_index);
         self.rx_index = self.rx_index.wrapping_add(1);
