@@ -2282,6 +2282,34 @@ fn a_close_notice_comes_after_what_preceded_it() {
     }
 }
 
+/// A "server" whose reply announces an address larger than any address can be is refused
+/// before the client allocates what it announced (4 GiB here).
+#[test]
+fn a_listener_reply_announcing_a_huge_address_is_refused() {
+    use std::io::{Read, Write};
+    let srv = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = srv.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = srv.accept().unwrap();
+        let mut hello = [0u8; 12];
+        s.read_exact(&mut hello).unwrap();
+        let mut reply = b"RUCXACPT".to_vec();
+        reply.extend_from_slice(&u32::MAX.to_le_bytes());
+        s.write_all(&reply).unwrap();
+        // Keep the connection open until the client gave up.
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let c = ctx("posix,cma");
+    let mut client = Worker::new(&c).unwrap();
+    assert_eq!(
+        client.ep_connect_sockaddr(at).err(),
+        Some(Status::InvalidParam)
+    );
+    drop(client);
+    t.join().unwrap();
+}
+
 /// Both sides closing at once: the side whose close comes after the peer's notice
 /// completes with `Ok` too (the peer's orderly close is reported to the error handler, but
 /// the close itself lost nothing).
