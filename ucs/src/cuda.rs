@@ -515,6 +515,64 @@ impl Drop for Event {
     }
 }
 
+/// Streams of every device, made on first use up to `per_device` each and taken in turn,
+/// with a pool of events: operations in flight overlap on the copy engines, each marked by
+/// an event of its own (`cuda_copy`, `cuda_ipc`).
+#[derive(Debug)]
+pub struct StreamSet {
+    per_device: usize,
+    streams: Vec<Vec<Stream>>,
+    next: Vec<usize>,
+    events: Vec<Vec<Event>>,
+}
+
+impl StreamSet {
+    pub fn new(driver: &Driver, per_device: usize) -> StreamSet {
+        let n = driver.devices().len();
+        StreamSet {
+            per_device: per_device.max(1),
+            streams: (0..n).map(|_| Vec::new()).collect(),
+            next: vec![0; n],
+            events: (0..n).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// The next stream of device `dev` (by index, for [`stream`](Self::stream)) and an
+    /// event of that device to record after the operation.
+    pub fn take(&mut self, dev: usize) -> UcsResult<(usize, Event)> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let streams = self.streams.get_mut(dev).ok_or(Status::InvalidParam)?;
+        if streams.len() < self.per_device {
+            streams.push(d.stream(dev as i32)?);
+        }
+        let si = self.next[dev] % streams.len();
+        self.next[dev] = self.next[dev].wrapping_add(1);
+        let ev = match self.events[dev].pop() {
+            Some(e) => e,
+            None => Event::new(dev as i32)?,
+        };
+        Ok((si, ev))
+    }
+
+    /// Stream `si` of device `dev`, as [`take`](Self::take) named it.
+    pub fn stream(&self, dev: usize, si: usize) -> &Stream {
+        &self.streams[dev][si]
+    }
+
+    /// An event whose operation is done, kept for reuse.
+    pub fn give_back(&mut self, dev: usize, ev: Event) {
+        self.events[dev].push(ev);
+    }
+
+    /// Waits until every stream is idle.
+    pub fn synchronize(&self) -> UcsResult<()> {
+        for s in self.streams.iter().flatten() {
+            s.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
 /// Smallest pinned buffer the pool hands out; sizes are powers of two from here.
 const PINNED_MIN: usize = 64 << 10;
 /// Bytes of free pinned buffers the pool keeps; more are given back to the driver.

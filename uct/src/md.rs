@@ -129,17 +129,30 @@ pub trait Md: Send + Sync + std::fmt::Debug {
     fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey>;
 }
 
-/// A domain whose transports need no registration (self, posix, cma): registering only
-/// records the region so remote keys can carry its bounds.
+/// A domain whose transports need no registration (self, posix, cma, and the in-process
+/// `cuda_copy` and `mock_dev`): registering only records the region so remote keys can
+/// carry its bounds.
 #[derive(Debug)]
 pub struct BoundsMd {
     name: &'static str,
     magic: [u8; 4],
+    types: MemTypes,
 }
 
 impl BoundsMd {
+    /// A domain for host-accessible memory.
     pub const fn new(name: &'static str, magic: [u8; 4]) -> BoundsMd {
-        BoundsMd { name, magic }
+        BoundsMd {
+            name,
+            magic,
+            types: MemTypes::HOST_ACCESSIBLE,
+        }
+    }
+
+    /// A domain for device memory of `types` only: registering other memory is refused
+    /// (`Unsupported`).
+    pub const fn for_device(name: &'static str, magic: [u8; 4], types: MemTypes) -> BoundsMd {
+        BoundsMd { name, magic, types }
     }
 }
 
@@ -148,9 +161,16 @@ impl Md for BoundsMd {
         self.name
     }
 
+    fn reg_mem_types(&self) -> MemTypes {
+        self.types
+    }
+
     unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> UcsResult<MemH> {
         if addr.is_null() && len != 0 {
             return Err(Status::InvalidParam);
+        }
+        if !self.types.contains(MemTypes::HOST) && !self.types.has(ucs::memtype::mem_type(addr)) {
+            return Err(Status::Unsupported);
         }
         Ok(MemH {
             base: addr as u64,

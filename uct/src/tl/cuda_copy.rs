@@ -15,14 +15,14 @@
 
 use std::collections::VecDeque;
 
-use ucs::cuda::{self, Driver, Event, Stream};
+use ucs::cuda::{self, Event, StreamSet};
 use ucs::memtype::{self, MemoryType};
 use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
 
 use crate::ep::{Comp, Done, EpId, Iov};
 use crate::iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate};
-use crate::md::{pack_rkey, unpack_rkey, Md, MemH, MemTypes, RemoteKey};
+use crate::md::{BoundsMd, Md, MemTypes, RemoteKey};
 
 const MAGIC: [u8; 4] = *b"CCPY";
 /// Largest copy made synchronously.
@@ -42,41 +42,11 @@ pub fn probe() -> Result<Vec<String>, String> {
 
 /// The memory domain: registers device and managed memory of this process (a key names an
 /// address range; there is nothing to export).
-#[derive(Debug)]
-struct CopyMd;
-
-impl Md for CopyMd {
-    fn name(&self) -> &str {
-        "cuda_cpy"
-    }
-
-    fn reg_mem_types(&self) -> MemTypes {
-        MemTypes::CUDA | MemTypes::CUDA_MANAGED
-    }
-
-    unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> UcsResult<MemH> {
-        if memtype::mem_type(addr) == MemoryType::Host {
-            return Err(Status::Unsupported);
-        }
-        Ok(MemH {
-            base: addr as u64,
-            len: len as u64,
-            key: 0,
-        })
-    }
-
-    fn mem_dereg(&self, _memh: &MemH) -> UcsResult<()> {
-        Ok(())
-    }
-
-    fn mkey_pack(&self, memh: &MemH) -> Vec<u8> {
-        pack_rkey(MAGIC, memh)
-    }
-
-    fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey> {
-        unpack_rkey(MAGIC, buf)
-    }
-}
+static MD: BoundsMd = BoundsMd::for_device(
+    "cuda_cpy",
+    MAGIC,
+    MemTypes::from_bits_truncate(MemTypes::CUDA.bits() | MemTypes::CUDA_MANAGED.bits()),
+);
 
 /// An asynchronous copy in flight.
 #[derive(Debug)]
@@ -92,15 +62,11 @@ struct Pending {
 #[derive(Debug)]
 pub struct CudaCopyIface {
     attr: IfaceAttr,
-    driver: &'static Driver,
     dev_addr: Vec<u8>,
     iface_addr: Vec<u8>,
     eps: u32,
-    /// Per device, its streams (made on first use) and the one to take next.
-    streams: Vec<Vec<Stream>>,
-    next: Vec<usize>,
-    /// Per device, events free for reuse.
-    events: Vec<Vec<Event>>,
+    /// `STREAMS` streams per device, made on first use, and their events.
+    streams: StreamSet,
     pending: VecDeque<Pending>,
     /// Copies made at once and queued on streams, their bytes, and the time from queueing
     /// an asynchronous copy to seeing it done, ns.
@@ -113,7 +79,6 @@ pub struct CudaCopyIface {
 impl CudaCopyIface {
     pub fn open() -> UcsResult<CudaCopyIface> {
         let driver = cuda::driver().ok_or(Status::Unsupported)?;
-        let n = driver.devices().len();
         let dev_addr = Writer::default().u64(ucs::sys::host_id()).buf;
         let iface_addr = Writer::default().u32(std::process::id()).buf;
         let big = OpLimits {
@@ -147,34 +112,16 @@ impl CudaCopyIface {
                 device_addr_len: dev_addr.len(),
                 iface_addr_len: iface_addr.len(),
             },
-            driver,
             dev_addr,
             iface_addr,
             eps: 0,
-            streams: (0..n).map(|_| Vec::new()).collect(),
-            next: vec![0; n],
-            events: (0..n).map(|_| Vec::new()).collect(),
+            streams: StreamSet::new(driver, STREAMS),
             pending: VecDeque::new(),
             sync_copies: 0,
             async_copies: 0,
             bytes: 0,
             async_ns: 0,
         })
-    }
-
-    /// The next stream of device `dev` and an event for it.
-    fn stream_and_event(&mut self, dev: usize) -> UcsResult<(usize, Event)> {
-        if self.streams[dev].len() < STREAMS {
-            let s = self.driver.stream(dev as i32)?;
-            self.streams[dev].push(s);
-        }
-        let si = self.next[dev] % self.streams[dev].len();
-        self.next[dev] = self.next[dev].wrapping_add(1);
-        let ev = match self.events[dev].pop() {
-            Some(e) => e,
-            None => Event::new(dev as i32)?,
-        };
-        Ok((si, ev))
     }
 
     /// # Safety
@@ -191,21 +138,9 @@ impl CudaCopyIface {
         rkey.check_range(remote_addr, total as u64)?;
         self.bytes += total as u64;
         if total <= SYNC_MAX {
-            let mut at = remote_addr;
-            for v in iov {
-                let local = memtype::mem_type(v.buffer);
-                let remote = memtype::mem_type(at as *const u8);
-                // SAFETY: the caller keeps the local buffer valid; the remote range lies in
-                // a registered region of this process (checked against the key).
-                unsafe {
-                    if put {
-                        memtype::copy(at as *mut u8, remote, v.buffer, local, v.length)?;
-                    } else {
-                        memtype::copy(v.buffer, local, at as *const u8, remote, v.length)?;
-                    }
-                }
-                at += v.length as u64;
-            }
+            // SAFETY: the caller keeps the local buffers valid; the remote range lies in a
+            // registered region of this process (checked against the key).
+            unsafe { super::copy_in_process(iov, remote_addr, put)? };
             self.sync_copies += 1;
             return Ok(Done::Now);
         }
@@ -216,9 +151,9 @@ impl CudaCopyIface {
             .map(|p| memtype::detect(p as *const u8))
             .find(|i| i.mem_type != MemoryType::Host && i.device >= 0)
             .map_or(0, |i| i.device as usize)
-            .min(self.streams.len().saturating_sub(1));
-        let (si, event) = self.stream_and_event(dev)?;
-        let s = &self.streams[dev][si];
+            .min(cuda::driver().map_or(0, |d| d.devices().len().saturating_sub(1)));
+        let (si, event) = self.streams.take(dev)?;
+        let s = self.streams.stream(dev, si);
         let mut at = remote_addr;
         let last = iov.len().saturating_sub(1);
         for (k, v) in iov.iter().enumerate() {
@@ -260,7 +195,7 @@ impl Iface for CudaCopyIface {
         &self.attr
     }
     fn md(&self) -> &dyn Md {
-        &CopyMd
+        &MD
     }
     fn device_address(&self) -> &[u8] {
         &self.dev_addr
@@ -325,7 +260,7 @@ impl Iface for CudaCopyIface {
             };
             let p = self.pending.remove(i).expect("index in range");
             self.async_ns += ucs::time::now_ns().saturating_sub(p.t0);
-            self.events[p.dev].push(p.event);
+            self.streams.give_back(p.dev, p.event);
             h.completion(p.comp, status);
             n += 1;
         }

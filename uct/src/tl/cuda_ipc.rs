@@ -25,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use slab::Slab;
-use ucs::cuda::{self, Driver, Event, Stream};
+use ucs::cuda::{self, Driver, Event, StreamSet};
 use ucs::memtype::{self, MemoryType};
 use ucs::wire::{Reader, Writer};
 use ucs::{Config, Status, UcsResult};
@@ -259,11 +259,8 @@ pub struct CudaIpcIface {
     iface_addr: Vec<u8>,
     eps: Slab<Peer>,
     mappings: HashMap<(u32, u64), Mapping>,
-    /// Per local device, its streams (made on first use, up to `STREAMS`), the next one
-    /// to take, and events free for reuse.
-    streams: Vec<Vec<Stream>>,
-    next: Vec<usize>,
-    events: Vec<Vec<Event>>,
+    /// `STREAMS` streams per local device, made on first use, and their events.
+    streams: StreamSet,
     inflight: VecDeque<InFlight>,
     errors: VecDeque<(EpId, Status)>,
     /// Mappings opened, translations served from the cache, mappings closed because their
@@ -323,9 +320,7 @@ impl CudaIpcIface {
             iface_addr,
             eps: Slab::new(),
             mappings: HashMap::new(),
-            streams: (0..driver.devices().len()).map(|_| Vec::new()).collect(),
-            next: vec![0; driver.devices().len()],
-            events: (0..driver.devices().len()).map(|_| Vec::new()).collect(),
+            streams: StreamSet::new(driver, STREAMS),
             inflight: VecDeque::new(),
             errors: VecDeque::new(),
             opened: 0,
@@ -427,9 +422,7 @@ impl CudaIpcIface {
         if let Some(m) = self.mappings.remove(&k) {
             if m.dev >= 0 {
                 // Copies in flight may use it: wait for them first.
-                for s in self.streams.iter().flatten() {
-                    let _ = s.synchronize();
-                }
+                let _ = self.streams.synchronize();
                 // SAFETY: opened by `ipc_open` on m.dev, closed once (removed from the map).
                 unsafe { self.driver.ipc_close(m.dev, m.local) };
             }
@@ -495,11 +488,11 @@ impl CudaIpcIface {
                 } else {
                     local_dev.max(0)
                 } as usize;
-                let (si, ev) = self.stream_and_event(dev)?;
+                let (si, ev) = self.streams.take(dev)?;
                 stream = Some((dev, si, ev));
             }
             let (dev, si, ev) = stream.as_ref().ok_or(Status::NoResource)?;
-            let s = &self.streams[*dev][*si];
+            let s = self.streams.stream(*dev, *si);
             // SAFETY: the caller keeps the local buffer valid until `comp` is reported,
             // which waits for the event recorded after the last piece; the mapping stays
             // open until then (`unmap` waits for the streams).
@@ -521,22 +514,6 @@ impl CudaIpcIface {
             ep,
         });
         Ok(Done::Later)
-    }
-
-    /// The next stream of device `dev` (made while there are fewer than `STREAMS`) and an
-    /// event for it.
-    fn stream_and_event(&mut self, dev: usize) -> UcsResult<(usize, Event)> {
-        let streams = self.streams.get_mut(dev).ok_or(Status::InvalidParam)?;
-        if streams.len() < STREAMS {
-            streams.push(self.driver.stream(dev as i32)?);
-        }
-        let si = self.next[dev] % streams.len();
-        self.next[dev] = self.next[dev].wrapping_add(1);
-        let ev = match self.events[dev].pop() {
-            Some(e) => e,
-            None => Event::new(dev as i32)?,
-        };
-        Ok((si, ev))
     }
 
     fn check_peers(&mut self) {
@@ -629,9 +606,7 @@ impl Iface for CudaIpcIface {
         // Synchronous copies are done when posted; asynchronous ones are waited for.
         let busy = self.inflight.iter().any(|f| ep.is_none_or(|e| e == f.ep));
         if busy {
-            for s in self.streams.iter().flatten() {
-                s.synchronize()?;
-            }
+            self.streams.synchronize()?;
         }
         Ok(Done::Now)
     }
@@ -666,7 +641,7 @@ impl Iface for CudaIpcIface {
                 Ok(_) => Status::Ok,
                 Err(e) => e,
             };
-            self.events[f.dev].push(f.event);
+            self.streams.give_back(f.dev, f.event);
             h.completion(f.comp, status);
             n += 1;
         }

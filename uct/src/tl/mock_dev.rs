@@ -5,51 +5,17 @@
 //! every byte moves through `ucs::memtype::copy` (the driver, or a test's stand-in for it).
 //! It is a model and says so in its name; it never moves data between processes.
 
-use ucs::memtype::{self, MemoryType};
 use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
 
 use crate::ep::{Comp, Done, EpId, Iov};
 use crate::iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate};
-use crate::md::{pack_rkey, unpack_rkey, Md, MemH, MemTypes, RemoteKey};
+use crate::md::{BoundsMd, Md, MemTypes, RemoteKey};
 
 const MAGIC: [u8; 4] = *b"MDEV";
 
-#[derive(Debug)]
-struct MockMd;
-
-impl Md for MockMd {
-    fn name(&self) -> &str {
-        "mock_dev"
-    }
-
-    fn reg_mem_types(&self) -> MemTypes {
-        MemTypes::CUDA
-    }
-
-    unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> UcsResult<MemH> {
-        if memtype::mem_type(addr) != MemoryType::Cuda {
-            return Err(Status::Unsupported);
-        }
-        Ok(MemH {
-            base: addr as u64,
-            len: len as u64,
-            key: 0,
-        })
-    }
-
-    fn mem_dereg(&self, _memh: &MemH) -> UcsResult<()> {
-        Ok(())
-    }
-
-    fn mkey_pack(&self, memh: &MemH) -> Vec<u8> {
-        pack_rkey(MAGIC, memh)
-    }
-
-    fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey> {
-        unpack_rkey(MAGIC, buf)
-    }
-}
+/// Registers the "device memory" of this process only.
+static MD: BoundsMd = BoundsMd::for_device("mock_dev", MAGIC, MemTypes::CUDA);
 
 /// The model's interface.
 #[derive(Debug)]
@@ -108,21 +74,9 @@ impl MockDevIface {
     ) -> UcsResult<Done> {
         let total: usize = iov.iter().map(|v| v.length).sum();
         rkey.check_range(remote_addr, total as u64)?;
-        let mut at = remote_addr;
-        for v in iov {
-            let local = memtype::mem_type(v.buffer);
-            let remote = memtype::mem_type(at as *const u8);
-            // SAFETY: the caller keeps the local buffer valid; the remote range lies in a
-            // registered region of this process (checked against the key).
-            unsafe {
-                if put {
-                    memtype::copy(at as *mut u8, remote, v.buffer, local, v.length)?;
-                } else {
-                    memtype::copy(v.buffer, local, at as *const u8, remote, v.length)?;
-                }
-            }
-            at += v.length as u64;
-        }
+        // SAFETY: the caller keeps the local buffers valid; the remote range lies in a
+        // registered region of this process (checked against the key).
+        unsafe { super::copy_in_process(iov, remote_addr, put)? };
         self.ops += 1;
         Ok(Done::Now)
     }
@@ -139,7 +93,7 @@ impl Iface for MockDevIface {
         &self.attr
     }
     fn md(&self) -> &dyn Md {
-        &MockMd
+        &MD
     }
     fn device_address(&self) -> &[u8] {
         &self.dev_addr

@@ -65,6 +65,37 @@ fn gdr_copy_absent() -> String {
     "/dev/gdrdrv and libgdrapi exist, but Rucx has no gdr_copy transport yet".to_string()
 }
 
+/// Copies between the local iov list and this process's range at `remote_addr`, entry
+/// after entry, through `ucs::memtype::copy` (any memory types, the driver where needed):
+/// the synchronous path of the in-process transports (`cuda_copy`, `mock_dev`). `put`
+/// writes the range, else it is read.
+///
+/// # Safety
+/// Every iov entry is valid for its length; the remote range is memory of this process,
+/// valid for the iov's total length.
+#[cfg(any(feature = "cuda", feature = "mock"))]
+pub(crate) unsafe fn copy_in_process(
+    iov: &[crate::Iov],
+    remote_addr: u64,
+    put: bool,
+) -> ucs::UcsResult<()> {
+    use ucs::memtype::{copy, mem_type};
+    let mut at = remote_addr;
+    for v in iov {
+        let (local, remote) = (mem_type(v.buffer), mem_type(at as *const u8));
+        // SAFETY: per the contract.
+        unsafe {
+            if put {
+                copy(at as *mut u8, remote, v.buffer, local, v.length)?;
+            } else {
+                copy(v.buffer, local, at as *const u8, remote, v.length)?;
+            }
+        }
+        at += v.length as u64;
+    }
+    Ok(())
+}
+
 /// Copies `src` into the iov list in order; returns bytes copied.
 pub(crate) fn scatter(src: &[u8], iov: &[crate::Iov]) -> usize {
     let mut off = 0;
