@@ -18,6 +18,7 @@ mod ep;
 mod ext;
 mod fast;
 mod ops;
+mod queue;
 mod request;
 mod worker;
 

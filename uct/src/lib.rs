@@ -11,6 +11,7 @@ pub mod ep;
 pub mod iface;
 pub mod md;
 pub mod tl;
+pub mod trigger;
 
 pub use component::{discover, open, Discovery, TlAbsent, TlResource};
 pub use ep::{Comp, Done, EpId, Iov};

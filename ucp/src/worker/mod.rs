@@ -31,6 +31,7 @@ mod capi;
 mod handler;
 mod listener;
 mod mapped;
+pub mod queue;
 pub mod rma;
 pub mod stream;
 pub(crate) mod tag;
@@ -605,6 +606,9 @@ pub(crate) struct Core {
     pub(crate) poll_one: u8,
     pub(crate) tick: u32,
     pub(crate) stats: WorkerStats,
+    /// Some stream-triggered queue has a released operation to fire or one running
+    /// (`queue.rs`); keeps `work` set.
+    pub(crate) queues_armed: bool,
 }
 
 /// A worker. Driven by one thread at a time (`&mut self`); wrap it in a mutex for the
@@ -619,6 +623,7 @@ pub struct Worker {
     signal: Arc<ucs::wakeup::EventFd>,
     sock: listener::Sockets,
     am_handlers: Vec<Option<am::AmHandler>>,
+    queues: Slab<queue::Queue>,
 }
 
 /// Wakes a worker sleeping in [`Worker::wait_event`] (or makes its next [`Worker::arm`]
@@ -806,6 +811,7 @@ impl Worker {
             poll_one: NO_IFACE,
             tick: 0,
             stats: WorkerStats::default(),
+            queues_armed: false,
         };
         Ok(Worker {
             ctx: Arc::clone(ctx),
@@ -816,6 +822,7 @@ impl Worker {
             signal,
             sock: listener::Sockets::default(),
             am_handlers: Vec::new(),
+            queues: Slab::new(),
         })
     }
 
@@ -982,6 +989,10 @@ impl Worker {
         }
         if self.sock.active() {
             listener::poll_sockets(self);
+        }
+        if self.core.queues_armed {
+            n += self.progress_queues();
+            self.core.work |= self.core.queues_armed;
         }
         n
     }
@@ -1258,6 +1269,7 @@ impl Worker {
             || !core.ready.is_empty()
             || !core.flushes.is_empty()
             || !core.rma_queue.is_empty()
+            || core.queues_armed
         {
             core.work = true;
         }

@@ -31,6 +31,16 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
         .map(|d| d.count())
         .unwrap_or(0);
     v.push((
+        "cxi",
+        match crate::trigger::cxi_presence() {
+            Ok(found) => format!(
+                "{found}, but Rucx has no cxi transport yet: deferred work runs on the \
+                 software trigger engine"
+            ),
+            Err(why) => why,
+        },
+    ));
+    v.push((
         "rc_verbs",
         if hca == 0 {
             "no RDMA device in /sys/class/infiniband"
@@ -44,7 +54,6 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
         v.push((tl, "built without the `cuda` feature".to_string()));
     }
     v.push(("gdr_copy", gdr_copy_absent()));
-    v.push(("cxi", "no Slingshot NIC (/dev/cxi0 not found)".to_string()));
     v
 }
 

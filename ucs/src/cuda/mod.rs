@@ -15,6 +15,9 @@ use cudarc::driver::sys as cu;
 use crate::memtype::{MemInfo, MemoryType, PointerQuery};
 use crate::{Status, UcsResult};
 
+mod memops;
+pub use memops::StreamRef;
+
 /// A device pointer (the driver's `CUdeviceptr`; unified addressing: also a host address
 /// for pinned and managed memory).
 pub type DevPtr = u64;
@@ -316,6 +319,17 @@ impl Driver {
             )
         })?;
         Ok(p.cast())
+    }
+
+    /// The device address of pinned host memory from [`host_alloc`](Self::host_alloc)
+    /// (with unified addressing, the host address itself), for device code and stream
+    /// memory operations.
+    pub fn host_device_ptr(&self, p: *mut u8) -> UcsResult<DevPtr> {
+        let _b = self.bind(0)?;
+        let mut d = 0;
+        // SAFETY: out pointer; `p` is mapped pinned memory (the driver checks).
+        check(unsafe { cu::cuMemHostGetDevicePointer_v2(&mut d, p.cast(), 0) })?;
+        Ok(d)
     }
 
     /// # Safety

@@ -1,0 +1,765 @@
+//! Stream-triggered queues: tag sends and receives enqueued now, released in batches by a
+//! GPU stream (or the host) writing a trigger counter, and waited for by the stream on a
+//! completion counter (the `MPIX_Enqueue_*` model of stream-triggered MPI).
+//!
+//! A queue is a `uct::trigger::DeferredQueue` of tag operations plus the bookkeeping of
+//! its batches:
+//! * `enqueue_send` / `enqueue_recv` post an operation with the threshold of the *next*
+//!   start, and return at once;
+//! * `enqueue_start` is one write of the trigger counter (`base + starts`): on the stream
+//!   (a stream memory operation or a one-thread kernel), by the host at once, or left to
+//!   the caller (`QueueStream::External`);
+//! * `enqueue_wait` is one wait for the completion counter to reach `base + started`, the
+//!   number of operations every start so far released: on the stream, or, with no stream,
+//!   by progressing this worker.
+//!
+//! The worker fires released operations from `progress` (in FIFO order per queue), and
+//! watches them until they finish; each finished operation adds one to the completion
+//! counter, failed or not, so a stream waiting on it never hangs. A receive names the
+//! endpoint it expects its message from (as stream-triggered MPI has no `ANY_SOURCE`): if
+//! that endpoint fails, the receive ends with the endpoint's error. Destroying a queue
+//! counts everything it still holds as finished, with `Canceled`.
+//!
+//! Nothing is polled while no queue has a released operation waiting or running: the
+//! worker's fast path is untouched (one flag checked on the slow path).
+
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use ucs::{Status, UcsResult};
+use uct::trigger::{reached, Counters, DeferredQueue};
+
+use super::{EpHandle, RecvParams, SendParams, Worker};
+use crate::datatype::Data;
+use crate::request::ReqId;
+
+/// A queue of a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QueueId(pub u32);
+
+/// How a queue's stream writes the trigger counter and waits on the completion counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TriggerKind {
+    /// `cuStreamWriteValue32` / `cuStreamWaitValue32`.
+    #[default]
+    MemOp,
+    /// One-thread kernels (a system-scope store; a spin on a system-scope load).
+    Kernel,
+}
+
+/// What drives a queue's starts and waits.
+#[derive(Clone, Copy, Debug)]
+pub enum QueueStream {
+    /// No stream, for CPU-only use: `enqueue_start` writes the trigger counter from the
+    /// host at once; `enqueue_wait` progresses the worker until the operations started so
+    /// far are done.
+    Host,
+    /// Someone else writes and waits on the counters (`queue_counters`): `enqueue_start`
+    /// and `enqueue_wait` only return the value to write or wait for. What a stream does,
+    /// done by a test or a custom driver.
+    External,
+    /// A CUDA stream: starts and waits are queued on it.
+    #[cfg(feature = "cuda")]
+    Cuda {
+        stream: ucs::cuda::StreamRef,
+        trigger: TriggerKind,
+    },
+}
+
+/// How a queue is made.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueParams {
+    pub stream: QueueStream,
+    /// Where both counters start (any value: they are compared cyclically).
+    pub counter_base: u32,
+}
+
+impl Default for QueueParams {
+    fn default() -> Self {
+        QueueParams {
+            stream: QueueStream::Host,
+            counter_base: 0,
+        }
+    }
+}
+
+/// What a queue has done, as `queue_query` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Operations enqueued and not yet fired (released or not).
+    pub pending: usize,
+    /// Fired and not finished.
+    pub running: usize,
+    /// Starts issued, and operations they released.
+    pub starts: u32,
+    pub started: u32,
+    /// Finished operations (the completion counter minus its base).
+    pub completed: u32,
+    /// The first error an operation finished with, and how many did.
+    pub error: Option<Status>,
+    pub failed: u64,
+}
+
+/// An operation waiting for its trigger.
+#[derive(Debug)]
+enum Queued {
+    Send {
+        ep: EpHandle,
+        data: Data,
+        tag: u64,
+    },
+    Recv {
+        src: EpHandle,
+        data: Data,
+        tag: u64,
+        mask: u64,
+    },
+}
+
+/// A running operation: its request, and for a receive the endpoint it waits on.
+#[derive(Clone, Copy, Debug)]
+struct Running {
+    req: ReqId,
+    src: Option<EpHandle>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Queue {
+    dq: DeferredQueue<Queued>,
+    stream: QueueStream,
+    base: u32,
+    /// Starts issued (the last wrote `base + starts`).
+    starts: u32,
+    /// Operations enqueued since the last start.
+    batch: u32,
+    /// Operations released by the starts so far.
+    started: u32,
+    running: SmallVec<[Running; 8]>,
+    /// Failures already returned to the caller by a host wait.
+    reported: u64,
+}
+
+impl Queue {
+    fn issued(&self) -> u32 {
+        self.base.wrapping_add(self.starts)
+    }
+
+    fn armed(&self) -> bool {
+        self.dq.armed(self.issued())
+    }
+}
+
+impl Worker {
+    /// Creates a queue (`ucpx_queue_create`). A CUDA stream's queue keeps its counters in
+    /// pinned host memory mapped to the devices.
+    pub fn queue_create(&mut self, p: QueueParams) -> UcsResult<QueueId> {
+        let mapped = !matches!(p.stream, QueueStream::Host | QueueStream::External);
+        let dq = DeferredQueue::new(p.counter_base, mapped)?;
+        let i = self.queues.insert(Queue {
+            dq,
+            stream: p.stream,
+            base: p.counter_base,
+            starts: 0,
+            batch: 0,
+            started: 0,
+            running: SmallVec::new(),
+            reported: 0,
+        });
+        Ok(QueueId(u32::try_from(i).map_err(|_| Status::NoMemory)?))
+    }
+
+    fn queue(&mut self, q: QueueId) -> UcsResult<&mut Queue> {
+        self.queues
+            .get_mut(q.0 as usize)
+            .ok_or(Status::InvalidParam)
+    }
+
+    fn enqueue(&mut self, q: QueueId, op: Queued) -> UcsResult<()> {
+        let qu = self.queue(q)?;
+        let th = qu.issued().wrapping_add(1);
+        qu.dq.post(th, op);
+        qu.batch += 1;
+        Ok(())
+    }
+
+    /// Enqueues a tagged send of `data` on `ep`, to go when the next start is reached
+    /// (`ucpx_enqueue_send`). Any datatype and memory type a send takes. `data` must stay
+    /// valid until a wait covering it is over.
+    pub fn enqueue_send(
+        &mut self,
+        q: QueueId,
+        ep: EpHandle,
+        data: &Data,
+        tag: u64,
+    ) -> UcsResult<()> {
+        if self.core.eps.get(ep.idx()).is_none() {
+            return Err(Status::InvalidParam);
+        }
+        self.enqueue(
+            q,
+            Queued::Send {
+                ep,
+                data: data.clone(),
+                tag,
+            },
+        )
+    }
+
+    /// Enqueues a receive of a message from `src` matching `(tag, mask)` into `data`
+    /// (`ucpx_enqueue_recv`), posted when the next start is reached.
+    pub fn enqueue_recv(
+        &mut self,
+        q: QueueId,
+        src: EpHandle,
+        data: &Data,
+        tag: u64,
+        mask: u64,
+    ) -> UcsResult<()> {
+        if self.core.eps.get(src.idx()).is_none() {
+            return Err(Status::InvalidParam);
+        }
+        self.enqueue(
+            q,
+            Queued::Recv {
+                src,
+                data: data.clone(),
+                tag,
+                mask,
+            },
+        )
+    }
+
+    /// Releases every operation enqueued since the last start, as one batch
+    /// (`ucpx_enqueue_start`): one write of the trigger counter, queued on the stream,
+    /// done by the host, or (`External`) left to the caller. Returns the value written.
+    pub fn enqueue_start(&mut self, q: QueueId) -> UcsResult<u32> {
+        let qu = self.queue(q)?;
+        let value = qu.issued().wrapping_add(1);
+        match qu.stream {
+            QueueStream::Host => qu.dq.counters().trigger().store(value, Ordering::Release),
+            QueueStream::External => {}
+            #[cfg(feature = "cuda")]
+            QueueStream::Cuda { stream, trigger } => {
+                let (t, _) = qu.dq.counters().device_ptrs().ok_or(Status::InvalidParam)?;
+                match trigger {
+                    TriggerKind::MemOp => stream.write_value(t, value)?,
+                    TriggerKind::Kernel => stream.kernel_write(t, value)?,
+                }
+            }
+        }
+        qu.starts = qu.starts.wrapping_add(1);
+        qu.started = qu.started.wrapping_add(std::mem::take(&mut qu.batch));
+        if qu.armed() {
+            self.core.queues_armed = true;
+            self.core.work = true;
+        }
+        Ok(value)
+    }
+
+    /// Waits until every operation started so far has finished (`ucpx_enqueue_wait`): one
+    /// wait on the completion counter queued on the stream; with no stream, progress until
+    /// then (returning the first error of an operation that failed since the last such
+    /// wait); `External`: the value to wait for, for the caller. Returns the completion
+    /// value waited for.
+    pub fn enqueue_wait(&mut self, q: QueueId) -> UcsResult<u32> {
+        let qu = self.queue(q)?;
+        let target = qu.base.wrapping_add(qu.started);
+        match qu.stream {
+            QueueStream::External => {}
+            #[cfg(feature = "cuda")]
+            QueueStream::Cuda { stream, trigger } => {
+                let (_, c) = qu.dq.counters().device_ptrs().ok_or(Status::InvalidParam)?;
+                match trigger {
+                    TriggerKind::MemOp => stream.wait_value(c, target)?,
+                    TriggerKind::Kernel => stream.kernel_wait(c, target)?,
+                }
+            }
+            QueueStream::Host => {
+                loop {
+                    let qu = self.queue(q)?;
+                    if reached(
+                        qu.dq.counters().completion().load(Ordering::Acquire),
+                        target,
+                    ) {
+                        break;
+                    }
+                    if self.progress() == 0 {
+                        std::hint::spin_loop();
+                    }
+                }
+                let qu = self.queue(q)?;
+                let (err, failed) = qu.dq.error();
+                if failed > qu.reported {
+                    qu.reported = failed;
+                    return Err(err.unwrap_or(Status::IoError));
+                }
+            }
+        }
+        Ok(target)
+    }
+
+    /// The queue's counters, for whoever drives an `External` queue, or to look.
+    pub fn queue_counters(&self, q: QueueId) -> Option<&Counters> {
+        self.queues.get(q.0 as usize).map(|qu| qu.dq.counters())
+    }
+
+    /// What the queue has done.
+    pub fn queue_query(&self, q: QueueId) -> UcsResult<QueueInfo> {
+        let qu = self.queues.get(q.0 as usize).ok_or(Status::InvalidParam)?;
+        let (error, failed) = qu.dq.error();
+        Ok(QueueInfo {
+            pending: qu.dq.pending(),
+            running: qu.dq.running(),
+            starts: qu.starts,
+            started: qu.started,
+            completed: qu
+                .dq
+                .counters()
+                .completion()
+                .load(Ordering::Acquire)
+                .wrapping_sub(qu.base),
+            error,
+            failed,
+        })
+    }
+
+    /// Cuts short everything the queue holds, counting it as finished with `Canceled` so
+    /// that no stream waiting on the completion counter hangs: operations not yet fired
+    /// are dropped (released or not), receives not yet matched are cancelled, and sends in
+    /// flight are left to finish on their own (their buffers stay in use until they do,
+    /// as after `request_free`). Returns how many operations were cut short. The queue
+    /// stays usable.
+    pub fn queue_abort(&mut self, q: QueueId) -> UcsResult<usize> {
+        let qu = self.queue(q)?;
+        let abandoned = qu.dq.abandon(Status::Canceled).len();
+        let running = std::mem::take(&mut qu.running);
+        qu.dq.give_up_running(Status::Canceled);
+        // Released-or-not, every operation enqueued is now counted: later starts release
+        // nothing of what came before.
+        qu.started = qu.started.wrapping_add(std::mem::take(&mut qu.batch));
+        qu.reported += (abandoned + running.len()) as u64;
+        for r in &running {
+            self.request_cancel(r.req);
+            self.request_free(r.req);
+        }
+        self.core.queues_armed = self.queues.iter().any(|(_, q)| q.armed());
+        Ok(abandoned + running.len())
+    }
+
+    /// Destroys a queue (`ucpx_queue_destroy`), after [`queue_abort`](Self::queue_abort)
+    /// if it still holds operations. Returns `Canceled` if anything was cut short, the
+    /// first error of an operation that no wait reported, or Ok.
+    ///
+    /// A CUDA stream may still have the queue's counters in use (a wait queued behind
+    /// other work): the counter memory is then kept until the stream is idle.
+    pub fn queue_destroy(&mut self, q: QueueId) -> UcsResult<()> {
+        let cut = self.queue_abort(q)?;
+        let qu = self
+            .queues
+            .try_remove(q.0 as usize)
+            .ok_or(Status::InvalidParam)?;
+        let (err, failed) = qu.dq.error();
+        let unreported = failed > qu.reported;
+        retire(qu);
+        if cut > 0 {
+            Err(Status::Canceled)
+        } else if unreported {
+            Err(err.unwrap_or(Status::IoError))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fires released operations and collects finished ones, for every armed queue
+    /// (called from `progress` while `queues_armed`).
+    pub(super) fn progress_queues(&mut self) -> usize {
+        let mut n = 0;
+        let ids: SmallVec<[usize; 4]> = self
+            .queues
+            .iter()
+            .filter(|(_, q)| q.armed())
+            .map(|(i, _)| i)
+            .collect();
+        for i in ids {
+            n += self.reap(i);
+            loop {
+                let Some(op) = self.queues.get_mut(i).and_then(|q| q.dq.next_ready()) else {
+                    break;
+                };
+                n += 1;
+                let (r, src) = self.fire(op);
+                let qu = &mut self.queues[i];
+                match r {
+                    Ok(Some(req)) => qu.running.push(Running { req, src }),
+                    Ok(None) => qu.dq.complete(Status::Ok),
+                    Err(s) => qu.dq.complete(s),
+                }
+            }
+        }
+        self.core.queues_armed = self.queues.iter().any(|(_, q)| q.armed());
+        n
+    }
+
+    /// Posts a released operation.
+    fn fire(&mut self, op: Queued) -> (UcsResult<Option<ReqId>>, Option<EpHandle>) {
+        match op {
+            Queued::Send { ep, data, tag } => {
+                (self.tag_send(ep, &data, tag, SendParams::default()), None)
+            }
+            Queued::Recv {
+                src,
+                data,
+                tag,
+                mask,
+            } => {
+                if let Some(s) = self.ep_failure(src) {
+                    return (Err(s), Some(src));
+                }
+                let r = self.tag_recv(&data, tag, mask, RecvParams::default());
+                (r.map(Some), Some(src))
+            }
+        }
+    }
+
+    /// Takes the finished operations of queue `i` off its running list, counting each.
+    /// A receive whose source endpoint failed is cancelled and ends with that failure.
+    fn reap(&mut self, i: usize) -> usize {
+        let mut n = 0;
+        let mut k = 0;
+        while k < self.queues[i].running.len() {
+            let r = self.queues[i].running[k];
+            let failure = r.src.and_then(|ep| self.ep_failure(ep));
+            if failure.is_some() {
+                self.request_cancel(r.req);
+            }
+            match self.request_test(r.req) {
+                None => k += 1,
+                Some((s, _)) => {
+                    let s = match (s, failure) {
+                        (Status::Canceled, Some(f)) => f,
+                        _ => s,
+                    };
+                    let qu = &mut self.queues[i];
+                    qu.running.swap_remove(k);
+                    qu.dq.complete(s);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// The error an endpoint failed with, if it did (closed or unknown: `NotConnected`).
+    fn ep_failure(&self, ep: EpHandle) -> Option<Status> {
+        match self.core.eps.get(ep.idx()) {
+            Some(e) => e.failed,
+            None => Some(Status::NotConnected),
+        }
+    }
+}
+
+/// Frees a destroyed queue's counters, or keeps them until the stream that may still
+/// read or write them is idle (checked again at each later destroy).
+fn retire(qu: Queue) {
+    #[cfg(feature = "cuda")]
+    {
+        use std::sync::Mutex;
+        static KEPT: Mutex<Vec<(ucs::cuda::StreamRef, Counters)>> = Mutex::new(Vec::new());
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|(s, _)| !s.idle().unwrap_or(true));
+        if let QueueStream::Cuda { stream, .. } = qu.stream {
+            if !stream.idle().unwrap_or(true) {
+                kept.push((stream, qu.dq.into_counters()));
+            }
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    drop(qu);
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)] // tests describe their buffers as user code does
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use ucs::{Config, Status};
+
+    use super::*;
+    use crate::buf::Buf;
+    use crate::context::Context;
+
+    fn pair() -> (Worker, Worker, EpHandle, EpHandle) {
+        let c: Arc<Context> = Context::new(
+            Config::from_lookup(|k| match k {
+                "TLS" => Some("posix,cma".into()),
+                _ => None,
+            })
+            .unwrap(),
+        );
+        let mut a = Worker::new(&c).unwrap();
+        let mut b = Worker::new(&c).unwrap();
+        let ab = a.ep_create(b.address()).unwrap();
+        let ba = b.ep_create(a.address()).unwrap();
+        (a, b, ab, ba)
+    }
+
+    fn data(v: &[u8]) -> Data {
+        // SAFETY: every test keeps the vector alive and untouched until its operation is
+        // counted complete.
+        Data::Contig(unsafe { Buf::from_slice(v) })
+    }
+
+    fn data_mut(v: &mut [u8]) -> Data {
+        // SAFETY: as above.
+        Data::Contig(unsafe { Buf::from_mut_slice(v) })
+    }
+
+    /// Progresses both until `done`, for at most 10 s.
+    fn drive(
+        a: &mut Worker,
+        b: &mut Worker,
+        mut done: impl FnMut(&mut Worker, &mut Worker) -> bool,
+    ) {
+        let t = Instant::now();
+        while !done(a, b) {
+            a.progress();
+            b.progress();
+            assert!(t.elapsed() < Duration::from_secs(10), "timed out");
+        }
+    }
+
+    /// Progresses both `n` times.
+    fn spin(a: &mut Worker, b: &mut Worker, n: usize) {
+        for _ in 0..n {
+            a.progress();
+            b.progress();
+        }
+    }
+
+    fn completed(w: &Worker, q: QueueId) -> u32 {
+        w.queue_query(q).unwrap().completed
+    }
+
+    fn recv(b: &mut Worker, v: &mut [u8], tag: u64) -> ReqId {
+        b.tag_recv(&data_mut(v), tag, u64::MAX, RecvParams::default())
+            .unwrap()
+    }
+
+    fn external(w: &mut Worker, base: u32) -> QueueId {
+        w.queue_create(QueueParams {
+            stream: QueueStream::External,
+            counter_base: base,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn sends_fire_in_order_and_in_batches_when_the_trigger_is_written() {
+        let (mut a, mut b, ab, _) = pair();
+        let q = external(&mut a, 100);
+        let msgs: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 64]).collect();
+        a.enqueue_send(q, ab, &data(&msgs[0]), 7).unwrap();
+        a.enqueue_send(q, ab, &data(&msgs[1]), 7).unwrap();
+        assert_eq!(a.enqueue_start(q).unwrap(), 101);
+        a.enqueue_send(q, ab, &data(&msgs[2]), 7).unwrap();
+        assert_eq!(a.enqueue_start(q).unwrap(), 102);
+        assert_eq!(a.enqueue_wait(q).unwrap(), 103, "three operations started");
+        let mut got = vec![vec![0u8; 64]; 3];
+        let ids: Vec<ReqId> = got.iter_mut().map(|g| recv(&mut b, g, 7)).collect();
+        spin(&mut a, &mut b, 2000);
+        assert_eq!(
+            b.request_status(ids[0]),
+            Status::InProgress,
+            "nothing fires untriggered"
+        );
+        assert_eq!(a.queue_query(q).unwrap().pending, 3);
+
+        // The stream reaches the first start: the first batch (two sends) goes.
+        a.queue_counters(q)
+            .unwrap()
+            .trigger()
+            .store(101, Ordering::Release);
+        drive(&mut a, &mut b, |a, b| {
+            completed(a, q) == 2 && b.request_status(ids[1]) == Status::Ok
+        });
+        spin(&mut a, &mut b, 2000);
+        assert_eq!(
+            b.request_status(ids[2]),
+            Status::InProgress,
+            "the second batch waits"
+        );
+        assert_eq!(a.queue_query(q).unwrap().pending, 1);
+
+        a.queue_counters(q)
+            .unwrap()
+            .trigger()
+            .store(102, Ordering::Release);
+        drive(&mut a, &mut b, |a, b| {
+            completed(a, q) == 3 && b.request_status(ids[2]) == Status::Ok
+        });
+        // Same tag, one endpoint: the order received is the order fired.
+        assert_eq!(got, msgs);
+        assert_eq!(
+            a.queue_counters(q)
+                .unwrap()
+                .completion()
+                .load(Ordering::Acquire),
+            103
+        );
+        let info = a.queue_query(q).unwrap();
+        assert_eq!((info.starts, info.started, info.error), (2, 3, None));
+        a.queue_destroy(q).unwrap();
+    }
+
+    #[test]
+    fn a_start_with_nothing_enqueued_and_a_wait_before_any_start_return_at_once() {
+        let (mut a, mut b, ab, _) = pair();
+        let q = a.queue_create(QueueParams::default()).unwrap();
+        a.enqueue_start(q).unwrap();
+        assert_eq!(
+            a.enqueue_wait(q).unwrap(),
+            0,
+            "nothing started: nothing to wait for"
+        );
+        let m = vec![9u8; 100];
+        a.enqueue_send(q, ab, &data(&m), 1).unwrap();
+        // The wait covers started operations only: the send is not released by it.
+        assert_eq!(a.enqueue_wait(q).unwrap(), 0);
+        assert_eq!(a.queue_query(q).unwrap().pending, 1);
+        let mut g = vec![0u8; 100];
+        let id = recv(&mut b, &mut g, 1);
+        spin(&mut a, &mut b, 1000);
+        assert_eq!(b.request_status(id), Status::InProgress);
+        a.enqueue_start(q).unwrap();
+        assert_eq!(a.enqueue_wait(q).unwrap(), 1);
+        drive(&mut a, &mut b, |_, b| b.request_status(id) == Status::Ok);
+        assert_eq!(g, m);
+        a.queue_destroy(q).unwrap();
+    }
+
+    #[test]
+    fn counters_wrap_and_receives_post_only_when_triggered() {
+        let (mut a, mut b, ab, ba) = pair();
+        let base = u32::MAX - 2;
+        let qa = a
+            .queue_create(QueueParams {
+                stream: QueueStream::Host,
+                counter_base: base,
+            })
+            .unwrap();
+        let qb = external(&mut b, base);
+        let rounds = 6u32;
+        let mut bufs = vec![vec![0u8; 4096]; rounds as usize];
+        for (r, buf) in bufs.iter_mut().enumerate() {
+            b.enqueue_recv(qb, ba, &data_mut(buf), r as u64, u64::MAX)
+                .unwrap();
+            b.enqueue_start(qb).unwrap();
+        }
+        let before = b.stats().unexpected;
+        let msgs: Vec<Vec<u8>> = (0..rounds).map(|r| vec![r as u8 ^ 0x5a; 4096]).collect();
+        for (r, m) in msgs.iter().enumerate() {
+            a.enqueue_send(qa, ab, &data(m), r as u64).unwrap();
+            a.enqueue_start(qa).unwrap();
+        }
+        spin(&mut a, &mut b, 1000);
+        assert!(
+            b.stats().unexpected > before,
+            "untriggered receives are not posted"
+        );
+        assert_eq!(completed(&b, qb), 0);
+        for r in 1..=rounds {
+            b.queue_counters(qb)
+                .unwrap()
+                .trigger()
+                .store(base.wrapping_add(r), Ordering::Release);
+            drive(&mut a, &mut b, |_, b| completed(b, qb) == r);
+        }
+        assert_eq!(bufs, msgs);
+        let c = b
+            .queue_counters(qb)
+            .unwrap()
+            .completion()
+            .load(Ordering::Acquire);
+        assert_eq!(c, base.wrapping_add(rounds));
+        assert!(c < base, "the completion counter wrapped");
+        // All sent and received: the host wait has nothing left to wait for.
+        assert_eq!(a.enqueue_wait(qa).unwrap(), base.wrapping_add(rounds));
+        assert_eq!(a.queue_query(qa).unwrap().completed, rounds);
+        a.queue_destroy(qa).unwrap();
+        b.queue_destroy(qb).unwrap();
+    }
+
+    #[test]
+    fn a_receive_from_a_peer_that_goes_away_ends_with_its_error() {
+        let (a, b, _, ab_src) = pair();
+        // `a` receives from `b` through the endpoint `b` made for it: swap the roles.
+        let (mut b, mut a) = (a, b);
+        let q = a.queue_create(QueueParams::default()).unwrap();
+        let mut g = vec![0u8; 64];
+        a.enqueue_recv(q, ab_src, &data_mut(&mut g), 3, u64::MAX)
+            .unwrap();
+        a.enqueue_start(q).unwrap();
+        spin(&mut a, &mut b, 100);
+        assert_eq!(a.queue_query(q).unwrap().running, 1);
+        drop(b);
+        let t = Instant::now();
+        let r = a.enqueue_wait(q);
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(r.is_err(), "the receive fails with the endpoint: {r:?}");
+        let info = a.queue_query(q).unwrap();
+        assert_eq!((info.completed, info.failed), (1, 1));
+        assert_ne!(
+            info.error,
+            Some(Status::Canceled),
+            "the endpoint's own error"
+        );
+        // Reported by the wait: destroying says nothing more.
+        a.queue_destroy(q).unwrap();
+    }
+
+    #[test]
+    fn destroy_with_operations_outstanding_releases_the_completion_counter() {
+        let (mut a, mut b, ab, ba) = pair();
+        let q = external(&mut a, 0);
+        let big = vec![1u8; 1 << 20];
+        let mut g = vec![0u8; 64];
+        a.enqueue_recv(q, ab, &data_mut(&mut g), 5, u64::MAX)
+            .unwrap(); // never sent
+        a.enqueue_send(q, ab, &data(&big), 6).unwrap(); // rendezvous, never received
+        a.enqueue_start(q).unwrap();
+        a.enqueue_send(q, ab, &data(&big[..8]), 6).unwrap(); // never started
+        a.queue_counters(q)
+            .unwrap()
+            .trigger()
+            .store(1, Ordering::Release);
+        drive(&mut a, &mut b, |a, _| {
+            a.queue_query(q).unwrap().running == 2
+        });
+        assert_eq!(a.queue_abort(q).unwrap(), 3);
+        let info = a.queue_query(q).unwrap();
+        assert_eq!(
+            (info.completed, info.started),
+            (3, 3),
+            "every operation counted"
+        );
+        assert_eq!(info.error, Some(Status::Canceled));
+        assert_eq!(
+            a.enqueue_wait(q).unwrap(),
+            3,
+            "a later wait is satisfied already"
+        );
+        a.enqueue_send(q, ab, &data(&big[..8]), 6).unwrap();
+        assert_eq!(a.queue_destroy(q), Err(Status::Canceled));
+        assert_eq!(a.enqueue_start(q), Err(Status::InvalidParam));
+        // The worker carries on: the peer receives the abandoned rendezvous send's data.
+        let mut r = vec![0u8; 1 << 20];
+        let id = recv(&mut b, &mut r, 6);
+        drive(&mut a, &mut b, |_, b| {
+            b.request_status(id) != Status::InProgress
+        });
+        assert_eq!(b.request_status(id), Status::Ok);
+        assert_eq!(r, big);
+        let _ = ba;
+    }
+}
