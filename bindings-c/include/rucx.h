@@ -14,6 +14,7 @@
 
 #include <ucp/api/ucp.h>
 #include <stddef.h>
+#include <stdint.h>
 
 BEGIN_C_DECLS
 
@@ -55,6 +56,49 @@ ucs_status_t ucpx_dt_destroy(ucp_datatype_t datatype);
 
 /* The text of a status code (what UCX's ucs_status_string returns, without libucs). */
 const char *ucpx_status_string(ucs_status_t status);
+
+/*
+ * Stream-triggered queues (the MPIX_Enqueue_* model of stream-triggered MPI). Operations
+ * are enqueued now and return at once; ucpx_enqueue_start releases every operation
+ * enqueued since the previous start, as one batch, when the queue's CUDA stream reaches
+ * it (one stream write of a trigger counter); ucpx_enqueue_wait makes the stream wait
+ * until every started operation is done (one stream wait on a completion counter). The
+ * worker fires released operations from ucp_worker_progress, in the order enqueued.
+ *
+ * `stream` is a CUstream / cudaStream_t, or NULL for a queue with no stream: then start
+ * releases at once and wait progresses the worker until the started operations are done
+ * (returning the first error of an operation that failed since the previous wait).
+ * RUCX_QUEUE_TRIGGER=kernel makes the stream write and wait with one-thread kernels
+ * instead of stream memory operations (memop, the default).
+ *
+ * A receive names the endpoint its message comes from: if that endpoint fails, the receive
+ * ends with its error. A failed operation still counts as done, and destroying a queue
+ * counts everything it still holds as done (UCS_ERR_CANCELED), so a stream never waits
+ * forever. Buffers stay in use until a wait covering their operation is over.
+ */
+typedef struct ucpx_queue *ucpx_queue_h;
+
+ucs_status_t ucpx_queue_create(ucp_worker_h worker, void *stream, ucpx_queue_h *queue_p);
+
+ucs_status_t ucpx_enqueue_send(ucpx_queue_h queue, ucp_ep_h ep, const void *buffer,
+                               size_t count, ucp_datatype_t datatype, ucp_tag_t tag);
+
+ucs_status_t ucpx_enqueue_recv(ucpx_queue_h queue, ucp_ep_h src_ep, void *buffer,
+                               size_t count, ucp_datatype_t datatype, ucp_tag_t tag,
+                               ucp_tag_t tag_mask);
+
+ucs_status_t ucpx_enqueue_start(ucpx_queue_h queue);
+
+ucs_status_t ucpx_enqueue_wait(ucpx_queue_h queue);
+
+/* Operations waiting for a start or its trigger, running, done (failed included), and the
+ * first error (UCS_OK if none) with the number of failed operations. Outputs may be NULL. */
+ucs_status_t ucpx_queue_query(ucpx_queue_h queue, size_t *pending, size_t *running,
+                              uint32_t *completed, ucs_status_t *error, uint64_t *failed);
+
+/* UCS_ERR_CANCELED if operations were cut short, the first unreported error, or UCS_OK.
+ * Destroy queues before their worker. */
+ucs_status_t ucpx_queue_destroy(ucpx_queue_h queue);
 
 END_C_DECLS
 

@@ -244,7 +244,7 @@ pub unsafe extern "C" fn ucpx_queue_query(
     pending_p: *mut usize,
     running_p: *mut usize,
     completed_p: *mut u32,
-    error_p: *mut ucs_status_t,
+    error_p: *mut ucs_status_ret_t,
     failed_p: *mut u64,
 ) -> ucs_status_t {
     guard(code(Status::InvalidParam), || {
@@ -268,7 +268,8 @@ pub unsafe extern "C" fn ucpx_queue_query(
                 *completed_p = i.completed;
             }
             if !error_p.is_null() {
-                *error_p = code(i.error.unwrap_or(Status::Ok));
+                // A one-byte enum in C (UCS_S_PACKED).
+                *error_p = i.error.unwrap_or(Status::Ok).code();
             }
             if !failed_p.is_null() {
                 *failed_p = i.failed;

@@ -214,6 +214,29 @@ fn gpu_example_builds_and_runs_or_skips() {
     );
 }
 
+/// The MPIX-style example over the stream-triggered queue exports
+/// (`contrib/c-example/mpix_queue.c`): four processes in a ring, each iteration's sends and
+/// receives enqueued, started and waited for as one batch, every element checked, then the
+/// queue's counts and refusals of bad arguments.
+#[test]
+fn mpix_queue_example_runs_a_ring_through_enqueued_operations() {
+    if !have("cc") || !have("pkg-config") {
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
+    }
+    let exe = scratch().join("mpix_queue");
+    cc(
+        &crate_dir().join("../contrib/c-example/mpix_queue.c"),
+        &exe,
+        &rucx_flags(),
+    );
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(120));
+    assert!(
+        ok && out.contains("mpix_queue: OK"),
+        "mpix_queue failed:\n{out}\n{err}"
+    );
+    assert_eq!(announcements(&err), 4, "every rank on Rucx:\n{err}");
+}
+
 /// `ucpx_dt_create_vector/indexed/subarray` from C: tag send/receive between layouts and
 /// contiguous buffers (eager, rendezvous, count > 1), the `_nb` entry point, put/get with a
 /// layout, and bad input.

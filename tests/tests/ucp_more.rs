@@ -102,3 +102,25 @@ fn peer_killed_during_every_kind_of_operation_100_times() {
     }
     eprintln!("worst time to an error on the survivor: {worst:?}");
 }
+
+/// Stream-triggered queues with host triggers between two processes, over every
+/// configuration: every kind of data (eager, rendezvous, iov, layout) both ways.
+#[test]
+fn queues_move_every_kind_of_data_between_processes() {
+    run_case(PEER, "queue");
+}
+
+/// A queue whose peer is killed with a receive and a rendezvous send running: the host
+/// wait comes back with an error, both operations counted done, within seconds.
+#[test]
+fn a_queue_whose_peer_dies_releases_its_waiters() {
+    for &(name, tls, dev, scheme) in CONFIGS {
+        let (a, mut b) = rucx_tests::ucp_peer::start_pair(PEER, "queue_kill", (tls, dev, scheme));
+        assert_eq!(b.line("b ready"), "READY", "{name}");
+        assert_eq!(a.line("a ready"), "READY", "{name}");
+        b.child.kill().expect("kill");
+        let r = a.line("result");
+        assert!(r.starts_with("DONE released"), "{name}: {r}");
+        eprintln!("{name}/queue_kill: {r}");
+    }
+}

@@ -784,6 +784,130 @@ fn layouts(p: &mut Peer, role: &str) -> R<String> {
     Ok(format!("{n} layout transfers ({} layouts)", specs.len()))
 }
 
+/// Stream-triggered queues with host triggers: each round enqueues, on both sides, a
+/// receive and a send of every kind (eager, rendezvous, an iov list, a vector layout
+/// received as a layout), then one start and one wait; every byte checked.
+fn queue(p: &mut Peer, role: &str) -> R<String> {
+    use std::sync::Arc;
+    use ucp::datatype::{DtLayout, LayoutBuf};
+    use ucp::dt::Layout;
+    use ucp::QueueParams;
+    const ROUNDS: u64 = 20;
+    let q =
+        p.w.queue_create(QueueParams::default())
+            .map_err(|e| e.to_string())?;
+    let vec_layout = Layout::vector(64, 3, 7, &Layout::bytes(8)).map_err(|e| e.to_string())?;
+    let dt = DtLayout::new(&vec_layout).map_err(|e| e.to_string())?;
+    let span = 8 * (63 * 7 + 3);
+    let sizes = [64usize, 256 << 10];
+    let (me, other) = if role == "a" { (0u64, 1u64) } else { (1, 0) };
+    for r in 0..ROUNDS {
+        let seq = |who: u64, k: u64| 10_000 * who + 100 * r + k;
+        let outs: Vec<Vec<u8>> = (0..4)
+            .map(|k| fill(seq(me, k), if k < 2 { sizes[k as usize] } else { span }))
+            .collect();
+        let mut ins: Vec<Vec<u8>> = (0..4)
+            .map(|k| vec![0u8; if k < 2 { sizes[k as usize] } else { span }])
+            .collect();
+        for (k, b) in ins.iter_mut().enumerate() {
+            let d = match k {
+                // SAFETY: `ins` outlives the queue's wait below.
+                0 | 1 => Data::Contig(unsafe { Buf::from_mut_slice(b) }),
+                2 => {
+                    let (h, t) = b.split_at_mut(span / 3);
+                    // SAFETY: as above.
+                    Data::Iov(
+                        unsafe { [Buf::from_mut_slice(h), Buf::from_mut_slice(t)] }
+                            .into_iter()
+                            .collect(),
+                    )
+                }
+                // SAFETY: as above; the layout's span is the buffer.
+                _ => Data::Layout(unsafe { LayoutBuf::new(b.as_mut_ptr(), Arc::clone(&dt)) }),
+            };
+            p.w.enqueue_recv(q, p.ep, &d, seq(other, k as u64), u64::MAX)
+                .map_err(|e| e.to_string())?;
+        }
+        for (k, b) in outs.iter().enumerate() {
+            let d = match k {
+                0..=2 => contig(b),
+                _ => {
+                    // SAFETY: `outs` outlives the queue's wait below.
+                    Data::Layout(unsafe { LayoutBuf::new(b.as_ptr().cast_mut(), Arc::clone(&dt)) })
+                }
+            };
+            p.w.enqueue_send(q, p.ep, &d, seq(me, k as u64))
+                .map_err(|e| e.to_string())?;
+        }
+        p.w.enqueue_start(q).map_err(|e| e.to_string())?;
+        p.w.enqueue_wait(q).map_err(|e| format!("round {r}: {e}"))?;
+        for (k, got) in ins.iter().take(3).enumerate() {
+            check(seq(other, k as u64), got)?;
+        }
+        // The layout's bytes, and only those, arrived.
+        let want = fill(seq(other, 3), span);
+        let mut a = vec![0u8; dt.size()];
+        let mut b = vec![0u8; dt.size()];
+        ucp::dt::pack(dt.canon(), &want, 0, &mut a).map_err(|e| e.to_string())?;
+        ucp::dt::pack(dt.canon(), &ins[3], 0, &mut b).map_err(|e| e.to_string())?;
+        if a != b {
+            return Err(format!("round {r}: layout data differs"));
+        }
+    }
+    let info = p.w.queue_query(q).map_err(|e| e.to_string())?;
+    if info.completed != 8 * ROUNDS as u32 || info.failed != 0 || info.pending != 0 {
+        return Err(format!("queue state at the end: {info:?}"));
+    }
+    p.w.queue_destroy(q).map_err(|e| e.to_string())?;
+    p.finish(role)?;
+    Ok(format!("{ROUNDS} rounds of 8 enqueued operations"))
+}
+
+/// A queue whose peer dies (the test kills `b` after both print `READY`): `a` has a
+/// receive from `b` and a rendezvous-sized send to it running; its host wait must come
+/// back with an error, both operations counted done (the receive failed; the send failed
+/// too, or had completed already where the protocol buffers on the receiver's side, as
+/// shared-memory put rendezvous may). Reports `DONE released <error>`.
+fn queue_kill(p: &mut Peer, role: &str) -> R<String> {
+    use ucp::QueueParams;
+    // Wire up with one round trip, so that both sides are connected before the kill.
+    if role == "a" {
+        p.send(&[1u8; 8], 5, false)?;
+        p.recv(8, 6)?;
+    } else {
+        p.recv(8, 5)?;
+        p.send(&[1u8; 8], 6, false)?;
+        println!("READY");
+        loop {
+            p.progress()?;
+        }
+    }
+    let q =
+        p.w.queue_create(QueueParams::default())
+            .map_err(|e| e.to_string())?;
+    let mut inb = vec![0u8; 4096];
+    let out = vec![7u8; 1 << 20];
+    p.w.enqueue_recv(q, p.ep, &contig_mut(&mut inb), 9, u64::MAX)
+        .map_err(|e| e.to_string())?;
+    p.w.enqueue_send(q, p.ep, &contig(&out), 10)
+        .map_err(|e| e.to_string())?;
+    p.w.enqueue_start(q).map_err(|e| e.to_string())?;
+    for _ in 0..1000 {
+        p.w.progress();
+    }
+    println!("READY");
+    let t = Instant::now();
+    let r = p.w.enqueue_wait(q);
+    let info = p.w.queue_query(q).map_err(|e| e.to_string())?;
+    if info.completed != 2 || info.failed == 0 {
+        return Err(format!("after the peer died: {info:?} ({r:?})"));
+    }
+    match r {
+        Err(e) => Ok(format!("released {e} after {} ms", t.elapsed().as_millis())),
+        Ok(_) => Err("the wait succeeded with a dead peer".into()),
+    }
+}
+
 /// Rendezvous transfers without end, for the peer-failure tests: the test kills one side
 /// and the other must end in an error. Prints `READY` once traffic flows; returns the
 /// error as `Ok("ERR ...")`.
@@ -1110,6 +1234,8 @@ fn run(role: &str, scenario: &str) -> R<String> {
             third,
         ),
         "echo" => echo(&mut p),
+        "queue" => queue(&mut p, role),
+        "queue_kill" => queue_kill(&mut p, role),
         s => Err(format!("unknown scenario {s}")),
     }
 }
