@@ -27,7 +27,9 @@ pub use buf::Buf;
 pub use context::{Context, Error};
 pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
 pub use request::{Completion, ReqId};
-pub use worker::queue::{QueueId, QueueInfo, QueueParams, QueueStream, TriggerKind};
+pub use worker::queue::{
+    ProgressThread, QueueId, QueueInfo, QueueParams, QueueStream, TriggerKind,
+};
 pub use worker::{
     AmData, AmEvent, AmHandler, AmRndv, AmSendParams, AtomicOp, ConnRequest, EpHandle, MemHandle,
     RecvParams, Rkey, SendParams, SharedRegion, Signaler, StreamRecv, Worker, WorkerStats,

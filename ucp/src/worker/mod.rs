@@ -624,6 +624,8 @@ pub struct Worker {
     sock: listener::Sockets,
     am_handlers: Vec<Option<am::AmHandler>>,
     queues: Slab<queue::Queue>,
+    /// Wakes the queues' progress thread, when there is one, on `enqueue_start`.
+    queue_kick: Option<Arc<queue::Kick>>,
 }
 
 /// Wakes a worker sleeping in [`Worker::wait_event`] (or makes its next [`Worker::arm`]
@@ -823,6 +825,7 @@ impl Worker {
             sock: listener::Sockets::default(),
             am_handlers: Vec::new(),
             queues: Slab::new(),
+            queue_kick: None,
         })
     }
 

@@ -24,7 +24,8 @@
 //! worker's fast path is untouched (one flag checked on the slow path).
 
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use ucs::{Status, UcsResult};
 use uct::trigger::{reached, Counters, DeferredQueue};
 
@@ -251,6 +252,9 @@ impl Worker {
         if qu.armed() {
             self.core.queues_armed = true;
             self.core.work = true;
+            if let Some(k) = &self.queue_kick {
+                k.kick();
+            }
         }
         Ok(value)
     }
@@ -295,6 +299,12 @@ impl Worker {
             }
         }
         Ok(target)
+    }
+
+    /// Whether some queue has a released operation to fire or one running: what a progress
+    /// loop dedicated to queues needs to keep polling for.
+    pub fn queues_armed(&self) -> bool {
+        self.core.queues_armed
     }
 
     /// The queue's counters, for whoever drives an `External` queue, or to look.
@@ -457,12 +467,107 @@ impl Worker {
     }
 }
 
+/// Wakes a [`ProgressThread`] sleeping for lack of armed queues.
+#[derive(Debug, Default)]
+pub(crate) struct Kick {
+    kicked: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Kick {
+    pub(crate) fn kick(&self) {
+        *self.kicked.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_one();
+    }
+}
+
+/// A thread that progresses a worker while its queues are armed (the progress-thread way
+/// of running stream-triggered operations, as HPE's implementation does intra-node), and
+/// sleeps on a condition variable, woken by `enqueue_start`, while none is. It holds the
+/// worker's mutex for one `progress` call at a time, so the application enqueues between.
+#[derive(Debug)]
+pub struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    kick: Arc<Kick>,
+    worker: Arc<Mutex<Worker>>,
+    handle: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl ProgressThread {
+    /// Starts progressing `worker` from a new thread.
+    pub fn spawn(worker: Arc<Mutex<Worker>>) -> ProgressThread {
+        let kick = Arc::new(Kick::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        lock(&worker).queue_kick = Some(Arc::clone(&kick));
+        let (w, k, st) = (Arc::clone(&worker), Arc::clone(&kick), Arc::clone(&stop));
+        let handle = std::thread::Builder::new()
+            .name("rucx-queue-progress".into())
+            .spawn(move || {
+                let mut polls = 0u64;
+                while !st.load(Ordering::Acquire) {
+                    let (n, armed) = {
+                        let mut g = lock(&w);
+                        (g.progress(), g.core.queues_armed)
+                    };
+                    polls += 1;
+                    if armed {
+                        if n == 0 {
+                            // Let the application take the lock to enqueue.
+                            std::thread::yield_now();
+                        }
+                        continue;
+                    }
+                    let mut kicked = k.kicked.lock().unwrap_or_else(|e| e.into_inner());
+                    while !*kicked && !st.load(Ordering::Acquire) {
+                        kicked =
+                            k.cv.wait_timeout(kicked, std::time::Duration::from_millis(100))
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0;
+                    }
+                    *kicked = false;
+                }
+                polls
+            })
+            .ok();
+        ProgressThread {
+            stop,
+            kick,
+            worker,
+            handle,
+        }
+    }
+
+    /// Stops the thread; returns how many times it called `progress`.
+    pub fn stop(mut self) -> u64 {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> u64 {
+        self.stop.store(true, Ordering::Release);
+        self.kick.kick();
+        let polls = self.handle.take().map_or(0, |h| h.join().unwrap_or(0));
+        lock(&self.worker).queue_kick = None;
+        polls
+    }
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        if self.handle.is_some() {
+            self.finish();
+        }
+    }
+}
+
+fn lock(w: &Mutex<Worker>) -> std::sync::MutexGuard<'_, Worker> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Frees a destroyed queue's counters, or keeps them until the stream that may still
 /// read or write them is idle (checked again at each later destroy).
 fn retire(qu: Queue) {
     #[cfg(feature = "cuda")]
     {
-        use std::sync::Mutex;
         static KEPT: Mutex<Vec<(ucs::cuda::StreamRef, Counters)>> = Mutex::new(Vec::new());
         let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|(s, _)| !s.idle().unwrap_or(true));
@@ -761,5 +866,45 @@ mod tests {
         assert_eq!(b.request_status(id), Status::Ok);
         assert_eq!(r, big);
         let _ = ba;
+    }
+
+    #[test]
+    fn a_progress_thread_fires_what_the_application_starts() {
+        let (a, mut b, ab, _) = pair();
+        let a = Arc::new(std::sync::Mutex::new(a));
+        let pt = ProgressThread::spawn(Arc::clone(&a));
+        let q = a
+            .lock()
+            .unwrap()
+            .queue_create(QueueParams::default())
+            .unwrap();
+        let msgs: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 1000]).collect();
+        let mut got = vec![vec![0u8; 1000]; 20];
+        let ids: Vec<ReqId> = got.iter_mut().map(|g| recv(&mut b, g, 4)).collect();
+        for batch in msgs.chunks(5) {
+            // The thread may sleep between batches (nothing armed): the start wakes it.
+            std::thread::sleep(Duration::from_millis(20));
+            let mut w = a.lock().unwrap();
+            for m in batch {
+                w.enqueue_send(q, ab, &data(m), 4).unwrap();
+            }
+            w.enqueue_start(q).unwrap();
+        }
+        let t = Instant::now();
+        while ids
+            .iter()
+            .any(|&i| b.request_status(i) == Status::InProgress)
+        {
+            b.progress();
+            assert!(t.elapsed() < Duration::from_secs(10), "timed out");
+        }
+        assert_eq!(got, msgs);
+        while completed(&a.lock().unwrap(), q) != 20 {
+            assert!(t.elapsed() < Duration::from_secs(10), "timed out");
+            std::thread::yield_now();
+        }
+        let polls = pt.stop();
+        assert!(polls > 0);
+        a.lock().unwrap().queue_destroy(q).unwrap();
     }
 }

@@ -256,6 +256,59 @@ impl StreamRef {
         })
     }
 
+    /// Queues a fill of `n` bytes at `p` (device memory) with `byte`.
+    pub fn memset(&self, p: DevPtr, byte: u8, n: usize) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        // SAFETY: a live stream; the driver checks the range is device memory.
+        check(unsafe { cu::cuMemsetD8Async(p, byte, n, self.raw) })
+    }
+
+    /// Queues a copy of `n` bytes (any memory types).
+    ///
+    /// # Safety
+    /// Both ranges stay valid until the stream has run the copy.
+    pub unsafe fn copy(&self, dst: DevPtr, src: DevPtr, n: usize) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        // SAFETY: per the contract; a live stream.
+        check(unsafe { cu::cuMemcpyAsync(dst, src, n, self.raw) })
+    }
+
+    /// Queues kernel `f` on `grid` × `block` threads with `params` (pointers to each
+    /// argument, in order).
+    ///
+    /// # Safety
+    /// `f` is a function of a module loaded on this stream's device whose parameters are
+    /// exactly what `params` points at; whatever memory the kernel touches stays valid
+    /// until the stream has run it.
+    pub unsafe fn launch_kernel(
+        &self,
+        f: &Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        params: &mut [*mut c_void],
+    ) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        // SAFETY: per the contract (the driver copies the arguments at launch).
+        check(unsafe {
+            cu::cuLaunchKernel(
+                f.0,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                0,
+                self.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
     /// Whether everything queued on the stream has finished.
     pub fn idle(&self) -> UcsResult<bool> {
         // SAFETY: a live stream.
@@ -272,5 +325,51 @@ impl StreamRef {
         let _b = d.bind(self.dev)?;
         // SAFETY: a live stream.
         check(unsafe { cu::cuStreamSynchronize(self.raw) })
+    }
+}
+
+/// A module of device code (PTX, compiled by the driver's JIT), loaded on one device for
+/// the process's life.
+#[derive(Debug)]
+pub struct Module {
+    m: cu::CUmodule,
+    dev: i32,
+}
+
+// SAFETY: a module handle may be used from any thread; the driver serializes.
+unsafe impl Send for Module {}
+// SAFETY: as above; a Module is only read after loading.
+unsafe impl Sync for Module {}
+
+/// A kernel of a [`Module`].
+#[derive(Debug, Clone, Copy)]
+pub struct Function(cu::CUfunction);
+
+// SAFETY: as for Module.
+unsafe impl Send for Function {}
+// SAFETY: as for Module.
+unsafe impl Sync for Function {}
+
+impl Module {
+    /// Loads `ptx` on device `dev`.
+    pub fn load_ptx(dev: i32, ptx: &str) -> UcsResult<Module> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(dev)?;
+        let src = std::ffi::CString::new(ptx).map_err(|_| Status::InvalidParam)?;
+        let mut m = std::ptr::null_mut();
+        // SAFETY: out pointer; a NUL-terminated image; a current context.
+        check(unsafe { cu::cuModuleLoadData(&mut m, src.as_ptr().cast()) })?;
+        Ok(Module { m, dev })
+    }
+
+    /// The kernel named `name`.
+    pub fn function(&self, name: &str) -> UcsResult<Function> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        let n = std::ffi::CString::new(name).map_err(|_| Status::InvalidParam)?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: out pointer; a live module; a NUL-terminated name.
+        check(unsafe { cu::cuModuleGetFunction(&mut f, self.m, n.as_ptr()) })?;
+        Ok(Function(f))
     }
 }

@@ -16,7 +16,7 @@ use crate::memtype::{MemInfo, MemoryType, PointerQuery};
 use crate::{Status, UcsResult};
 
 mod memops;
-pub use memops::StreamRef;
+pub use memops::{Function, Module, StreamRef};
 
 /// A device pointer (the driver's `CUdeviceptr`; unified addressing: also a host address
 /// for pinned and managed memory).
