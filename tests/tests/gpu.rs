@@ -166,3 +166,32 @@ fn peer_killed_mid_rendezvous_on_gpu_buffers() {
         eprintln!("{victim} killed: survivor {r} after {:?}", killed.elapsed());
     }
 }
+
+/// Stream-triggered queues on a CUDA stream between two processes, with stream memory
+/// operations and with trigger kernels: the stream fills, triggers, waits and reads back;
+/// every byte checked, one round at a time and eight in flight.
+#[test]
+fn stream_triggered_queues_on_gpu_streams() {
+    if gpus().is_none() {
+        return;
+    }
+    for trig in ["memop", "kernel"] {
+        run(&format!("queue:{trig}"), "all");
+    }
+}
+
+/// A stream waiting on a queue whose peer is killed runs on: the completion counter is
+/// released with the error.
+#[test]
+fn a_gpu_stream_waiting_on_a_dead_peer_is_released() {
+    if gpus().is_none() {
+        return;
+    }
+    let (a, mut b) = start_pair(&peer(), "queue_kill", ("all", "all", "auto"));
+    assert_eq!(b.line("b ready"), "READY");
+    assert_eq!(a.line("a ready"), "READY");
+    b.child.kill().expect("kill");
+    let r = a.line("result");
+    eprintln!("queue_kill: {r}");
+    assert!(r.starts_with("DONE released"), "{r}");
+}

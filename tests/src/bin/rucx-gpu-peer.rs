@@ -12,6 +12,15 @@
 //!   new allocation of the same size (at the same address where the driver reuses it);
 //!   `b` checks the data and reports its `cuda_ipc` counters (mappings opened, cache hits,
 //!   stale mappings closed).
+//! * `queue:<memop|kernel>`: stream-triggered queues on a CUDA stream of GPU 0: each round,
+//!   the stream fills a device send buffer (a copy from a host pattern), the round's send
+//!   and receive are enqueued, started and waited for on the stream, and the stream copies
+//!   the received device buffer back to the host; the host only enqueues and progresses
+//!   the worker until the stream is idle. Rounds one at a time, then eight in flight at
+//!   once; sizes 8 B, 64 KiB and 4 MiB; every byte checked.
+//! * `queue_kill`: `a`'s stream waits on a queue whose receive from `b` never comes; the
+//!   test kills `b` after both print `READY`, and `a`'s stream must run on (the completion
+//!   counter released with the error): `DONE released <error>`.
 //! * `endless`: `a` keeps sending 64 MiB device messages that `b` receives into device
 //!   memory; each prints `READY` once traffic flows (the test then kills one), and the
 //!   survivor prints `DONE ERR <status>` when its operation fails.
@@ -247,6 +256,146 @@ fn ipc_cache(p: &mut Peer, a: bool) -> Result<String, String> {
     ))
 }
 
+/// Progresses until `stream` is idle, for at most `limit`.
+fn drain(p: &mut Peer, stream: &ucs::cuda::StreamRef, limit: Duration) -> Result<(), String> {
+    let t = Instant::now();
+    while !stream.idle().map_err(|e| format!("stream: {e}"))? {
+        p.w.progress();
+        if t.elapsed() > limit {
+            return Err(format!(
+                "stream still busy after {limit:?}: {:?}",
+                p.w.queue_query(ucp::QueueId(0))
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
+    use ucp::{QueueParams, QueueStream, TriggerKind};
+    let trigger = match spec {
+        ["kernel"] => TriggerKind::Kernel,
+        ["memop"] | [] => TriggerKind::MemOp,
+        _ => return Err("queue:<memop|kernel>".into()),
+    };
+    let d = ucs::cuda::driver().ok_or("no CUDA driver")?;
+    let s = d.stream(0).map_err(|e| format!("stream: {e}"))?;
+    let stream = ucs::cuda::StreamRef::of(&s);
+    let q =
+        p.w.queue_create(QueueParams {
+            stream: QueueStream::Cuda { stream, trigger },
+            counter_base: u32::MAX - 5, // the counters wrap during the run
+        })
+        .map_err(|e| format!("queue_create: {e}"))?;
+    const SIZES: [usize; 3] = [8, 64 << 10, 4 << 20];
+    const DEPTH: usize = 8;
+    let max = SIZES[2];
+    let mut sends: Vec<Mem> = (0..DEPTH)
+        .map(|_| Mem::new(MemoryType::Cuda, 0, max))
+        .collect::<Result<_, _>>()?;
+    let mut recvs: Vec<Mem> = (0..DEPTH)
+        .map(|_| Mem::new(MemoryType::Cuda, 0, max))
+        .collect::<Result<_, _>>()?;
+    let mut pats: Vec<Vec<u8>> = vec![Vec::new(); DEPTH];
+    let mut backs: Vec<Vec<u8>> = (0..DEPTH).map(|_| vec![0u8; max]).collect();
+    let (me, other) = if a { (0u64, 1u64) } else { (1, 0) };
+    let mut rounds = 0;
+    // Phase 1: one round at a time. Phase 2: DEPTH rounds queued before any runs.
+    for (phase, per) in [(0u64, 1usize), (1, DEPTH)] {
+        for wave in 0..6u64 {
+            for k in 0..per {
+                let r = 1000 * phase + 100 * wave + k as u64;
+                let n = SIZES[(r % 3) as usize];
+                pats[k] = (0..n).map(|i| byte(r * 2 + me, i)).collect();
+                // SAFETY: the pattern and the device buffer outlive the stream's copy
+                // (drained below before either changes).
+                unsafe { stream.copy(sends[k].ptr() as u64, pats[k].as_ptr() as u64, n) }
+                    .map_err(|e| format!("fill: {e}"))?;
+                let (sd, rd) = (sends[k].data(n), recvs[k].data(n));
+                p.w.enqueue_recv(q, p.ep, &rd, r * 2 + other, u64::MAX)
+                    .map_err(|e| format!("enqueue_recv: {e}"))?;
+                p.w.enqueue_send(q, p.ep, &sd, r * 2 + me)
+                    .map_err(|e| format!("enqueue_send: {e}"))?;
+                p.w.enqueue_start(q).map_err(|e| format!("start: {e}"))?;
+                p.w.enqueue_wait(q).map_err(|e| format!("wait: {e}"))?;
+                let back = backs[k].as_mut_ptr() as u64;
+                // SAFETY: as above.
+                unsafe { stream.copy(back, recvs[k].ptr() as u64, n) }
+                    .map_err(|e| format!("read back: {e}"))?;
+            }
+            drain(p, &stream, Duration::from_secs(30))?;
+            for k in 0..per {
+                let r = 1000 * phase + 100 * wave + k as u64;
+                let n = SIZES[(r % 3) as usize];
+                if let Some(i) = (0..n).find(|&i| backs[k][i] != byte(r * 2 + other, i)) {
+                    return Err(format!("round {r} ({n} bytes): byte {i} wrong"));
+                }
+                rounds += 1;
+            }
+        }
+    }
+    let info = p.w.queue_query(q).map_err(|e| e.to_string())?;
+    if info.completed != 2 * rounds || info.failed != 0 {
+        return Err(format!("queue at the end: {info:?}"));
+    }
+    p.w.queue_destroy(q).map_err(|e| format!("destroy: {e}"))?;
+    Ok(format!(
+        "{rounds} rounds through a {trigger:?}-triggered queue, counters wrapped"
+    ))
+}
+
+fn queue_kill(p: &mut Peer, a: bool) -> Result<String, String> {
+    use ucp::{QueueParams, QueueStream, TriggerKind};
+    let mut b8 = Mem::new(MemoryType::Cuda, 0, 8)?;
+    if a {
+        p.send(&mut b8, 8, 1)?;
+        p.recv(&mut b8, 8, 2)?;
+    } else {
+        p.recv(&mut b8, 8, 1)?;
+        p.send(&mut b8, 8, 2)?;
+        println!("READY");
+        loop {
+            p.w.progress();
+        }
+    }
+    let d = ucs::cuda::driver().ok_or("no CUDA driver")?;
+    let s = d.stream(0).map_err(|e| format!("stream: {e}"))?;
+    let stream = ucs::cuda::StreamRef::of(&s);
+    let q =
+        p.w.queue_create(QueueParams {
+            stream: QueueStream::Cuda {
+                stream,
+                trigger: TriggerKind::MemOp,
+            },
+            counter_base: 0,
+        })
+        .map_err(|e| format!("queue_create: {e}"))?;
+    let mut r = Mem::new(MemoryType::Cuda, 0, 1 << 20)?;
+    let rd = r.data(1 << 20);
+    p.w.enqueue_recv(q, p.ep, &rd, 3, u64::MAX)
+        .map_err(|e| e.to_string())?;
+    p.w.enqueue_start(q).map_err(|e| e.to_string())?;
+    p.w.enqueue_wait(q).map_err(|e| e.to_string())?;
+    stream
+        .memset(r.ptr() as u64, 0, 8)
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        p.w.progress();
+    }
+    if stream.idle().map_err(|e| e.to_string())? {
+        return Err("the stream ran past a wait whose receive never came".into());
+    }
+    println!("READY");
+    let t = Instant::now();
+    drain(p, &stream, Duration::from_secs(10))?;
+    let info = p.w.queue_query(q).map_err(|e| e.to_string())?;
+    match (info.error, info.completed) {
+        (Some(e), 1) => Ok(format!("released {e} after {} ms", t.elapsed().as_millis())),
+        _ => Err(format!("after the peer died: {info:?}")),
+    }
+}
+
 fn endless(p: &mut Peer, a: bool) -> Result<String, String> {
     const N: usize = 64 << 20;
     let mut buf = Mem::new(MemoryType::Cuda, 0, N)?;
@@ -291,6 +440,8 @@ fn main() {
         "pingpong" => pingpong(&mut p, a, &parts[1..]),
         "ipc_cache" => ipc_cache(&mut p, a),
         "endless" => endless(&mut p, a),
+        "queue" => queue(&mut p, a, &parts[1..]),
+        "queue_kill" => queue_kill(&mut p, a),
         other => Err(format!("unknown case {other}")),
     };
     match r {
