@@ -324,10 +324,10 @@ fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
                     .map_err(|e| format!("read back: {e}"))?;
             }
             drain(p, &stream, Duration::from_secs(30))?;
-            for k in 0..per {
+            for (k, back) in backs.iter().enumerate().take(per) {
                 let r = 1000 * phase + 100 * wave + k as u64;
                 let n = SIZES[(r % 3) as usize];
-                if let Some(i) = (0..n).find(|&i| backs[k][i] != byte(r * 2 + other, i)) {
+                if let Some(i) = (0..n).find(|&i| back[i] != byte(r * 2 + other, i)) {
                     return Err(format!("round {r} ({n} bytes): byte {i} wrong"));
                 }
                 rounds += 1;
