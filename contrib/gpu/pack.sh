@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has no Rust toolchain) and puts it, stripped, in
 # .gpu/bin (ignored by git; name `.gpu` in the device tool's `carry`):
-#   rucx-perftest, rucx-info, rucx-gpu-peer, the GPU test binary (gpu-tests), libucp.so.0
+#   rucx-perftest, rucx-info, rucx-gpu-peer, rucx-st, rucx-faces, the GPU test binary
+#   (gpu-tests), libucp.so.0
 # and, when contrib/bench/ucx-env.sh has installed it, the UCX 1.22 wheel's ucx_perftest
 # with its CUDA modules (.gpu/ucx122).
 set -euo pipefail
@@ -10,7 +11,8 @@ cargo build --release -q -p rucx-perftest -p rucx-tests -p rucx-bindings-c
 cargo test --release -q -p rucx-tests --test gpu --no-run 2>&1 | tail -n 1
 out=.gpu/bin
 mkdir -p "$out"
-cp target/release/rucx-perftest target/release/rucx-info target/release/rucx-gpu-peer "$out/"
+cp target/release/rucx-perftest target/release/rucx-info target/release/rucx-gpu-peer \
+  target/release/rucx-st target/release/rucx-faces "$out/"
 test_bin=$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -n 1)
 cp "$test_bin" "$out/gpu-tests"
 cp target/release/librucx_bindings_c.so "$out/libucp.so.0"

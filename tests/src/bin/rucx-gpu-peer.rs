@@ -296,8 +296,13 @@ fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
     let mut recvs: Vec<Mem> = (0..DEPTH)
         .map(|_| Mem::new(MemoryType::Cuda, 0, max))
         .collect::<Result<_, _>>()?;
-    let mut pats: Vec<Vec<u8>> = vec![Vec::new(); DEPTH];
-    let mut backs: Vec<Vec<u8>> = (0..DEPTH).map(|_| vec![0u8; max]).collect();
+    // Pinned host memory: an asynchronous copy from or to pageable memory may block the
+    // host until the stream reaches it, and the stream waits for this host to progress.
+    let pinned = || ucs::cuda::PinnedBuf::take(max).map_err(|e| format!("pinned: {e}"));
+    let mut pats: Vec<ucs::cuda::PinnedBuf> =
+        (0..DEPTH).map(|_| pinned()).collect::<Result<_, _>>()?;
+    let mut backs: Vec<ucs::cuda::PinnedBuf> =
+        (0..DEPTH).map(|_| pinned()).collect::<Result<_, _>>()?;
     let (me, other) = if a { (0u64, 1u64) } else { (1, 0) };
     let mut rounds = 0;
     // Phase 1: one round at a time. Phase 2: DEPTH rounds queued before any runs.
@@ -306,11 +311,15 @@ fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
             for k in 0..per {
                 let r = 1000 * phase + 100 * wave + k as u64;
                 let n = SIZES[(r % 3) as usize];
-                pats[k] = (0..n).map(|i| byte(r * 2 + me, i)).collect();
+                for (i, b) in pats[k].as_mut_slice()[..n].iter_mut().enumerate() {
+                    *b = byte(r * 2 + me, i);
+                }
                 // SAFETY: the pattern and the device buffer outlive the stream's copy
                 // (drained below before either changes).
-                unsafe { stream.copy(sends[k].ptr() as u64, pats[k].as_ptr() as u64, n) }
-                    .map_err(|e| format!("fill: {e}"))?;
+                unsafe {
+                    stream.copy(sends[k].ptr() as u64, pats[k].as_slice().as_ptr() as u64, n)
+                }
+                .map_err(|e| format!("fill: {e}"))?;
                 let (sd, rd) = (sends[k].data(n), recvs[k].data(n));
                 p.w.enqueue_recv(q, p.ep, &rd, r * 2 + other, u64::MAX)
                     .map_err(|e| format!("enqueue_recv: {e}"))?;
@@ -318,7 +327,7 @@ fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
                     .map_err(|e| format!("enqueue_send: {e}"))?;
                 p.w.enqueue_start(q).map_err(|e| format!("start: {e}"))?;
                 p.w.enqueue_wait(q).map_err(|e| format!("wait: {e}"))?;
-                let back = backs[k].as_mut_ptr() as u64;
+                let back = backs[k].as_mut_slice().as_mut_ptr() as u64;
                 // SAFETY: as above.
                 unsafe { stream.copy(back, recvs[k].ptr() as u64, n) }
                     .map_err(|e| format!("read back: {e}"))?;
@@ -327,6 +336,7 @@ fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
             for (k, back) in backs.iter().enumerate().take(per) {
                 let r = 1000 * phase + 100 * wave + k as u64;
                 let n = SIZES[(r % 3) as usize];
+                let back = back.as_slice();
                 if let Some(i) = (0..n).find(|&i| back[i] != byte(r * 2 + other, i)) {
                     return Err(format!("round {r} ({n} bytes): byte {i} wrong"));
                 }

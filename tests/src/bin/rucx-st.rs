@@ -242,7 +242,54 @@ fn lat(n: usize) -> Result<(), String> {
             }
         }
         stream.synchronize().map_err(|e| e.to_string())?;
+        // From the call on an idle stream: a stream write seen by the host, against a
+        // start whose send is posted (each includes the stream's submission latency).
+        let (mut wseen, mut qpost) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            seq += 1;
+            let t = Instant::now();
+            match kind {
+                TriggerKind::MemOp => stream.write_value(flag_dev, seq),
+                TriggerKind::Kernel => stream.kernel_write(flag_dev, seq),
+            }
+            .map_err(|e| e.to_string())?;
+            while gates.completion().load(Ordering::Acquire) != seq {
+                std::hint::spin_loop();
+            }
+            wseen.push(t.elapsed().as_nanos() as f64 / 1e3);
+            stream.synchronize().map_err(|e| e.to_string())?;
+            // SAFETY: as above.
+            let dm = Data::Contig(unsafe { Buf::from_slice(&m) });
+            a.enqueue_send(q, ab, &dm, 9).map_err(|e| e.to_string())?;
+            // SAFETY: as above.
+            let r = b
+                .tag_recv(
+                    &Data::Contig(unsafe { Buf::from_mut_slice(&mut got) }),
+                    9,
+                    u64::MAX,
+                    RecvParams::default(),
+                )
+                .map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            a.enqueue_start(q).map_err(|e| e.to_string())?;
+            while a.queue_query(q).map_err(|e| e.to_string())?.pending > 0 {
+                a.progress();
+            }
+            qpost.push(t.elapsed().as_nanos() as f64 / 1e3);
+            while b.request_test(r).is_none() {
+                b.progress();
+                a.progress();
+            }
+            stream.synchronize().map_err(|e| e.to_string())?;
+        }
         let _ = a.queue_destroy(q);
+        let (wm, qm) = (pct(&mut wseen, 0.5), pct(&mut qpost, 0.5));
+        println!(
+            "{kind:?}: call on an idle stream → write seen: median {wm:.2} µs (p90 {:.2}); enqueue_start on an idle stream → send posted: median {qm:.2} µs (p90 {:.2}); the queue adds {:.2} µs",
+            pct(&mut wseen, 0.9),
+            pct(&mut qpost, 0.9),
+            qm - wm
+        );
         let (bm, sm) = (pct(&mut base, 0.5), pct(&mut st, 0.5));
         println!(
             "{kind:?}: gate → stream write seen: median {bm:.2} µs (p10 {:.2}, p90 {:.2}); gate → send posted: median {sm:.2} µs (p10 {:.2}, p90 {:.2}); the queue adds {:.2} µs",
