@@ -69,7 +69,8 @@ const char *ucpx_status_string(ucs_status_t status);
  * releases at once and wait progresses the worker until the started operations are done
  * (returning the first error of an operation that failed since the previous wait).
  * RUCX_QUEUE_TRIGGER=kernel makes the stream write and wait with one-thread kernels
- * instead of stream memory operations (memop, the default).
+ * instead of stream memory operations (memop, the default); mixed starts with a stream
+ * memory operation and waits with a kernel.
  *
  * A receive names the endpoint its message comes from: if that endpoint fails, the receive
  * ends with its error. A failed operation still counts as done, and destroying a queue

@@ -4,8 +4,9 @@
 //!
 //! `stream` is a `CUstream` / `cudaStream_t`, or NULL for a queue with no stream (starts
 //! and waits done by the host). Which way a stream writes and waits — stream memory
-//! operations or one-thread kernels — is `RUCX_QUEUE_TRIGGER=memop|kernel` (memop by
-//! default), read when the queue is created.
+//! operations, one-thread kernels, or a memory operation to start and a kernel to wait —
+//! is `RUCX_QUEUE_TRIGGER=memop|kernel|mixed` (memop by default), read when the queue is
+//! created.
 
 use std::ffi::c_void;
 
@@ -58,9 +59,10 @@ unsafe fn stream_of(stream: *mut c_void) -> Result<QueueStream, Status> {
     {
         let trigger = match std::env::var("RUCX_QUEUE_TRIGGER").as_deref() {
             Ok("kernel") => ucp::TriggerKind::Kernel,
+            Ok("mixed") => ucp::TriggerKind::Mixed,
             Ok("memop") | Ok("") | Err(_) => ucp::TriggerKind::MemOp,
             Ok(other) => {
-                log::warn!("RUCX_QUEUE_TRIGGER={other}: expected memop or kernel");
+                log::warn!("RUCX_QUEUE_TRIGGER={other}: expected memop, kernel or mixed");
                 return Err(Status::InvalidParam);
             }
         };

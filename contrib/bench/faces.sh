@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Faces, the nearest-neighbour benchmark of "Stream-triggered MPI", over Rucx's
 # stream-triggered queues: baseline (stream synchronize, then tag send/receive) against the
-# queue with stream memory operations, with trigger kernels, and with a progress thread.
-# Every variant is checked against a CPU reference before it is timed. Run on the GPU
-# machine from the repository root, with the binaries contrib/gpu/pack.sh built:
+# queue with stream memory operations, trigger kernels, a mix of the two, and a progress
+# thread. Every variant is checked against a CPU reference before it is timed. Run on the
+# GPU machine from the repository root, with the binaries contrib/gpu/pack.sh built:
 #
 #   bash contrib/bench/faces.sh [BIN] [extra rucx-faces options]
 #
-# Decompositions: 1D with 2 and 4 processes and 3D 2x2x2 with 8, on one GPU, and on two
-# where there are two. Needs nvcc (the kernels in contrib/bench/faces/faces.cu are
-# compiled to PTX here; the driver JIT-compiles them).
+# Decompositions: 1D with 2 and 4 processes and 3D 2x2x2 with 8, on one GPU and on two
+# (where there are two); then the same under MPS (several processes sharing a GPU without
+# time-slicing) where nvidia-cuda-mps-control exists. Needs nvcc (the kernels in
+# contrib/bench/faces/faces.cu are compiled to PTX here; the driver JIT-compiles them).
+# Defaults: block 64^3, work 500, 200 iterations x 3 interleaved rounds.
 set -euo pipefail
 BIN=${1:-.gpu/bin}
 shift || true
@@ -20,15 +22,32 @@ ngpu=$("$BIN/rucx-info" -d | grep -c '^# GPU cuda:' || true)
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 2
 run() {
   echo "=== rucx-faces $*"
-  timeout 300 "$BIN/rucx-faces" --ptx "$dir/faces.ptx" "$@"
+  timeout 300 "$BIN/rucx-faces" --ptx "$dir/faces.ptx" --work 500 --iters 200 --rounds 3 "$@" |
+    grep -v '^faces:'
 }
-for g in 1 2; do
-  if [ "$g" -gt "$ngpu" ]; then
-    echo "=== two-GPU runs: SKIPPED (one GPU here)"
-    break
+sweep() {
+  for g in 1 2; do
+    if [ "$g" -gt "$ngpu" ]; then
+      echo "=== two-GPU runs: SKIPPED (one GPU here)"
+      break
+    fi
+    run --grid 2,1,1 --gpus "$g" "$@"
+    run --grid 4,1,1 --gpus "$g" "$@"
+    run --grid 2,2,2 --gpus "$g" "$@"
+  done
+}
+echo "##### without MPS"
+sweep "$@"
+if command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=$dir/mps CUDA_MPS_LOG_DIRECTORY=$dir/mpslog
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    sleep 1
+    echo "##### under MPS"
+    sweep "$@"
+    echo quit | nvidia-cuda-mps-control
   fi
-  run --grid 2,1,1 --gpus "$g" "$@"
-  run --grid 4,1,1 --gpus "$g" "$@"
-  run --grid 2,2,2 --gpus "$g" "$@"
-done
+else
+  echo "##### under MPS: SKIPPED (no nvidia-cuda-mps-control)"
+fi
 rm -rf "$dir"

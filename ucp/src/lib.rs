@@ -27,6 +27,8 @@ pub use buf::Buf;
 pub use context::{Context, Error};
 pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
 pub use request::{Completion, ReqId};
+#[cfg(feature = "cuda")]
+pub use worker::queue::StreamOp;
 pub use worker::queue::{
     ProgressThread, QueueId, QueueInfo, QueueParams, QueueStream, TriggerKind,
 };

@@ -20,6 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use ucs::{Status, UcsResult};
 
@@ -148,7 +149,7 @@ impl Drop for Counters {
 /// bookkeeping of the ones running.
 #[derive(Debug)]
 pub struct DeferredQueue<T> {
-    counters: Counters,
+    counters: Arc<Counters>,
     pending: VecDeque<(u32, T)>,
     /// Fired and not yet completed.
     running: usize,
@@ -161,7 +162,7 @@ impl<T> DeferredQueue<T> {
     /// An empty queue with both counters at `base` (see [`Counters::new`]).
     pub fn new(base: u32, mapped: bool) -> UcsResult<DeferredQueue<T>> {
         Ok(DeferredQueue {
-            counters: Counters::new(base, mapped)?,
+            counters: Arc::new(Counters::new(base, mapped)?),
             pending: VecDeque::new(),
             running: 0,
             error: None,
@@ -173,10 +174,11 @@ impl<T> DeferredQueue<T> {
         &self.counters
     }
 
-    /// The counters, the operations dropped (for an owner that must keep the counter
-    /// memory alive after the queue, while a stream may still use it).
-    pub fn into_counters(self) -> Counters {
-        self.counters
+    /// The counters, shared: another thread may watch the completion counter without
+    /// the queue (and an owner may keep the counter memory alive after the queue, while a
+    /// stream may still use it).
+    pub fn shared_counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.counters)
     }
 
     /// Posts `op` to run once the trigger counter reaches `threshold`, and after every

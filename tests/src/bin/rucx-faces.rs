@@ -5,20 +5,21 @@
 //! [--rounds R]` starts PX·PY·PZ processes (itself again, one per rank, on GPU `rank % G`).
 //! Each rank owns an N³ block of 32-bit integers in device memory and exchanges with every
 //! neighbour that exists (faces, edges and corners: up to 26; none across the outer
-//! boundary). One iteration:
+//! boundary). One iteration, as in the paper's Faces:
 //! 1. kernels pack each neighbour's box (face, edge or corner) of the block;
-//! 2. a kernel does the interior work (W steps of an integer recurrence on every point);
-//! 3. each packed box goes to its neighbour, and the neighbour's comes back;
+//! 2. each packed box goes to its neighbour, and the neighbour's comes back, while
+//! 3. a kernel does the interior work (W steps of an integer recurrence on every point);
 //! 4. kernels add each received box into the block.
 //!
 //! Variants, each checked against a CPU reference (bit for bit) before it is timed:
-//! * `baseline`: the kernels, a stream synchronize, tag receives and sends, wait for all,
-//!   the unpack kernels;
+//! * `baseline`: the pack kernels, a stream synchronize, tag receives and sends, the
+//!   interior kernel, wait for all, the unpack kernels;
 //! * `st-memop`: the receives and sends enqueued on a queue bound to the stream, released
-//!   by one start (a stream memory operation) after the interior kernel, and one stream wait
-//!   before the unpack kernels; the host never synchronizes, it enqueues up to two
-//!   iterations ahead and progresses the worker;
+//!   by one start (a stream memory operation) after the pack kernels, the interior kernel,
+//!   and one stream wait before the unpack kernels; the host never synchronizes, it
+//!   enqueues up to two iterations ahead and progresses the worker;
 //! * `st-kernel`: the same with trigger kernels instead of stream memory operations;
+//! * `st-mixed`: the start by a stream memory operation, the wait by a kernel;
 //! * `st-thread`: `st-memop` with a progress thread driving the worker while the main
 //!   thread only enqueues.
 //!
@@ -209,6 +210,69 @@ fn reference(o: &Opts, me: usize, iters: usize) -> Vec<u32> {
     std::mem::take(&mut u[me])
 }
 
+/// Host-side timeline of one run (`RUCX_FACES_TRACE=1`): per iteration, when its
+/// communication was posted (the baseline) or its first operation fired (ST), and when its
+/// last operation finished.
+#[derive(Default)]
+struct Trace {
+    per: u64,
+    /// Operations of the queue fired and finished before the run.
+    origin: u64,
+    posted: Vec<Instant>,
+    done: Vec<Instant>,
+}
+
+impl Trace {
+    fn observe(&mut self, fired: u64, completed: u64) {
+        let now = Instant::now();
+        let (fired, completed) = (
+            fired.saturating_sub(self.origin),
+            completed.saturating_sub(self.origin),
+        );
+        while self.per > 0 && fired > self.per * self.posted.len() as u64 {
+            self.posted.push(now);
+        }
+        while self.per > 0 && completed >= self.per * (self.done.len() as u64 + 1) {
+            self.done.push(now);
+        }
+    }
+
+    /// Medians of posted → done (the exchange as the host sees it) and of done → the next
+    /// iteration's post (the GPU work and the stream's hand-offs between exchanges), µs.
+    fn summary(&self) -> (f64, f64) {
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        let mut period: Vec<f64> = self
+            .posted
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64() * 1e6)
+            .collect();
+        if !period.is_empty() {
+            period.sort_by(|a, b| a.total_cmp(b));
+            let n = period.len();
+            let mean = period.iter().sum::<f64>() / n as f64;
+            println!(
+                "trace period: mean {mean:.2} µs, p10 {:.2}, median {:.2}, p90 {:.2}, p99 {:.2}, max {:.2}",
+                period[n / 10],
+                period[n / 2],
+                period[n * 9 / 10],
+                period[n * 99 / 100],
+                period[n - 1]
+            );
+        }
+        let n = self.posted.len().min(self.done.len());
+        let comm = (0..n)
+            .map(|i| (self.done[i] - self.posted[i]).as_secs_f64() * 1e6)
+            .collect();
+        let gap = (0..n.saturating_sub(1))
+            .map(|i| (self.posted[i + 1] - self.done[i]).as_secs_f64() * 1e6)
+            .collect();
+        (med(comm), med(gap))
+    }
+}
+
 struct Kernels {
     pack: Function,
     unpack: Function,
@@ -227,6 +291,9 @@ struct Rank {
     stream: StreamRef,
     _s: ucs::cuda::Stream,
     k: Kernels,
+    trace: Option<std::cell::RefCell<Trace>>,
+    /// One queue per trigger kind, made at start-up.
+    queues: Vec<(TriggerKind, QueueId)>,
 }
 
 fn lock(w: &Mutex<Worker>) -> std::sync::MutexGuard<'_, Worker> {
@@ -290,13 +357,11 @@ impl Rank {
     /// `poll` runs after each launch: a host that runs ahead of its stream keeps
     /// progressing the worker between launches (a launch costs microseconds, and a trigger
     /// that lands meanwhile waits for the next progress call).
-    fn packs_and_interior(&self, poll: &dyn Fn()) -> R<()> {
+    fn packs(&self, poll: &dyn Fn()) -> R<()> {
         for (i, nb) in self.nbs.iter().enumerate() {
             self.launch_box(&self.k.pack, &self.sends[i], nb)?;
             poll();
         }
-        self.interior()?;
-        poll();
         Ok(())
     }
 
@@ -414,8 +479,11 @@ impl Rank {
 
     fn baseline(&self, iters: usize, it0: usize) -> R<()> {
         for it in it0..it0 + iters {
-            self.packs_and_interior(&|| ())?;
+            self.packs(&|| ())?;
             self.stream.synchronize().map_err(|e| e.to_string())?;
+            if let Some(t) = &self.trace {
+                t.borrow_mut().posted.push(Instant::now());
+            }
             let mut ids = Vec::new();
             {
                 let mut w = lock(&self.w);
@@ -440,23 +508,34 @@ impl Rank {
                     );
                 }
             }
+            // The interior work overlaps the exchange.
+            self.interior()?;
             self.wait_all(&ids)?;
+            if let Some(t) = &self.trace {
+                t.borrow_mut().done.push(Instant::now());
+            }
             self.unpacks(&|| ())?;
         }
         self.stream.synchronize().map_err(|e| e.to_string())
     }
 
-    fn st(&self, iters: usize, it0: usize, kind: TriggerKind, thread: bool) -> R<()> {
-        let q = lock(&self.w)
-            .queue_create(QueueParams {
-                stream: QueueStream::Cuda {
-                    stream: self.stream,
-                    trigger: kind,
-                },
-                counter_base: 0,
-            })
-            .map_err(|e| format!("queue: {e}"))?;
-        let pt = thread.then(|| ucp::ProgressThread::spawn(Arc::clone(&self.w)));
+    /// A run of a stream-triggered variant on the rank's queue for `kind` (made once, so
+    /// that its pinned counters are not allocated inside the timing), progressed by this
+    /// thread or by `pt`.
+    fn st(
+        &self,
+        iters: usize,
+        it0: usize,
+        kind: TriggerKind,
+        pt: Option<&ucp::ProgressThread>,
+    ) -> R<()> {
+        let thread = pt.is_some();
+        let q = self
+            .queues
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|&(_, q)| q)
+            .ok_or("no queue of that kind")?;
         let per = 2 * self.nbs.len() as u32;
         // How many iterations the host may enqueue beyond the last finished one
         // (`RUCX_FACES_AHEAD`, default 2).
@@ -464,15 +543,34 @@ impl Rank {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(2);
+        let origin = lock(&self.w)
+            .queue_query(q)
+            .map_err(|e| e.to_string())?
+            .completed;
+        if let Some(t) = &self.trace {
+            let mut t = t.borrow_mut();
+            t.per = u64::from(per);
+            t.origin = u64::from(origin);
+        }
         let poll = || {
             if !thread {
-                lock(&self.w).progress();
+                let mut w = lock(&self.w);
+                w.progress();
+                self.observe(&w, q);
             }
         };
+        // The worker, locked: ahead of the progress thread when there is one.
+        let take = || match pt {
+            Some(pt) => pt.lock(),
+            None => lock(&self.w),
+        };
+        let (counters, base) = lock(&self.w)
+            .queue_counters_shared(q)
+            .ok_or("queue counters")?;
         let r = (|| -> R<()> {
             for (k, it) in (it0..it0 + iters).enumerate() {
                 {
-                    let mut w = lock(&self.w);
+                    let mut w = take();
                     for (i, nb) in self.nbs.iter().enumerate() {
                         let back = [-nb.dir[0], -nb.dir[1], -nb.dir[2]];
                         let d = dev_data(&self.recvs[i], nb.count() * 4);
@@ -480,23 +578,35 @@ impl Rank {
                             .map_err(|e| e.to_string())?;
                     }
                 }
-                self.packs_and_interior(&poll)?;
-                {
-                    let mut w = lock(&self.w);
+                self.packs(&poll)?;
+                let (start, wait) = {
+                    let mut w = take();
                     for (i, nb) in self.nbs.iter().enumerate() {
                         let d = dev_data(&self.sends[i], nb.count() * 4);
                         w.enqueue_send(q, self.eps[nb.rank], &d, tag(it, nb.dir))
                             .map_err(|e| e.to_string())?;
                     }
-                    w.enqueue_start(q).map_err(|e| e.to_string())?;
-                    w.enqueue_wait(q).map_err(|e| e.to_string())?;
+                    (
+                        w.enqueue_start_deferred(q).map_err(|e| e.to_string())?,
+                        w.enqueue_wait_deferred(q).map_err(|e| e.to_string())?,
+                    )
+                };
+                // The stream calls, with the worker let go; the interior work between them
+                // overlaps the exchange.
+                if let Some(start) = start {
+                    start.issue().map_err(|e| format!("start: {e}"))?;
                 }
+                poll();
+                self.interior()?;
+                poll();
+                wait.issue().map_err(|e| format!("wait: {e}"))?;
                 self.unpacks(&poll)?;
                 // Run at most `ahead` iterations ahead of the stream.
                 let want = per * (k as u32 + 1).saturating_sub(ahead);
-                self.progress_until(q, want, thread)?;
+                self.progress_until(q, origin.wrapping_add(want), thread, &counters, base)?;
             }
-            self.progress_until(q, per * iters as u32, thread)?;
+            let all = origin.wrapping_add(per * iters as u32);
+            self.progress_until(q, all, thread, &counters, base)?;
             let t = Instant::now();
             while !self.stream.idle().map_err(|e| e.to_string())? {
                 if !thread {
@@ -508,53 +618,78 @@ impl Rank {
             }
             Ok(())
         })();
-        if let Some(pt) = pt {
-            pt.stop();
-        }
         let info = lock(&self.w).queue_query(q).map_err(|e| e.to_string())?;
-        let d = lock(&self.w).queue_destroy(q);
         r?;
-        if info.failed > 0 || d.is_err() {
-            return Err(format!("queue: {info:?}, destroy {d:?}"));
+        if info.failed > 0 {
+            return Err(format!("queue: {info:?}"));
         }
         Ok(())
     }
 
-    fn progress_until(&self, q: QueueId, done: u32, thread: bool) -> R<()> {
+    fn observe(&self, w: &Worker, q: QueueId) {
+        if let (Some(t), Ok(i)) = (&self.trace, w.queue_query(q)) {
+            let done = u64::from(i.completed);
+            t.borrow_mut().observe(done + i.running as u64, done);
+        }
+    }
+
+    /// Progresses (or, with a progress thread, watches the completion counter without
+    /// the worker) until `done` operations of the queue finished.
+    fn progress_until(
+        &self,
+        q: QueueId,
+        done: u32,
+        thread: bool,
+        counters: &uct::trigger::Counters,
+        base: u32,
+    ) -> R<()> {
         let t = Instant::now();
         loop {
-            let mut w = lock(&self.w);
-            let c = w.queue_query(q).map_err(|e| e.to_string())?;
-            if c.completed >= done {
-                return Ok(());
-            }
-            if c.failed > 0 {
-                return Err(format!("queue: {c:?}"));
-            }
             if thread {
-                drop(w);
-                std::thread::yield_now();
+                let c = counters
+                    .completion()
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    .wrapping_sub(base);
+                if uct::trigger::reached(c, done) {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
             } else {
+                let mut w = lock(&self.w);
+                let c = w.queue_query(q).map_err(|e| e.to_string())?;
+                self.observe(&w, q);
+                if uct::trigger::reached(c.completed, done) {
+                    return Ok(());
+                }
+                if c.failed > 0 {
+                    return Err(format!("queue: {c:?}"));
+                }
                 w.progress();
             }
             if t.elapsed() > Duration::from_secs(30) {
-                return Err(format!("queue stalled: {c:?}"));
+                return Err(format!("queue stalled at {done} operations"));
             }
         }
     }
 
-    fn run(&self, v: &str, iters: usize, it0: usize) -> R<()> {
+    /// The progress thread a variant needs, started before its timing.
+    fn prepare(&self, v: &str) -> Option<ucp::ProgressThread> {
+        (v == "st-thread").then(|| ucp::ProgressThread::spawn(Arc::clone(&self.w)))
+    }
+
+    fn run(&self, v: &str, iters: usize, it0: usize, pt: Option<&ucp::ProgressThread>) -> R<()> {
         match v {
             "baseline" => self.baseline(iters, it0),
-            "st-memop" => self.st(iters, it0, TriggerKind::MemOp, false),
-            "st-kernel" => self.st(iters, it0, TriggerKind::Kernel, false),
-            "st-thread" => self.st(iters, it0, TriggerKind::MemOp, true),
+            "st-memop" => self.st(iters, it0, TriggerKind::MemOp, None),
+            "st-kernel" => self.st(iters, it0, TriggerKind::Kernel, None),
+            "st-mixed" => self.st(iters, it0, TriggerKind::Mixed, None),
+            "st-thread" => self.st(iters, it0, TriggerKind::MemOp, pt),
             _ => Err(format!("unknown variant {v}")),
         }
     }
 }
 
-const VARIANTS: [&str; 4] = ["baseline", "st-memop", "st-kernel", "st-thread"];
+const VARIANTS: [&str; 5] = ["baseline", "st-memop", "st-kernel", "st-mixed", "st-thread"];
 
 fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
     let np: usize = o.grid.iter().product();
@@ -575,7 +710,8 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
         unpack: f("faces_unpack")?,
         interior: f("faces_interior")?,
     };
-    std::mem::forget(m); // loaded for the process's life
+    // (The module stays loaded for the process's life: `Module` never unloads.)
+    drop(m);
     let ctx = ucp::Context::new(ucs::Config::from_env().map_err(|e| e.to_string())?);
     let mut w = Worker::new(&ctx).map_err(|e| e.to_string())?;
     // Addresses through files: write ours, read everyone's.
@@ -621,7 +757,23 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
         stream: StreamRef::of(&s),
         _s: s,
         k,
+        trace: std::env::var_os("RUCX_FACES_TRACE").map(|_| Default::default()),
+        queues: Vec::new(),
     };
+    let mut rank = rank;
+    for kind in [TriggerKind::MemOp, TriggerKind::Kernel, TriggerKind::Mixed] {
+        let q = lock(&rank.w)
+            .queue_create(QueueParams {
+                stream: QueueStream::Cuda {
+                    stream: rank.stream,
+                    trigger: kind,
+                },
+                counter_base: 0,
+            })
+            .map_err(|e| format!("queue: {e}"))?;
+        rank.queues.push((kind, q));
+    }
+    let rank = rank;
     let mut bar = 0u64;
     let mut barrier = |r: &Rank| {
         bar += 1;
@@ -633,7 +785,9 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
     for v in VARIANTS {
         rank.reset()?;
         barrier(&rank)?;
-        rank.run(v, o.check_iters, 0)?;
+        let pt = rank.prepare(v);
+        rank.run(v, o.check_iters, 0, pt.as_ref())?;
+        drop(pt);
         let got = rank.read_back()?;
         if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
             return Err(format!("{v}: element {i} differs from the CPU reference"));
@@ -652,13 +806,23 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
     let mut it0 = 1000;
     for _ in 0..o.rounds {
         for (vi, v) in VARIANTS.iter().enumerate() {
-            rank.run(v, 10, it0)?; // warm-up
+            let pt = rank.prepare(v);
+            rank.run(v, 10, it0, pt.as_ref())?; // warm-up
             it0 += 10;
             barrier(&rank)?;
+            if let Some(t) = &rank.trace {
+                *t.borrow_mut() = Trace::default();
+            }
             let t = Instant::now();
-            rank.run(v, o.iters, it0)?;
+            rank.run(v, o.iters, it0, pt.as_ref())?;
             barrier(&rank)?;
             times[vi].push(t.elapsed().as_secs_f64() * 1e6 / o.iters as f64);
+            if let (Some(t), 0) = (&rank.trace, me) {
+                let (comm, gap) = t.borrow().summary();
+                println!(
+                    "trace {v:10} posted → done {comm:7.2} µs, done → next posted {gap:7.2} µs"
+                );
+            }
             it0 += o.iters;
         }
     }
@@ -681,6 +845,11 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
                 m / base
             );
         }
+    }
+    for &(_, q) in &rank.queues {
+        lock(&rank.w)
+            .queue_destroy(q)
+            .map_err(|e| format!("queue destroy: {e}"))?;
     }
     // Leave together, so nobody's endpoints close under a neighbour still working.
     barrier(&rank)?;

@@ -179,7 +179,7 @@ fn lat(n: usize) -> Result<(), String> {
     for kind in [TriggerKind::MemOp, TriggerKind::Kernel] {
         let wait = |v: u32| match kind {
             TriggerKind::MemOp => stream.wait_value(gate_dev, v),
-            TriggerKind::Kernel => stream.kernel_wait(gate_dev, v),
+            _ => stream.kernel_wait(gate_dev, v),
         };
         // The anchor: the stream's write seen by a spinning host.
         let mut base = Vec::new();
@@ -187,8 +187,8 @@ fn lat(n: usize) -> Result<(), String> {
             seq += 1;
             wait(seq).map_err(|e| e.to_string())?;
             match kind {
-                TriggerKind::MemOp => stream.write_value(flag_dev, seq),
                 TriggerKind::Kernel => stream.kernel_write(flag_dev, seq),
+                _ => stream.write_value(flag_dev, seq),
             }
             .map_err(|e| e.to_string())?;
             settle();
@@ -249,8 +249,8 @@ fn lat(n: usize) -> Result<(), String> {
             seq += 1;
             let t = Instant::now();
             match kind {
-                TriggerKind::MemOp => stream.write_value(flag_dev, seq),
                 TriggerKind::Kernel => stream.kernel_write(flag_dev, seq),
+                _ => stream.write_value(flag_dev, seq),
             }
             .map_err(|e| e.to_string())?;
             while gates.completion().load(Ordering::Acquire) != seq {

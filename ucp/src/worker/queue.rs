@@ -24,7 +24,7 @@
 //! worker's fast path is untouched (one flag checked on the slow path).
 
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use ucs::{Status, UcsResult};
 use uct::trigger::{reached, Counters, DeferredQueue};
@@ -45,6 +45,10 @@ pub enum TriggerKind {
     MemOp,
     /// One-thread kernels (a system-scope store; a spin on a system-scope load).
     Kernel,
+    /// The start by a stream memory operation (the cheaper write), the wait by a spinning
+    /// kernel (released sooner than the stream's own wait; it occupies one thread of the
+    /// GPU while it spins).
+    Mixed,
 }
 
 /// What drives a queue's starts and waits.
@@ -235,17 +239,32 @@ impl Worker {
     pub fn enqueue_start(&mut self, q: QueueId) -> UcsResult<u32> {
         let qu = self.queue(q)?;
         let value = qu.issued().wrapping_add(1);
-        match qu.stream {
-            QueueStream::Host => qu.dq.counters().trigger().store(value, Ordering::Release),
-            QueueStream::External => {}
-            #[cfg(feature = "cuda")]
-            QueueStream::Cuda { stream, trigger } => {
-                let (t, _) = qu.dq.counters().device_ptrs().ok_or(Status::InvalidParam)?;
-                match trigger {
-                    TriggerKind::MemOp => stream.write_value(t, value)?,
-                    TriggerKind::Kernel => stream.kernel_write(t, value)?,
-                }
-            }
+        #[cfg(feature = "cuda")]
+        if let Some(op) = stream_op(qu, value, false)? {
+            op.issue()?;
+        }
+        self.start_batch(q, value)?;
+        Ok(value)
+    }
+
+    /// [`enqueue_start`](Self::enqueue_start) with the stream's write left to the caller,
+    /// who issues the returned operation after letting go of the worker (a thread that
+    /// shares the worker with a [`ProgressThread`] then holds it for the bookkeeping
+    /// only). `None` for a queue without a stream. If issuing fails, abort the queue: what
+    /// the start released will never be triggered.
+    #[cfg(feature = "cuda")]
+    pub fn enqueue_start_deferred(&mut self, q: QueueId) -> UcsResult<Option<StreamOp>> {
+        let qu = self.queue(q)?;
+        let value = qu.issued().wrapping_add(1);
+        let op = stream_op(qu, value, false)?;
+        self.start_batch(q, value)?;
+        Ok(op)
+    }
+
+    fn start_batch(&mut self, q: QueueId, value: u32) -> UcsResult<()> {
+        let qu = self.queue(q)?;
+        if let QueueStream::Host = qu.stream {
+            qu.dq.counters().trigger().store(value, Ordering::Release);
         }
         qu.starts = qu.starts.wrapping_add(1);
         qu.started = qu.started.wrapping_add(std::mem::take(&mut qu.batch));
@@ -256,7 +275,7 @@ impl Worker {
                 k.kick();
             }
         }
-        Ok(value)
+        Ok(())
     }
 
     /// Waits until every operation started so far has finished (`ucpx_enqueue_wait`): one
@@ -270,11 +289,9 @@ impl Worker {
         match qu.stream {
             QueueStream::External => {}
             #[cfg(feature = "cuda")]
-            QueueStream::Cuda { stream, trigger } => {
-                let (_, c) = qu.dq.counters().device_ptrs().ok_or(Status::InvalidParam)?;
-                match trigger {
-                    TriggerKind::MemOp => stream.wait_value(c, target)?,
-                    TriggerKind::Kernel => stream.kernel_wait(c, target)?,
+            QueueStream::Cuda { .. } => {
+                if let Some(op) = stream_op(qu, target, true)? {
+                    op.issue()?;
                 }
             }
             QueueStream::Host => {
@@ -299,6 +316,25 @@ impl Worker {
             }
         }
         Ok(target)
+    }
+
+    /// [`enqueue_wait`](Self::enqueue_wait) of a stream's queue, with the stream's wait left
+    /// to the caller (see [`enqueue_start_deferred`](Self::enqueue_start_deferred)).
+    /// `Unsupported` for a queue without a stream.
+    #[cfg(feature = "cuda")]
+    pub fn enqueue_wait_deferred(&mut self, q: QueueId) -> UcsResult<StreamOp> {
+        let qu = self.queue(q)?;
+        let target = qu.base.wrapping_add(qu.started);
+        stream_op(qu, target, true)?.ok_or(Status::Unsupported)
+    }
+
+    /// The queue's counters, shared, for a thread that watches the completion counter
+    /// without the worker (the worker's own view is [`queue_counters`](Self::queue_counters)),
+    /// with the counters' base.
+    pub fn queue_counters_shared(&self, q: QueueId) -> Option<(std::sync::Arc<Counters>, u32)> {
+        self.queues
+            .get(q.0 as usize)
+            .map(|qu| (qu.dq.shared_counters(), qu.base))
     }
 
     /// Whether some queue has a released operation to fire or one running: what a progress
@@ -467,6 +503,53 @@ impl Worker {
     }
 }
 
+/// A stream write of the trigger counter or a stream wait on the completion counter, owed
+/// by a start or a wait and issued by [`issue`](Self::issue).
+#[cfg(feature = "cuda")]
+#[derive(Clone, Copy, Debug)]
+pub struct StreamOp {
+    stream: ucs::cuda::StreamRef,
+    trigger: TriggerKind,
+    addr: u64,
+    value: u32,
+    wait: bool,
+}
+
+#[cfg(feature = "cuda")]
+impl StreamOp {
+    /// Queues the operation on its stream.
+    pub fn issue(self) -> UcsResult<()> {
+        let s = self.stream;
+        match (self.wait, self.trigger) {
+            (false, TriggerKind::MemOp | TriggerKind::Mixed) => {
+                s.write_value(self.addr, self.value)
+            }
+            (false, TriggerKind::Kernel) => s.kernel_write(self.addr, self.value),
+            (true, TriggerKind::MemOp) => s.wait_value(self.addr, self.value),
+            (true, TriggerKind::Kernel | TriggerKind::Mixed) => {
+                s.kernel_wait(self.addr, self.value)
+            }
+        }
+    }
+}
+
+/// The stream operation of a start (`wait` false: write `value` to the trigger counter) or
+/// of a wait (for the completion counter to reach `value`); `None` without a stream.
+#[cfg(feature = "cuda")]
+fn stream_op(qu: &Queue, value: u32, wait: bool) -> UcsResult<Option<StreamOp>> {
+    let QueueStream::Cuda { stream, trigger } = qu.stream else {
+        return Ok(None);
+    };
+    let (t, c) = qu.dq.counters().device_ptrs().ok_or(Status::InvalidParam)?;
+    Ok(Some(StreamOp {
+        stream,
+        trigger,
+        addr: if wait { c } else { t },
+        value,
+        wait,
+    }))
+}
+
 /// Wakes a [`ProgressThread`] sleeping for lack of armed queues.
 #[derive(Debug, Default)]
 pub(crate) struct Kick {
@@ -483,12 +566,17 @@ impl Kick {
 
 /// A thread that progresses a worker while its queues are armed (the progress-thread way
 /// of running stream-triggered operations, as HPE's implementation does intra-node), and
-/// sleeps on a condition variable, woken by `enqueue_start`, while none is. It holds the
-/// worker's mutex for one `progress` call at a time, so the application enqueues between.
+/// sleeps on a condition variable, woken by `enqueue_start`, while none is.
+///
+/// It holds the worker's mutex for one `progress` call at a time. An application thread
+/// that takes the worker through [`lock`](Self::lock) goes first: the progress thread
+/// stands back while someone waits for the lock, so enqueuing is never starved; with
+/// [`Worker::enqueue_start_deferred`] the stream calls are made after letting go.
 #[derive(Debug)]
 pub struct ProgressThread {
     stop: Arc<AtomicBool>,
     kick: Arc<Kick>,
+    want: Arc<AtomicUsize>,
     worker: Arc<Mutex<Worker>>,
     handle: Option<std::thread::JoinHandle<u64>>,
 }
@@ -498,23 +586,40 @@ impl ProgressThread {
     pub fn spawn(worker: Arc<Mutex<Worker>>) -> ProgressThread {
         let kick = Arc::new(Kick::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let want = Arc::new(AtomicUsize::new(0));
         lock(&worker).queue_kick = Some(Arc::clone(&kick));
-        let (w, k, st) = (Arc::clone(&worker), Arc::clone(&kick), Arc::clone(&stop));
+        let (w, k, st, wa) = (
+            Arc::clone(&worker),
+            Arc::clone(&kick),
+            Arc::clone(&stop),
+            Arc::clone(&want),
+        );
         let handle = std::thread::Builder::new()
             .name("rucx-queue-progress".into())
             .spawn(move || {
                 let mut polls = 0u64;
                 while !st.load(Ordering::Acquire) {
-                    let (n, armed) = {
-                        let mut g = lock(&w);
-                        (g.progress(), g.core.queues_armed)
-                    };
-                    polls += 1;
-                    if armed {
-                        if n == 0 {
-                            // Let the application take the lock to enqueue.
-                            std::thread::yield_now();
+                    if wa.load(Ordering::Acquire) > 0 {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    let armed = match w.try_lock() {
+                        Ok(mut g) => {
+                            g.progress();
+                            polls += 1;
+                            g.core.queues_armed
                         }
+                        Err(std::sync::TryLockError::Poisoned(e)) => {
+                            let mut g = e.into_inner();
+                            g.progress();
+                            g.core.queues_armed
+                        }
+                        Err(std::sync::TryLockError::WouldBlock) => {
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                    };
+                    if armed {
                         continue;
                     }
                     let mut kicked = k.kicked.lock().unwrap_or_else(|e| e.into_inner());
@@ -532,9 +637,18 @@ impl ProgressThread {
         ProgressThread {
             stop,
             kick,
+            want,
             worker,
             handle,
         }
+    }
+
+    /// The worker, locked, ahead of the progress thread.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Worker> {
+        self.want.fetch_add(1, Ordering::AcqRel);
+        let g = lock(&self.worker);
+        self.want.fetch_sub(1, Ordering::AcqRel);
+        g
     }
 
     /// Stops the thread; returns how many times it called `progress`.
@@ -568,12 +682,12 @@ fn lock(w: &Mutex<Worker>) -> std::sync::MutexGuard<'_, Worker> {
 fn retire(qu: Queue) {
     #[cfg(feature = "cuda")]
     {
-        static KEPT: Mutex<Vec<(ucs::cuda::StreamRef, Counters)>> = Mutex::new(Vec::new());
+        static KEPT: Mutex<Vec<(ucs::cuda::StreamRef, Arc<Counters>)>> = Mutex::new(Vec::new());
         let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|(s, _)| !s.idle().unwrap_or(true));
         if let QueueStream::Cuda { stream, .. } = qu.stream {
             if !stream.idle().unwrap_or(true) {
-                kept.push((stream, qu.dq.into_counters()));
+                kept.push((stream, qu.dq.shared_counters()));
             }
         }
     }
