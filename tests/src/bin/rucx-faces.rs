@@ -710,8 +710,6 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
         unpack: f("faces_unpack")?,
         interior: f("faces_interior")?,
     };
-    // (The module stays loaded for the process's life: `Module` never unloads.)
-    drop(m);
     let ctx = ucp::Context::new(ucs::Config::from_env().map_err(|e| e.to_string())?);
     let mut w = Worker::new(&ctx).map_err(|e| e.to_string())?;
     // Addresses through files: write ours, read everyone's.
