@@ -257,14 +257,19 @@ fn ipc_cache(p: &mut Peer, a: bool) -> Result<String, String> {
 }
 
 /// Progresses until `stream` is idle, for at most `limit`.
-fn drain(p: &mut Peer, stream: &ucs::cuda::StreamRef, limit: Duration) -> Result<(), String> {
+fn drain(
+    p: &mut Peer,
+    stream: &ucs::cuda::StreamRef,
+    q: ucp::QueueId,
+    limit: Duration,
+) -> Result<(), String> {
     let t = Instant::now();
     while !stream.idle().map_err(|e| format!("stream: {e}"))? {
         p.w.progress();
         if t.elapsed() > limit {
             return Err(format!(
                 "stream still busy after {limit:?}: {:?}",
-                p.w.queue_query(ucp::QueueId(0))
+                p.w.queue_query(q)
             ));
         }
     }
@@ -332,7 +337,7 @@ fn queue(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
                 unsafe { stream.copy(back, recvs[k].ptr() as u64, n) }
                     .map_err(|e| format!("read back: {e}"))?;
             }
-            drain(p, &stream, Duration::from_secs(30))?;
+            drain(p, &stream, q, Duration::from_secs(30))?;
             for (k, back) in backs.iter().enumerate().take(per) {
                 let r = 1000 * phase + 100 * wave + k as u64;
                 let n = SIZES[(r % 3) as usize];
@@ -398,7 +403,7 @@ fn queue_kill(p: &mut Peer, a: bool) -> Result<String, String> {
     }
     println!("READY");
     let t = Instant::now();
-    drain(p, &stream, Duration::from_secs(10))?;
+    drain(p, &stream, q, Duration::from_secs(10))?;
     let info = p.w.queue_query(q).map_err(|e| e.to_string())?;
     match (info.error, info.completed) {
         (Some(e), 1) => Ok(format!("released {e} after {} ms", t.elapsed().as_millis())),

@@ -626,6 +626,8 @@ pub struct Worker {
     queues: Slab<queue::Queue>,
     /// Wakes the queues' progress thread, when there is one, on `enqueue_start`.
     queue_kick: Option<Arc<queue::Kick>>,
+    /// The generation of the last queue made (`QueueId`).
+    queue_gen: u32,
 }
 
 /// Wakes a worker sleeping in [`Worker::wait_event`] (or makes its next [`Worker::arm`]
@@ -651,6 +653,7 @@ impl Drop for Worker {
             std::mem::forget(std::mem::take(&mut self.ifaces));
             return;
         }
+        self.queues_drop_all();
         // Endpoints the application left open are closed as `ep_close` would: their peers
         // learn of it and end theirs without a failure.
         let open: Vec<usize> = self.core.eps.iter().map(|(i, _)| i).collect();
@@ -826,6 +829,7 @@ impl Worker {
             am_handlers: Vec::new(),
             queues: Slab::new(),
             queue_kick: None,
+            queue_gen: 0,
         })
     }
 

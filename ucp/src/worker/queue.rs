@@ -33,9 +33,13 @@ use super::{EpHandle, RecvParams, SendParams, Worker};
 use crate::datatype::Data;
 use crate::request::ReqId;
 
-/// A queue of a worker.
+/// A queue of a worker: its slot and the slot's generation, so that the id of a destroyed
+/// queue is refused rather than taken for a later queue in the same slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct QueueId(pub u32);
+pub struct QueueId {
+    idx: u32,
+    gen: u32,
+}
 
 /// How a queue's stream writes the trigger counter and waits on the completion counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -141,6 +145,7 @@ pub(crate) struct Queue {
     running: SmallVec<[Running; 8]>,
     /// Failures already returned to the caller by a host wait.
     reported: u64,
+    gen: u32,
 }
 
 impl Queue {
@@ -159,6 +164,8 @@ impl Worker {
     pub fn queue_create(&mut self, p: QueueParams) -> UcsResult<QueueId> {
         let mapped = !matches!(p.stream, QueueStream::Host | QueueStream::External);
         let dq = DeferredQueue::new(p.counter_base, mapped)?;
+        self.queue_gen = self.queue_gen.wrapping_add(1);
+        let gen = self.queue_gen;
         let i = self.queues.insert(Queue {
             dq,
             stream: p.stream,
@@ -168,21 +175,33 @@ impl Worker {
             started: 0,
             running: SmallVec::new(),
             reported: 0,
+            gen,
         });
-        Ok(QueueId(u32::try_from(i).map_err(|_| Status::NoMemory)?))
+        match u32::try_from(i) {
+            Ok(idx) => Ok(QueueId { idx, gen }),
+            Err(_) => {
+                self.queues.remove(i);
+                Err(Status::NoMemory)
+            }
+        }
     }
 
     fn queue(&mut self, q: QueueId) -> UcsResult<&mut Queue> {
         self.queues
-            .get_mut(q.0 as usize)
+            .get_mut(q.idx as usize)
+            .filter(|qu| qu.gen == q.gen)
             .ok_or(Status::InvalidParam)
+    }
+
+    fn queue_ref(&self, q: QueueId) -> Option<&Queue> {
+        self.queues.get(q.idx as usize).filter(|qu| qu.gen == q.gen)
     }
 
     fn enqueue(&mut self, q: QueueId, op: Queued) -> UcsResult<()> {
         let qu = self.queue(q)?;
         let th = qu.issued().wrapping_add(1);
         qu.dq.post(th, op);
-        qu.batch += 1;
+        qu.batch = qu.batch.wrapping_add(1);
         Ok(())
     }
 
@@ -332,8 +351,7 @@ impl Worker {
     /// without the worker (the worker's own view is [`queue_counters`](Self::queue_counters)),
     /// with the counters' base.
     pub fn queue_counters_shared(&self, q: QueueId) -> Option<(std::sync::Arc<Counters>, u32)> {
-        self.queues
-            .get(q.0 as usize)
+        self.queue_ref(q)
             .map(|qu| (qu.dq.shared_counters(), qu.base))
     }
 
@@ -345,12 +363,12 @@ impl Worker {
 
     /// The queue's counters, for whoever drives an `External` queue, or to look.
     pub fn queue_counters(&self, q: QueueId) -> Option<&Counters> {
-        self.queues.get(q.0 as usize).map(|qu| qu.dq.counters())
+        self.queue_ref(q).map(|qu| qu.dq.counters())
     }
 
     /// What the queue has done.
     pub fn queue_query(&self, q: QueueId) -> UcsResult<QueueInfo> {
-        let qu = self.queues.get(q.0 as usize).ok_or(Status::InvalidParam)?;
+        let qu = self.queue_ref(q).ok_or(Status::InvalidParam)?;
         let (error, failed) = qu.dq.error();
         Ok(QueueInfo {
             pending: qu.dq.pending(),
@@ -401,7 +419,7 @@ impl Worker {
         let cut = self.queue_abort(q)?;
         let qu = self
             .queues
-            .try_remove(q.0 as usize)
+            .try_remove(q.idx as usize)
             .ok_or(Status::InvalidParam)?;
         let (err, failed) = qu.dq.error();
         let unreported = failed > qu.reported;
@@ -412,6 +430,23 @@ impl Worker {
             Err(err.unwrap_or(Status::IoError))
         } else {
             Ok(())
+        }
+    }
+
+    /// Destroys every queue left when the worker goes (its drop): everything they hold is
+    /// counted as finished, so no stream waits forever, and counters a stream may still
+    /// use are kept until it is idle.
+    pub(super) fn queues_drop_all(&mut self) {
+        let ids: Vec<QueueId> = self
+            .queues
+            .iter()
+            .map(|(i, qu)| QueueId {
+                idx: i as u32,
+                gen: qu.gen,
+            })
+            .collect();
+        for q in ids {
+            let _ = self.queue_destroy(q);
         }
     }
 
@@ -971,6 +1006,12 @@ mod tests {
         a.enqueue_send(q, ab, &data(&big[..8]), 6).unwrap();
         assert_eq!(a.queue_destroy(q), Err(Status::Canceled));
         assert_eq!(a.enqueue_start(q), Err(Status::InvalidParam));
+        // A new queue takes the slot: the old id still names nothing.
+        let q2 = external(&mut a, 0);
+        assert_ne!(q2, q);
+        assert_eq!(a.enqueue_start(q), Err(Status::InvalidParam));
+        assert_eq!(a.enqueue_start(q2), Ok(1));
+        a.queue_destroy(q2).unwrap();
         // The worker carries on: the peer receives the abandoned rendezvous send's data.
         let mut r = vec![0u8; 1 << 20];
         let id = recv(&mut b, &mut r, 6);
