@@ -106,6 +106,14 @@ fn print_devices(cfg: &Config) -> bool {
         println!("# Not available: {a}");
     }
     print_gpus();
+    println!("#");
+    println!(
+        "# Deferred work (stream-triggered queues): the software trigger engine; libfabric: {}",
+        match uct::trigger::cxi_presence() {
+            Ok(found) => found,
+            Err(why) => why,
+        }
+    );
     ok
 }
 
