@@ -2,7 +2,8 @@
 //!
 //! It owns what every other layer needs and nothing protocol-specific: the [`Status`] codes
 //! (numerically UCX's `ucs_status_t`), configuration from `UCX_*` environment variables
-//! ([`config`]), object pools ([`pool`]), wakeup primitives ([`wakeup`]), monotonic time
+//! ([`config`]), object pools ([`pool`]), shared-memory segments ([`shm`]), wakeup
+//! primitives ([`wakeup`]), monotonic time
 //! ([`time`]), system facts such as same-host detection ([`sys`]), checked little-endian
 //! reading and writing of peer-supplied bytes ([`wire`]), a stderr logger ([`log`]), memory
 //! types and their detection ([`memtype`]) and, with the `cuda` feature, the CUDA driver
@@ -14,6 +15,7 @@ pub mod cuda;
 pub mod log;
 pub mod memtype;
 pub mod pool;
+pub mod shm;
 pub mod status;
 pub mod sys;
 pub mod time;

@@ -12,8 +12,8 @@
 //! window by the caller ([`remote_canon`], `tag::mapped_addr`) before anything is copied.
 
 use smallvec::SmallVec;
+use ucs::shm::Segment;
 use ucs::{Status, UcsResult};
-use uct::tl::posix::SharedMem;
 use uct::Iov;
 
 use crate::buf;
@@ -208,7 +208,7 @@ pub(crate) fn copy(src: Side, src_from: u64, dst: Side, dst_from: u64, n: u64) -
 pub(crate) fn remote_segs(
     segs: &[crate::proto::wire::RemoteSeg],
     w: &ShmWindow,
-    seg: &SharedMem,
+    seg: &Segment,
 ) -> UcsResult<Vec<Iov>> {
     if w.len > seg.len() as u64 {
         return Err(Status::InvalidParam);
@@ -234,7 +234,7 @@ pub(crate) fn remote_canon<'a>(
     canon: &'a Canon,
     origin: u64,
     w: &ShmWindow,
-    seg: &SharedMem,
+    seg: &Segment,
 ) -> UcsResult<Side<'a>> {
     let (lo, hi) = canon.bounds();
     let start = i128::from(origin) + i128::from(lo);

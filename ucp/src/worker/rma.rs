@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use slab::Slab;
-use uct::tl::posix::SharedMem;
+use ucs::shm::Segment;
 
 use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
@@ -69,7 +69,7 @@ pub(crate) struct MemReg {
 /// [`SharedRegion`] that several workers map.
 #[derive(Debug)]
 enum Owned {
-    Shm(Arc<SharedMem>),
+    Shm(Arc<Segment>),
     Heap(Vec<u8>),
     #[cfg(feature = "cuda")]
     Device(ucs::cuda::DeviceAlloc),
@@ -82,12 +82,12 @@ enum Owned {
 /// and rendezvous become copies). Freed when the last of the handle and the workers'
 /// mappings lets go of it.
 #[derive(Clone, Debug)]
-pub struct SharedRegion(Arc<SharedMem>);
+pub struct SharedRegion(Arc<Segment>);
 
 impl SharedRegion {
     /// Allocates `len` bytes (at least one).
     pub fn new(len: usize) -> std::io::Result<SharedRegion> {
-        SharedMem::create(len.max(1)).map(|s| SharedRegion(Arc::new(s)))
+        Segment::create(len.max(1)).map(|s| SharedRegion(Arc::new(s)))
     }
 
     /// The region's address in this process.
@@ -118,7 +118,7 @@ pub struct Rkey {
     /// The key of its memory lane for device memory (the region is device memory).
     pub(crate) lane_dev: Option<RemoteKey>,
     /// The peer's shared-memory region mapped here: put and get become copies.
-    mapped: Option<Arc<SharedMem>>,
+    mapped: Option<Arc<Segment>>,
 }
 
 impl Rkey {
@@ -213,7 +213,7 @@ enum RmaKind {
 const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 
 /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
-pub(crate) type MappingCache = HashMap<(u32, u32, u64), Arc<SharedMem>>;
+pub(crate) type MappingCache = HashMap<(u32, u32, u64), Arc<Segment>>;
 
 /// Peers' regions kept mapped at once (see `map_window`).
 const MAX_MAPPINGS: usize = 256;
@@ -226,7 +226,7 @@ impl Worker {
         let (owned, base, len) = match buf {
             Some(b) => (None, b.addr(), b.len()),
             None => match shm_ok
-                .then(|| SharedMem::create(len.max(1)))
+                .then(|| Segment::create(len.max(1)))
                 .and_then(Result::ok)
             {
                 Some(seg) => {
@@ -911,7 +911,7 @@ impl Core {
     }
 
     /// Maps a same-host peer's region; see [`map_window`].
-    pub(crate) fn map_window(&mut self, w: &ShmWindow) -> Option<Arc<SharedMem>> {
+    pub(crate) fn map_window(&mut self, w: &ShmWindow) -> Option<Arc<Segment>> {
         map_window(&mut self.mappings, w)
     }
 
@@ -1112,7 +1112,7 @@ pub(crate) fn shm_window(
 /// nonce); `None` when it cannot be (no ptrace rights over the peer, a peer gone, a file
 /// shorter than announced). Callers pass only windows of peers on this host (an endpoint
 /// with a memory lane, or a shared-memory one).
-pub(crate) fn map_window(mappings: &mut MappingCache, w: &ShmWindow) -> Option<Arc<SharedMem>> {
+pub(crate) fn map_window(mappings: &mut MappingCache, w: &ShmWindow) -> Option<Arc<Segment>> {
     if w.pid == 0 || w.pid > i32::MAX as u32 {
         return None;
     }
@@ -1122,7 +1122,7 @@ pub(crate) fn map_window(mappings: &mut MappingCache, w: &ShmWindow) -> Option<A
             return Some(Arc::clone(m));
         }
     }
-    match SharedMem::attach(w.pid as i32, w.fd, w.seg_len as usize) {
+    match Segment::attach(w.pid as i32, w.fd, w.seg_len as usize) {
         Ok(seg) => {
             // Regions come and go: a long-lived worker keeps the recent ones (a key still
             // using an evicted mapping holds it alive).

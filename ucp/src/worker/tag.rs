@@ -4,8 +4,8 @@
 //! `handler.rs`.
 
 use smallvec::SmallVec;
+use ucs::shm::Segment;
 use ucs::{Status, UcsResult};
-use uct::tl::posix::SharedMem;
 use uct::{Done, Iface, IfaceFlags, Iov, MemoryType, RemoteKey};
 
 use super::mapped;
@@ -1498,7 +1498,7 @@ fn get_mapped(
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,
-    win: (&ShmWindow, &SharedMem),
+    win: (&ShmWindow, &Segment),
     segs: &[RemoteSeg],
     layout: Option<(u64, u128)>,
     help: bool,

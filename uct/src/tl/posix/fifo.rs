@@ -36,7 +36,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::segment::Segment;
+use ucs::shm::Segment;
 
 pub(crate) const MAGIC: u64 = 0x314d_5350_7863_7552; // "RucxPSM1"
 const OFF_NSLOTS: usize = 192;

@@ -1,12 +1,9 @@
 //! `posix`: shared memory between processes of one host. Each interface owns one receive
-//! FIFO (see [`fifo`]) in an unlinked `/dev/shm` segment (see [`segment`]); an endpoint
+//! FIFO (see [`fifo`]) in an unlinked `/dev/shm` segment (`ucs::shm`); an endpoint
 //! maps its peer's FIFO and writes cells into it. Short and bcopy active messages, eventfd
 //! wakeup, and peer-death detection through the peer's pid and start time.
 
 mod fifo;
-mod segment;
-
-pub use segment::Segment as SharedMem;
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -21,7 +18,7 @@ use crate::ep::{Comp, Done, EpId};
 use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{BoundsMd, Md};
 use fifo::{Fifo, FifoView};
-use segment::Segment;
+use ucs::shm::Segment;
 use ucs::wire::{Reader, Writer};
 
 static MD: BoundsMd = BoundsMd::new("posix", *b"PSX1");
@@ -227,7 +224,7 @@ impl PosixIface {
                 log::warn!("posix: the segment of pid {pid} is not a FIFO ({e:?})");
                 Status::InvalidAddr
             })?;
-        let wake = match segment::dup_remote_fd(pid, a.efd) {
+        let wake = match ucs::shm::dup_remote_fd(pid, a.efd) {
             Ok(fd) => Some(fd),
             Err(e) => {
                 log::warn!(

@@ -1,4 +1,6 @@
-//! The shared-memory segment behind a posix FIFO, and attaching to a peer's.
+//! Shared-memory segments: the memory behind the posix transport's FIFOs, and the memory
+//! `ucp` allocates for remote access (`ucp_mem_map` with `ALLOCATE`, worker windows), which
+//! same-host peers map and access with loads and stores; attaching to a peer's.
 //!
 //! A segment is created in `/dev/shm` under a random 128-bit name with `O_EXCL` and mode
 //! 0600, and unlinked at once: it has no name while anyone uses it, so nothing is left
@@ -9,10 +11,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use rand::RngCore;
-
-/// A mapped segment. Unmapped on drop. Also used by `ucp` for memory it allocates for
-/// remote access, which same-host peers then map and access with loads and stores.
+/// A mapped segment. Unmapped on drop.
 #[derive(Debug)]
 pub struct Segment {
     ptr: *mut u8,
@@ -21,7 +20,7 @@ pub struct Segment {
 }
 
 // SAFETY: the mapping is process-wide memory; all access to shared fields goes through
-// atomics or is confined to the owning interface's thread.
+// atomics or is confined to the owner's thread.
 unsafe impl Send for Segment {}
 // SAFETY: as above; `&Segment` only exposes the base pointer.
 unsafe impl Sync for Segment {}
@@ -35,7 +34,11 @@ impl Segment {
     /// Creates, sizes, maps and unlinks a fresh segment of `len` bytes (zero-filled).
     pub fn create(len: usize) -> io::Result<Segment> {
         let mut rnd = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut rnd);
+        // SAFETY: a writable buffer of its length.
+        let got = unsafe { libc::getrandom(rnd.as_mut_ptr().cast(), rnd.len(), 0) };
+        if got != rnd.len() as isize {
+            return Err(os_err("getrandom"));
+        }
         let name: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
         let cname = CString::new(format!("/rucx-{name}")).expect("hex has no NUL");
         // SAFETY: cname is a valid C string.
@@ -131,14 +134,14 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: ptr/len describe our own mapping, which no reference outlives (the FIFO
-        // views borrow the segment).
+        // SAFETY: ptr/len describe our own mapping, which no reference outlives (views of
+        // it, such as the posix FIFOs, borrow the segment).
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
 /// Duplicates descriptor `fd` of process `pid` into this process (`pidfd_getfd`).
-pub(crate) fn dup_remote_fd(pid: i32, fd: u32) -> io::Result<OwnedFd> {
+pub fn dup_remote_fd(pid: i32, fd: u32) -> io::Result<OwnedFd> {
     // SAFETY: raw syscalls with integer arguments.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
