@@ -20,6 +20,7 @@ mod fast;
 mod ops;
 mod queue;
 mod request;
+mod ucs_ucm;
 mod worker;
 
 use std::ffi::c_void;

@@ -342,6 +342,8 @@ fn ucp_headers() -> Vec<PathBuf> {
         "ucs/memory/memory_type.h",
         "ucs/config/types.h",
         "ucs/sys/compiler_def.h",
+        "ucs/datastruct/mpool.h",
+        "ucm/api/ucm.h",
     ]
     .iter()
     .map(|p| inc.join(p))
@@ -437,7 +439,12 @@ fn prototypes(text: &str) -> Vec<(String, String)> {
             .rfind(|w| !w.is_empty())
             .unwrap_or("")
             .to_string();
-        if name.starts_with("ucp_") || name.starts_with("ucpx_") {
+        // (A name ending in `_t` is the return type of a function-pointer field.)
+        if ["ucp_", "ucpx_", "ucs_", "ucm_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+            && !name.ends_with("_t")
+        {
             v.push((name, format!("{stmt};")));
         }
     }
@@ -466,7 +473,10 @@ fn our_headers_agree_with_ucx_headers() {
     assert!(consts.len() > 150, "parsed only {} constants", consts.len());
     assert!(types.len() > 40, "parsed only {} types", types.len());
     assert!(protos.len() > 90, "parsed only {} prototypes", protos.len());
-    let mut c = String::from("#include <stdio.h>\n#include <ucp/api/ucp.h>\nint main(void) {\n");
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\n\
+         #include <ucs/datastruct/mpool.h>\nint main(void) {\n",
+    );
     for n in &consts {
         writeln!(c, "  printf(\"{n} %lld\\n\", (long long)({n}));").unwrap();
     }
@@ -495,7 +505,7 @@ fn our_headers_agree_with_ucx_headers() {
     assert!(diffs.is_empty(), "headers differ:\n{}", diffs.join("\n"));
 
     // Prototypes: UCX's header, then ours again; the compiler rejects incompatible types.
-    let mut p = String::from("#include <ucp/api/ucp.h>\n");
+    let mut p = String::from("#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\n");
     for (_, decl) in &protos {
         p.push_str(decl);
         p.push('\n');
@@ -520,7 +530,8 @@ fn our_headers_agree_with_ucx_headers() {
     );
 }
 
-/// Every exported `ucp_*`/`ucpx_*` function is declared in our headers and vice versa.
+/// Every exported `ucp_*`/`ucpx_*`/`ucs_*`/`ucm_*` function is declared in our headers and
+/// vice versa.
 #[test]
 fn exports_and_declarations_agree() {
     if !have("nm") {
@@ -538,8 +549,11 @@ fn exports_and_declarations_agree() {
         .filter_map(|l| {
             let mut w = l.split_whitespace();
             let (_, kind, name) = (w.next()?, w.next()?, w.next()?);
-            (kind == "T" && (name.starts_with("ucp_") || name.starts_with("ucpx_")))
-                .then(|| name.to_string())
+            (kind == "T"
+                && ["ucp_", "ucpx_", "ucs_", "ucm_"]
+                    .iter()
+                    .any(|p| name.starts_with(p)))
+            .then(|| name.to_string())
         })
         .collect();
     let mut declared = BTreeSet::new();

@@ -74,6 +74,7 @@ fn mpirun(
     exe: &Path,
     lib: Lib,
     limit: Duration,
+    extra: &[(&str, &str)],
 ) -> (bool, String, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi");
     let name = exe.file_name().unwrap().to_string_lossy().to_string();
@@ -97,11 +98,15 @@ fn mpirun(
         c.args(["--mca", "osc", "ucx"]);
     }
     if lib == Lib::Rucx {
+        // Every UCX library name is ours: no UCX library is loaded at all.
         c.args(["-x", "LD_LIBRARY_PATH", "-x", "RUCX_ANNOUNCE"])
-            .env("LD_LIBRARY_PATH", common::libucp_dir())
+            .env("LD_LIBRARY_PATH", common::rucx_only_dir())
             .env("RUCX_ANNOUNCE", "1");
     } else {
         c.env_remove("LD_LIBRARY_PATH");
+    }
+    for (k, v) in extra {
+        c.args(["-x", k]).env(k, v);
     }
     c.arg(exe)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -142,7 +147,7 @@ fn run_procs(name: &str, np: usize, procs: usize, osc: bool) {
     let Some((cc, run)) = tools() else { return };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = compile(&cc, name);
-    let (ok, out, err) = mpirun(&run, np, osc, &exe, Lib::Rucx, Duration::from_secs(60));
+    let (ok, out, err) = mpirun(&run, np, osc, &exe, Lib::Rucx, Duration::from_secs(60), &[]);
     let all = format!("{out}\n{err}");
     assert!(
         ok && out.contains(&format!("{name}: OK")),
@@ -185,6 +190,7 @@ fn run_beside_ucx(name: &str, np: usize) {
             &exe,
             Lib::Ucx113,
             Duration::from_secs(60),
+            &[],
         );
         assert!(
             ok && out.contains(&format!("{name}: OK")),
@@ -199,6 +205,46 @@ fn run_beside_ucx(name: &str, np: usize) {
 #[test]
 fn mpi_p2p_sizes_and_modes() {
     run("p2p", 2, false);
+}
+
+/// OpenMPI with pml and osc ucx where no UCX library is loaded: every UCX soname it needs
+/// (`libucp`, `libucs`, `libucm`) is ours, and the loader's own record (`LD_DEBUG=libs`)
+/// shows no library of Debian's UCX initialized in any process.
+#[test]
+fn mpi_runs_with_no_ucx_library_loaded() {
+    let Some((cc, launcher)) = tools() else {
+        return;
+    };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = compile(&cc, "p2p");
+    let (ok, out, err) = mpirun(
+        &launcher,
+        2,
+        true,
+        &exe,
+        Lib::Rucx,
+        Duration::from_secs(60),
+        &[("LD_DEBUG", "libs")],
+    );
+    assert!(ok && out.contains("p2p: OK"), "p2p failed:\n{out}\n{err}");
+    let ours = common::rucx_only_dir();
+    let inits: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("calling init:") && l.contains("/libuc"))
+        .collect();
+    assert!(
+        !inits.is_empty(),
+        "no UCX-named library initialized at all?\n{err}"
+    );
+    let foreign: Vec<&&str> = inits
+        .iter()
+        .filter(|l| !l.contains(&*ours.to_string_lossy()))
+        .collect();
+    assert!(foreign.is_empty(), "UCX libraries loaded:\n{foreign:#?}");
+    eprintln!(
+        "{} UCX-named library initializations, all ours",
+        inits.len()
+    );
 }
 
 /// MPI_ANY_SOURCE/MPI_ANY_TAG, MPI_Probe/Iprobe/Mprobe+Mrecv/Improbe+Imrecv, MPI_Cancel.

@@ -26,6 +26,23 @@ pub fn libucp_dir() -> PathBuf {
     dir
 }
 
+/// A directory where every UCX library name a consumer may load — `libucp.so.0`,
+/// `libucs.so.0`, `libucm.so.0`, `libuct.so.0` — is our cdylib: with it first on
+/// `LD_LIBRARY_PATH`, a program loads no UCX library at all (UCX's libucs would otherwise
+/// come in beside ours for `ucs_status_string`).
+#[allow(dead_code)]
+pub fn rucx_only_dir() -> PathBuf {
+    let so = std::fs::read_link(libucp_dir().join("libucp.so.0")).expect("libucp link");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rucx-only");
+    std::fs::create_dir_all(&dir).unwrap();
+    for lib in ["libucp.so.0", "libucs.so.0", "libucm.so.0", "libuct.so.0"] {
+        let link = dir.join(lib);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&so, &link).unwrap();
+    }
+    dir
+}
+
 /// A TCP port free right now.
 #[allow(dead_code)]
 pub fn free_port() -> u16 {

@@ -20,6 +20,10 @@
 #define UCS_BIT(i)  (1ul << (i))
 #define UCS_MASK(i) (UCS_BIT(i) - 1)
 
+/* Branch hints. */
+#define ucs_likely(x)   __builtin_expect(x, 1)
+#define ucs_unlikely(x) __builtin_expect(x, 0)
+
 /* Smallest size for an enum or struct (ucs_status_t is one byte, as in UCX). */
 #define UCS_S_PACKED __attribute__((packed))
 

@@ -65,9 +65,10 @@ typedef void *ucs_status_ptr_t;
 #define UCS_STATUS_IS_ERR(_s)   ((_s) < 0)
 
 /*
- * ucs_status_string() lives in UCX's libucs, which Rucx does not replace; programs built
- * against Rucx alone use ucpx_status_string() from <rucx.h>.
+ * The text of a status code. Exported by Rucx's library, which is also installed as
+ * libucs.so.0 for programs that link -lucs.
  */
+const char *ucs_status_string(ucs_status_t status);
 
 END_C_DECLS
 
