@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Charm++ as a conformance client of Rucx. Builds Charm++ (the source tarball given, by
+# default the project's vendored snapshot) against Rucx's own headers and library — no UCX
+# headers or libraries involved — and runs Charm++'s own tests (`make test`, launched by its
+# charmrun through OpenMPI's mpirun) with every UCX library name pointing at Rucx:
+#   - benchmarks/charm++/pingpong on 1 and 2 PEs,
+#   - tests/charm++/megatest on 1 to 4 PEs,
+#   - the zero-copy API examples (examples/charm++/zerocopy: direct, entry-method,
+#     broadcast and post APIs, large readonly), with and without +noCMAForZC.
+# Pass or fail is Charm++'s own (the exit status of its test target); the script also
+# checks that no program needs a UCX library other than Rucx's soname and that every
+# process announced Rucx.
+#
+#   bash contrib/charm/test.sh [path/to/charm-src.tar.gz]
+#
+# The Charm++ build (about 10 minutes on 2 cores) is cached under ~/.cache/rucx/, keyed by
+# the tarball and Rucx's headers. Needs g++, make, libpmix-dev and openmpi-bin
+# (contrib/test-all.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+tarball=${1:-${RUCX_CHARM_TARBALL:-$root/../shared/vendor/charm-src.tar.gz}}
+if [ ! -f "$tarball" ]; then
+  echo "charm: SKIPPED (no Charm++ source tarball at $tarball)"
+  exit 0
+fi
+pmix=/usr/lib/x86_64-linux-gnu/pmix2
+for need in g++ make mpirun "$pmix/include/pmix.h"; do
+  if ! command -v "$need" >/dev/null && [ ! -e "$need" ]; then
+    echo "charm: FAILED ($need missing: apt-get install g++ make libpmix-dev openmpi-bin)"
+    exit 1
+  fi
+done
+
+cargo build --release -q -p rucx-bindings-c
+pkg=$(bindings-c/gen-pc.sh release)
+lib=$pkg/lib
+
+key=$( (sha256sum "$tarball"; find bindings-c/include -type f -print0 | sort -z |
+  xargs -0 sha256sum) | sha256sum | cut -c1-16)
+cache=${RUCX_CACHE:-$HOME/.cache/rucx}/charm-$key
+arch=ucx-linux-x86_64-openpmix
+if [ ! -f "$cache/built" ]; then
+  echo "=== building Charm++ against Rucx's headers in $cache (about 10 minutes)"
+  rm -rf "$cache"
+  mkdir -p "$cache"
+  tar xzf "$tarball" -C "$cache"
+  (cd "$cache/charm" &&
+    ./build charm++ ucx-linux-x86_64 openpmix --with-production -j"$(nproc)" \
+      --incdir="$root/bindings-c/include" --libdir="$lib" \
+      --incdir="$pmix/include" --libdir="$pmix/lib") >"$cache/build.log" 2>&1 || {
+    tail -n 40 "$cache/build.log"
+    echo "charm: FAILED (Charm++ did not build against Rucx's headers; log: $cache/build.log)"
+    exit 1
+  }
+  # Every UCX header Charm++'s machine layer includes, and every one those include, is in
+  # Rucx's header set (searched first), so no header of an installed UCX is read.
+  missing=$(cd "$cache/charm/src/arch/ucx" && cat ./*.C ./*.h "$root"/bindings-c/include/*/*/*.h \
+    "$root"/bindings-c/include/*.h | grep -o '#include <uc[mpst]/[^>]*>' | sort -u |
+    sed 's/#include <\(.*\)>/\1/' | while read -r h; do
+      [ -f "$root/bindings-c/include/$h" ] || echo "$h"
+    done)
+  if [ -n "$missing" ]; then
+    echo "charm: FAILED (headers Rucx does not ship: $missing)"
+    exit 1
+  fi
+  touch "$cache/built"
+fi
+charm=$cache/charm/$arch
+
+# Charm++'s own tests (`make test`) launch through its charmrun, which calls mpirun with
+# the environment set here: local launch, every UCX library name ours.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_plm=isolated OMPI_MCA_btl=self
+export LD_LIBRARY_PATH=$lib UCX_TLS=${UCX_TLS:-posix,cma,self} RUCX_ANNOUNCE=1
+pass=0 fail=0
+failed=()
+# check NAME DIR: builds DIR's programs, checks that they need no library but ours of the
+# UCX names, and runs Charm++'s own `make test` there (its exit status is the verdict).
+check() {
+  local name=$1 dir=$2
+  echo "=== $name"
+  local log
+  log=$(mktemp)
+  if ! make -C "$charm/$dir" >"$log" 2>&1; then
+    tail -n 20 "$log"
+    fail=$((fail + 1))
+    failed+=("$name (build)")
+    rm -f "$log"
+    return
+  fi
+  local foreign
+  foreign=$(find "$charm/$dir" -type f -perm -u+x ! -name '*.sh' -exec sh -c \
+    'readelf -d "$1" 2>/dev/null | grep NEEDED | grep -E "libuc[pmst]" | grep -v "libucp.so.0"' _ {} \; | head -n 3)
+  if [ -n "$foreign" ]; then
+    echo "  a program needs a UCX library that is not Rucx's soname: $foreign"
+    fail=$((fail + 1))
+    failed+=("$name (links UCX)")
+    rm -f "$log"
+    return
+  fi
+  if timeout 900 make -C "$charm/$dir" test >"$log" 2>&1 &&
+    grep -q "serving pid" "$log"; then
+    local runs
+    runs=$(grep -c "^charmrun>" "$log" || true)
+    echo "  passed: $runs runs, every process on Rucx ($(grep -c 'serving pid' "$log") announcements)"
+    pass=$((pass + 1))
+  else
+    grep -v "serving pid" "$log" | tail -n 30
+    fail=$((fail + 1))
+    failed+=("$name")
+  fi
+  rm -f "$log"
+}
+check "pingpong (+p1, +p2)" benchmarks/charm++/pingpong
+check "megatest (+p1 .. +p4)" tests/charm++/megatest
+check "zero-copy API examples (with and without +noCMAForZC)" examples/charm++/zerocopy
+echo "charm suite: $pass passed, $fail failed${failed:+ (failed: ${failed[*]})}"
+[ "$fail" -eq 0 ]
