@@ -56,6 +56,9 @@ pub(crate) struct Post {
     pub(crate) reply_buffer: *mut c_void,
     /// `ucs_memory_type_t` of the buffer, for `ucp_request_query`.
     mem: c_int,
+    /// Finished at once, it still returns a request whose callback runs at the next
+    /// `ucp_worker_progress` (`ucp_get_nb`: see `Post::legacy_get`).
+    defer_imm: bool,
 }
 
 impl Post {
@@ -72,6 +75,19 @@ impl Post {
             flags: 0,
             reply_buffer: std::ptr::null_mut(),
             mem: UCS_MEMORY_TYPE_HOST,
+            defer_imm: false,
+        }
+    }
+
+    /// `ucp_get_nb`: a get that finished inside the call is still reported through its
+    /// request and callback, at the next progress. UCX 1.13 never completes a get in the
+    /// call on a transport that reaches a peer, and Charm++'s zero-copy layer (AMPI
+    /// migration) depends on it: it records an operation after posting it, so an
+    /// acknowledgement arriving from inside the call finds nothing and aborts.
+    pub(crate) fn legacy_get(cb: Cb) -> Post {
+        Post {
+            defer_imm: true,
+            ..Post::legacy(cb)
         }
     }
 
@@ -153,6 +169,7 @@ impl Post {
                 std::ptr::null_mut()
             },
             mem: UCS_MEMORY_TYPE_HOST,
+            defer_imm: false,
         })
     }
 
@@ -290,6 +307,16 @@ impl Post {
             // SAFETY: as above.
             RecvInfo::Len(p) => unsafe { *p = info.length },
             RecvInfo::None => {}
+        }
+        if self.defer_imm {
+            // SAFETY: as below.
+            let Some(h) = (unsafe { request::alloc(w, self.user_req, self.cb, self.user_data) })
+            else {
+                return status_ptr(Status::NoMemory);
+            };
+            // Completed by the next ucp_worker_progress (`Inner::deferred`).
+            w.with_inner(|i| i.deferred.push((h as usize, s)));
+            return user_ptr(h);
         }
         let want_req = self.no_imm;
         if !want_req && self.user_req.is_null() {
@@ -815,7 +842,7 @@ fn rma(
     // request: a copy in the call (an MPI_Put into an MPI_Win_allocate window).
     if let (Some(len), false, true) = (
         contig_size(post.datatype).and_then(|el| count.checked_mul(el)),
-        post.no_imm || post.force_imm,
+        post.no_imm || post.force_imm || post.defer_imm,
         post.user_req.is_null() && (!buffer.is_null() || count == 0),
     ) {
         let h = e.h;
@@ -938,7 +965,7 @@ pub unsafe extern "C" fn ucp_get_nb(
             length,
             remote_addr,
             rkey,
-            Post::legacy(Cb::Send(cb)),
+            Post::legacy_get(Cb::Send(cb)),
             Rma::Get,
         )
     })

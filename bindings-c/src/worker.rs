@@ -63,6 +63,9 @@ pub(crate) struct Inner {
     pub(crate) listeners: Vec<(usize, ConnH)>,
     /// Events collected and not yet dispatched (reused buffer).
     pub(crate) events: Vec<Event>,
+    /// Requests that finished inside the call that posted them but report it at the next
+    /// progress, as UCX's do (`Post::defer_imm`): request header and status.
+    pub(crate) deferred: Vec<(usize, Status)>,
 }
 
 /// `ucp_worker_h`.
@@ -299,7 +302,7 @@ impl CWorker {
         let n = {
             let mut g = self.inner.lock();
             let n = g.w.progress();
-            if !g.w.has_reports() && self.am_queue.is_empty() {
+            if !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty() {
                 // Nothing to tell the application: one lock, no event buffer.
                 return n;
             }
@@ -313,7 +316,7 @@ impl CWorker {
                 let mut g = self.inner.lock();
                 match g.w.take_completion() {
                     Some(c) => Ok((c.user_data, c.status, info_of(c.info))),
-                    None => Err(g.w.has_reports()),
+                    None => Err(g.w.has_reports() || !g.deferred.is_empty()),
                 }
             };
             match next {
@@ -402,6 +405,9 @@ pub(crate) fn info_of(i: Option<ucp::tag::TagInfo>) -> ucp_tag_recv_info_t {
 /// Moves what is to be reported out of the worker.
 fn collect(g: &mut Inner) -> Vec<Event> {
     let mut ev = std::mem::take(&mut g.events);
+    for (h, s) in g.deferred.drain(..) {
+        ev.push(Event::Req(h, s, ucp_tag_recv_info_t::default()));
+    }
     while let Some(c) = g.w.take_completion() {
         ev.push(Event::Req(c.user_data as usize, c.status, info_of(c.info)));
     }
@@ -473,6 +479,7 @@ pub unsafe extern "C" fn ucp_worker_create(
                     eps: HashMap::new(),
                     am: Vec::new(),
                     held: HashMap::new(),
+                    deferred: Vec::new(),
                     listeners: Vec::new(),
                     events: Vec::with_capacity(64),
                 },
@@ -757,7 +764,7 @@ pub unsafe extern "C" fn ucp_worker_get_efd(worker: *mut CWorker, fd: *mut c_int
 }
 
 fn has_pending(w: &CWorker) -> bool {
-    !w.am_queue.is_empty()
+    !w.am_queue.is_empty() || w.with_inner(|i| !i.deferred.is_empty())
 }
 
 /// # Safety

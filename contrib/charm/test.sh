@@ -6,7 +6,9 @@
 #   - benchmarks/charm++/pingpong on 1 and 2 PEs,
 #   - tests/charm++/megatest on 1 to 4 PEs,
 #   - the zero-copy API examples (examples/charm++/zerocopy: direct, entry-method,
-#     broadcast and post APIs, large readonly), with and without +noCMAForZC.
+#     broadcast and post APIs, large readonly), with and without +noCMAForZC;
+#   - AMPI (built in the same tree): its tests in tests/ampi that pass over UCX 1.13 here,
+#     under `setarch -R` (isomalloc migration needs the same addresses everywhere).
 # Pass or fail is Charm++'s own (the exit status of its test target); the script also
 # checks that no program needs a UCX library other than Rucx's soname and that every
 # process announced Rucx.
@@ -67,6 +69,15 @@ if [ ! -f "$cache/built" ]; then
   touch "$cache/built"
 fi
 charm=$cache/charm/$arch
+if [ ! -f "$cache/ampi-built" ]; then
+  echo "=== building AMPI in the same tree"
+  make -C "$charm/tmp" AMPI -j"$(nproc)" >"$cache/ampi-build.log" 2>&1 || {
+    tail -n 40 "$cache/ampi-build.log"
+    echo "charm: FAILED (AMPI did not build; log: $cache/ampi-build.log)"
+    exit 1
+  }
+  touch "$cache/ampi-built"
+fi
 
 # Charm++'s own tests (`make test`) launch through its charmrun, which calls mpirun with
 # the environment set here: local launch, every UCX library name ours.
@@ -79,6 +90,9 @@ failed=()
 # UCX names, and runs Charm++'s own `make test` there (its exit status is the verdict).
 check() {
   local name=$1 dir=$2
+  local wrap=()
+  # AMPI migrates ranks with isomalloc, which needs the same addresses in every process.
+  [ "${3:-}" = norandom ] && wrap=(setarch "$(uname -m)" -R)
   echo "=== $name"
   local log
   log=$(mktemp)
@@ -99,7 +113,7 @@ check() {
     rm -f "$log"
     return
   fi
-  if timeout 900 make -C "$charm/$dir" test >"$log" 2>&1 &&
+  if timeout 900 "${wrap[@]}" make -C "$charm/$dir" test >"$log" 2>&1 &&
     grep -q "serving pid" "$log"; then
     local runs
     runs=$(grep -c "^charmrun>" "$log" || true)
@@ -115,5 +129,11 @@ check() {
 check "pingpong (+p1, +p2)" benchmarks/charm++/pingpong
 check "megatest (+p1 .. +p4)" tests/charm++/megatest
 check "zero-copy API examples (with and without +noCMAForZC)" examples/charm++/zerocopy
+# AMPI's tests that pass over Debian's UCX 1.13 here (all of tests/ampi but mpich-test,
+# which is long, and jacobi3d, which has no test target).
+for t in megampi datatype chkpt migration pmpi privatization exit fallreduce intercomm_coll \
+  stacksize; do
+  check "AMPI $t" "tests/ampi/$t" norandom
+done
 echo "charm suite: $pass passed, $fail failed${failed:+ (failed: ${failed[*]})}"
 [ "$fail" -eq 0 ]
