@@ -222,7 +222,13 @@ impl Worker {
     /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
     /// `None` allocates `len` zeroed bytes owned by the worker.
     pub fn mem_map(&mut self, buf: Option<Buf>, len: usize) -> UcsResult<MemHandle> {
-        let shm_ok = self.core.info.iter().any(|i| i.tl == "posix");
+        // Memory the worker allocates is a shared segment where a same-host interface is
+        // open, so that peers on this host can map it.
+        let shm_ok = self
+            .core
+            .info
+            .iter()
+            .any(|i| i.kind == uct::component::DeviceKind::SharedMemory);
         let (owned, base, len) = match buf {
             Some(b) => (None, b.addr(), b.len()),
             None => match shm_ok
@@ -470,8 +476,13 @@ impl Worker {
             return Err(bad);
         }
         // A same-host peer's shared memory: mapped (once per region), if the endpoint is a
-        // shared-memory one (its memory lane is cma or self).
-        let shm_ep = e.rma.is_some() || matches!(self.core.info[e.am.iface].tl, "posix" | "self");
+        // same-host one (it has a memory lane, or its active messages go through shared
+        // memory or loopback).
+        let shm_ep = e.rma.is_some()
+            || matches!(
+                self.core.info[e.am.iface].kind,
+                uct::component::DeviceKind::SharedMemory | uct::component::DeviceKind::Loopback
+            );
         let mapped = match shm {
             Some((pid, fd, seg_len)) if shm_ep => self.core.map_window(&ShmWindow {
                 pid,
