@@ -4,15 +4,16 @@
 # gcc (the C ABI conformance test compiles against UCX's headers), and Debian's UCX 1.13
 # (`libucx-dev` for those headers, `ucx-utils` for the unmodified `ucx_perftest` that the
 # C ABI tests run over our libucp.so.0), OpenMPI 4.1.4 and pkg-config (MPI programs and a
-# C example built against our headers, run over our library), and g++, make and libpmix-dev
-# (Charm++, built from the vendored source against our headers: contrib/charm/test.sh).
+# C example built against our headers, run over our library), and g++, make, autoconf,
+# automake, libtool and libpmix-dev (Charm++, built from the vendored source against our
+# headers: contrib/charm/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 # Packages the test suite uses; add them here as tests come to need them.
-for pkg in iproute2 procps gcc g++ make pkgconf libucx-dev ucx-utils openmpi-bin libopenmpi-dev \
-  libpmix-dev; do
+for pkg in iproute2 procps gcc g++ make autoconf automake libtool pkgconf libucx-dev ucx-utils \
+  openmpi-bin libopenmpi-dev libpmix-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
