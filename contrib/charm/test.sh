@@ -43,7 +43,7 @@ key=$( (sha256sum "$tarball"; find bindings-c/include -type f -print0 | sort -z 
 cache=${RUCX_CACHE:-$HOME/.cache/rucx}/charm-$key
 arch=ucx-linux-x86_64-openpmix
 if [ ! -f "$cache/built" ]; then
-  echo "=== building Charm++ against Rucx's headers in $cache (about 10 minutes)"
+  echo "=== building Charm++ against Rucx's headers in $cache (a few minutes)"
   rm -rf "$cache"
   mkdir -p "$cache"
   tar xzf "$tarball" -C "$cache"
