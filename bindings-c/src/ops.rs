@@ -80,10 +80,10 @@ impl Post {
     }
 
     /// `ucp_get_nb`: a get that finished inside the call is still reported through its
-    /// request and callback, at the next progress. UCX 1.13 never completes a get in the
-    /// call on a transport that reaches a peer, and Charm++'s zero-copy layer (AMPI
-    /// migration) depends on it: it records an operation after posting it, so an
-    /// acknowledgement arriving from inside the call finds nothing and aborts.
+    /// request and callback, at the next progress. Charm++'s zero-copy layer (AMPI
+    /// migration) depends on that: it records an operation after posting it, so an
+    /// acknowledgement arriving from inside the call finds nothing and aborts. Over UCX
+    /// 1.13 the same AMPI tests pass, so its gets did not complete inside the call there.
     pub(crate) fn legacy_get(cb: Cb) -> Post {
         Post {
             defer_imm: true,

@@ -626,8 +626,10 @@ impl Rank {
         Ok(())
     }
 
+    /// Records the run's timeline when tracing (nothing is asked of the worker otherwise).
     fn observe(&self, w: &Worker, q: QueueId) {
-        if let (Some(t), Ok(i)) = (&self.trace, w.queue_query(q)) {
+        let Some(t) = &self.trace else { return };
+        if let Ok(i) = w.queue_query(q) {
             let done = u64::from(i.completed);
             t.borrow_mut().observe(done + i.running as u64, done);
         }
