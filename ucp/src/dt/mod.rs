@@ -107,6 +107,7 @@
 //! bytes with strided loops generated from the canonical form, after one bounds check.
 
 pub mod apps;
+pub mod gpu;
 mod canon;
 mod iter;
 mod layout;

@@ -275,6 +275,53 @@ impl StreamRef {
         check(unsafe { cu::cuMemcpyAsync(dst, src, n, self.raw) })
     }
 
+    /// Queues a 2D copy: `height` rows of `width` bytes, row `i` from `src + i * spitch`
+    /// to `dst + i * dpitch` (any memory types, unified addressing).
+    ///
+    /// # Safety
+    /// Both ranges stay valid until the stream has run the copy.
+    pub unsafe fn copy_2d(
+        &self,
+        dst: DevPtr,
+        dpitch: usize,
+        src: DevPtr,
+        spitch: usize,
+        width: usize,
+        height: usize,
+    ) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        let p = cu::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: spitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dpitch,
+            WidthInBytes: width,
+            Height: height,
+        };
+        // SAFETY: per the contract; the descriptor lives across the call (the driver
+        // copies it).
+        check(unsafe { cu::cuMemcpy2DAsync_v2(&p, self.raw) })
+    }
+
+    /// Records `ev` on the stream: it reports done once everything queued before has run.
+    pub fn record(&self, ev: &super::Event) -> UcsResult<()> {
+        let d = driver().ok_or(Status::Unsupported)?;
+        let _b = d.bind(self.dev)?;
+        // SAFETY: a live event of this device and a live stream.
+        check(unsafe { cu::cuEventRecord(ev.raw(), self.raw) })
+    }
+
     /// Queues kernel `f` on `grid` × `block` threads with `params` (pointers to each
     /// argument, in order).
     ///

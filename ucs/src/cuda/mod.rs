@@ -16,6 +16,7 @@ use crate::memtype::{MemInfo, MemoryType, PointerQuery};
 use crate::{Status, UcsResult};
 
 mod memops;
+pub mod nvrtc;
 pub use memops::{Function, Module, StreamRef};
 
 /// A device pointer (the driver's `CUdeviceptr`; unified addressing: also a host address
@@ -32,6 +33,8 @@ pub struct Device {
     pub peers: Vec<i32>,
     /// PCI bus id (`0000:19:00.0`).
     pub pci_bus_id: String,
+    /// Compute capability (major, minor): what generated kernels are compiled for.
+    pub cc: (i32, i32),
     ctx: Ctx,
 }
 
@@ -138,12 +141,28 @@ fn load() -> Result<Driver, String> {
                 peers.push(j);
             }
         }
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: out pointers; a valid device.
+        unsafe {
+            use cu::CUdevice_attribute as A;
+            let _ = cu::cuDeviceGetAttribute(
+                &mut major,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                d,
+            );
+            let _ = cu::cuDeviceGetAttribute(
+                &mut minor,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                d,
+            );
+        }
         devices.push(Device {
             ordinal: i,
             name,
             total_mem: mem,
             peers,
             pci_bus_id,
+            cc: (major, minor),
             ctx: Ctx(ctx),
         });
     }
@@ -265,6 +284,23 @@ impl Driver {
         // bytes in their memory types until this returns, which it does after the copy.
         unsafe { s.copy_async(dst, src, n)? };
         s.synchronize()
+    }
+
+    /// Lets kernels of `dev` reach memory allocated on `peer` in this process (a no-op
+    /// when already enabled).
+    pub fn enable_peer(&self, dev: i32, peer: i32) -> UcsResult<()> {
+        let pc = self
+            .devices
+            .get(peer as usize)
+            .ok_or(Status::InvalidParam)?
+            .ctx
+            .0;
+        let _b = self.bind(dev)?;
+        // SAFETY: a retained primary context of another device; flags must be 0.
+        match unsafe { cu::cuCtxEnablePeerAccess(pc, 0) } {
+            cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            r => check(r),
+        }
     }
 
     fn device_of(&self, p: DevPtr) -> Option<i32> {
@@ -493,6 +529,10 @@ pub struct Event(cu::CUevent);
 unsafe impl Send for Event {}
 
 impl Event {
+    pub(crate) fn raw(&self) -> cu::CUevent {
+        self.0
+    }
+
     /// A new event of device `dev`.
     pub fn new(dev: i32) -> UcsResult<Event> {
         let d = driver().ok_or(Status::Unsupported)?;
