@@ -195,3 +195,80 @@ fn a_gpu_stream_waiting_on_a_dead_peer_is_released() {
     eprintln!("queue_kill: {r}");
     assert!(r.starts_with("DONE released"), "{r}");
 }
+
+/// `run` with extra environment for both peers.
+fn run_env(case: &str, tls: &str, env: &[(&str, &str)]) -> (String, String) {
+    let cfg = (tls, "all", "auto");
+    let mut a = Proc::spawn(&peer(), "a", case, cfg, env);
+    let mut b = Proc::spawn(&peer(), "b", case, cfg, env);
+    let hex = |p: &Proc| p.line("ADDR").trim_start_matches("ADDR ").to_string();
+    let (ah, bh) = (hex(&a), hex(&b));
+    a.say(&bh);
+    b.say(&ah);
+    finish(&format!("{case} {env:?}"), tls, a, b)
+}
+
+/// The counter `name` of a peer's summary line (`name N`).
+fn counter(line: &str, name: &str) -> u64 {
+    line.split(&format!("{name} "))
+        .nth(1)
+        .and_then(|r| r.split([',', ';']).next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Noncontiguous device data between two processes on one GPU, a different layout on each
+/// side, every byte checked both ways (`rucx-gpu-peer layouts`): through the model's pick
+/// and through each method forced (one kernel between the two layouts over a `cuda_ipc`
+/// mapping, one 2D copy where the pair is a box, one copy per piece, and pack → contiguous
+/// device rendezvous → unpack); device to host and back; staged through host buffers
+/// (shared memory without `cuda_ipc`, and tcp), where kernels pack and unpack.
+#[test]
+fn layouts_on_one_gpu_through_every_method() {
+    if gpus().is_none() {
+        return;
+    }
+    for method in ["", "direct", "copy-engine", "per-block", "pack-unpack"] {
+        let env: Vec<(&str, &str)> = if method.is_empty() {
+            vec![]
+        } else {
+            vec![("RUCX_GPU_DT_METHOD", method)]
+        };
+        let (ra, rb) = run_env("layouts:cuda:cuda:0:0", "all", &env);
+        let direct = counter(&ra, "rndv_device_direct") + counter(&rb, "rndv_device_direct");
+        if method == "pack-unpack" {
+            assert_eq!(direct, 0, "pack-unpack forced: {ra} / {rb}");
+        } else {
+            assert!(direct > 0, "{method}: no direct transfer: {ra} / {rb}");
+        }
+    }
+    for (am, bm) in [("cuda", "host"), ("host", "cuda"), ("cuda-managed", "cuda")] {
+        run_env(&format!("layouts:{am}:{bm}:0:0"), "all", &[]);
+    }
+    for tls in ["posix,cma", "tcp"] {
+        let (ra, rb) = run_env("layouts:cuda:cuda:0:0", tls, &[]);
+        assert_eq!(
+            counter(&ra, "rndv_device_direct") + counter(&rb, "rndv_device_direct"),
+            0,
+            "{tls}: no device lane, yet a direct transfer: {ra}"
+        );
+    }
+}
+
+/// The same between two GPUs (peer access over NVLink or PCIe): the kernel of the copying
+/// side reads or writes the other GPU's memory through the mapping.
+#[test]
+fn layouts_between_two_gpus() {
+    match gpus() {
+        None => return,
+        Some(n) if n < 2 => {
+            rucx_tests::skipped("one GPU here; the two-GPU cases need two");
+            return;
+        }
+        Some(_) => {}
+    }
+    let (ra, rb) = run_env("layouts:cuda:cuda:0:1", "all", &[]);
+    assert!(counter(&ra, "rndv_device_direct") + counter(&rb, "rndv_device_direct") > 0);
+    run_env("layouts:cuda:cuda:1:0", "all", &[("RUCX_GPU_DT_METHOD", "pack-unpack")]);
+    run_env("layouts:cuda:cuda:0:1", "posix,cma", &[]);
+}

@@ -663,3 +663,22 @@ pub(crate) fn gpu_copy_2d(
     // SAFETY: as for `gpu_launch`.
     unsafe { stream.copy_2d(dst, dpitch, src, spitch, width, height) }
 }
+
+/// `Iface::device_rma` for the memory of a posted operation (`local` side of `work`),
+/// under the contract of [`Buf::from_raw`]: the operation completes only after the
+/// transport reported this one done.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn device_rma(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    remote_addr: u64,
+    len: usize,
+    rkey: &RemoteKey,
+    local_dev: i32,
+    work: &mut dyn FnMut(u64, &ucs::cuda::StreamRef) -> UcsResult<()>,
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: as described above.
+    unsafe { iface.device_rma(ep, remote_addr, len, rkey, local_dev, work, comp) }
+}

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use smallvec::SmallVec;
-use ucs::Status;
+use ucs::{Status, UcsResult};
 use uct::Iov;
 
 use crate::buf::Buf;
@@ -93,7 +93,7 @@ impl Data {
         match self {
             Data::Contig(b) => contig_state(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
-            Data::Layout(l) => DataState::Layout(l.clone()),
+            Data::Layout(l) => layout_state(l, false),
             Data::Generic { dt, addr, count } => {
                 let st = dt.start_pack(*addr, *count);
                 let len = st.packed_size();
@@ -116,7 +116,7 @@ impl Data {
         match self {
             Data::Contig(b) => contig_state(*b),
             Data::Iov(v) => DataState::iov(v.clone()),
-            Data::Layout(l) => DataState::Layout(l.clone()),
+            Data::Layout(l) => layout_state(l, true),
             Data::Generic { dt, addr, count } => {
                 let st = dt.start_unpack(*addr, *count);
                 let len = st.packed_size();
@@ -133,6 +133,21 @@ fn contig_state(b: Buf) -> DataState {
     } else {
         DataState::Device(b)
     }
+}
+
+/// The state of a layout: over device memory, with a scratch buffer for packed bytes
+/// ([`GpuLayout`](crate::dt::gpu::stage::GpuLayout)).
+fn layout_state(l: &LayoutBuf, recv: bool) -> DataState {
+    #[cfg(feature = "cuda")]
+    if !l.span.host_accessible() {
+        let dev = ucs::memtype::detect(l.span.addr() as *const u8).device.max(0);
+        match crate::dt::gpu::stage::GpuLayout::new(l.clone(), dev, recv) {
+            Ok(g) => return DataState::DeviceLayout(Box::new(g)),
+            Err(s) => log::warn!("ucp: no scratch buffer for a device layout: {s}"),
+        }
+    }
+    let _ = recv;
+    DataState::Layout(l.clone())
 }
 
 /// The datatype classes protocols are chosen for.
@@ -296,6 +311,10 @@ pub(crate) enum DataState {
     /// `DataState` (contiguous data, the common case, should not pay for moving it).
     Iov(Box<IovWalk>),
     Layout(LayoutBuf),
+    /// A layout over device memory: packed and unpacked by kernels through a scratch
+    /// buffer, or moved by one kernel straight between the two sides' layouts.
+    #[cfg(feature = "cuda")]
+    DeviceLayout(Box<crate::dt::gpu::stage::GpuLayout>),
     Pack(Box<dyn PackState>, usize),
     Unpack(Box<dyn UnpackState>, usize),
 }
@@ -332,6 +351,8 @@ impl DataState {
             DataState::Contig(b) | DataState::Device(b) => b.len(),
             DataState::Iov(w) => w.total,
             DataState::Layout(l) => l.dt.size(),
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => g.len(),
             DataState::Pack(_, n) | DataState::Unpack(_, n) => *n,
         }
     }
@@ -365,6 +386,17 @@ impl DataState {
                 }
             }
             DataState::Layout(l) if !l.span.host_accessible() => return 0,
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => {
+                let r = g.pack_all().and_then(|()| {
+                    let (p, _) = g.scratch_range(off, n);
+                    crate::buf::read_raw_device(p, &mut dst[..n])
+                });
+                if let Err(s) = r {
+                    log::warn!("ucp: packing a device layout failed: {s}");
+                    return 0;
+                }
+            }
             DataState::Layout(l) if l.dense() => {
                 let c = &l.local;
                 let r = l
@@ -416,8 +448,13 @@ impl DataState {
                 });
                 r?
             }
-            // Layouts over device memory are packed by GPU kernels, which this build lacks.
+            // Layouts over device memory are unpacked by GPU kernels (`DeviceLayout`).
             DataState::Layout(l) if !l.span.host_accessible() => return Err(Status::Unsupported),
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => {
+                let (p, _) = g.scratch_range(off, n);
+                crate::buf::write_raw_device(p, &src[..n])?
+            }
             DataState::Layout(l) if l.dense() => {
                 let c = &l.local;
                 l.span
@@ -448,6 +485,8 @@ impl DataState {
             DataState::Contig(b) => out.push(b.sub(off, len)?.iov()),
             // Only a memory lane for device memory may touch it (`device_iov`).
             DataState::Device(_) => return None,
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(_) => return None,
             DataState::Iov(w) => w.walk(off, len, |b, boff, _, l| {
                 if let Some(s) = b.sub(boff, l) {
                     out.push(s.iov());
@@ -474,6 +513,16 @@ impl DataState {
     pub(crate) fn device_iov(&self, off: usize, len: usize) -> Option<Iov> {
         match self {
             DataState::Device(b) => Some(b.sub(off, len.min(b.len().saturating_sub(off)))?.iov()),
+            // The packed bytes: a send's once packed (`prepare_device`), where a
+            // receive's land to be unpacked.
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => {
+                let (p, n) = g.scratch_range(off, len);
+                Some(Iov {
+                    buffer: p as *mut u8,
+                    length: n,
+                })
+            }
             _ => None,
         }
     }
@@ -489,6 +538,37 @@ impl DataState {
             DataState::Device(_) => false,
             DataState::Iov(w) => w.bufs.iter().all(Buf::host_accessible),
             DataState::Layout(l) => l.span.host_accessible(),
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(_) => false,
+        }
+    }
+
+    /// The layout of layout data (over host or device memory).
+    pub(crate) fn layout(&self) -> Option<&LayoutBuf> {
+        match self {
+            DataState::Layout(l) => Some(l),
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => Some(&g.lb),
+            _ => None,
+        }
+    }
+
+    /// Before a send's bytes are read from [`device_iov`](Self::device_iov): packs a
+    /// device layout into its scratch buffer.
+    pub(crate) fn prepare_device(&mut self) -> UcsResult<()> {
+        match self {
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => g.pack_all(),
+            _ => Ok(()),
+        }
+    }
+
+    /// When a receive completes: unpacks what landed in a device layout's scratch buffer.
+    pub(crate) fn finish_recv(&mut self) -> UcsResult<()> {
+        match self {
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => g.finish_recv(),
+            _ => Ok(()),
         }
     }
 
@@ -496,6 +576,8 @@ impl DataState {
     pub(crate) fn mem_type(&self) -> uct::MemoryType {
         match self {
             DataState::Device(_) => uct::MemoryType::Cuda,
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(_) => uct::MemoryType::Cuda,
             _ => uct::MemoryType::Host,
         }
     }

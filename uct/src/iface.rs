@@ -45,6 +45,9 @@ bitflags! {
         /// own interface address, put and get between any two of its addresses. It reaches
         /// no peer; a protocol layer uses it to move data between host and device memory.
         const MEMTYPE_COPY = 1 << 11;
+        /// `device_rma`: the interface maps a peer's device memory into this process and
+        /// runs the caller's own device work (a kernel, say) on it, on its streams.
+        const DEVICE_RMA = 1 << 12;
     }
 }
 
@@ -251,6 +254,30 @@ pub trait Iface: Send + std::fmt::Debug {
         comp: Comp,
     ) -> UcsResult<Done> {
         let _ = (ep, local, remote, rkey, comp);
+        Err(Status::Unsupported)
+    }
+
+    /// Maps `[remote_addr, remote_addr + len)` of the peer's region `rkey` into this
+    /// process (on device `local_dev`, or the owning device when negative) and calls
+    /// `work(mapped_address, stream)` to queue device work on it on one of the
+    /// interface's streams; the operation is done when that work has run (`Done::Now`
+    /// when it was waited for here, else `Handler::completion(comp)` later). The mapping
+    /// stays open until then. Interfaces with [`IfaceFlags::DEVICE_RMA`] implement it.
+    ///
+    /// # Safety
+    /// The memory `work` touches on this side stays valid until the operation completes.
+    #[cfg(feature = "cuda")]
+    unsafe fn device_rma(
+        &mut self,
+        ep: EpId,
+        remote_addr: u64,
+        len: usize,
+        rkey: &RemoteKey,
+        local_dev: i32,
+        work: &mut dyn FnMut(u64, &ucs::cuda::StreamRef) -> UcsResult<()>,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, remote_addr, len, rkey, local_dev, work, comp);
         Err(Status::Unsupported)
     }
 

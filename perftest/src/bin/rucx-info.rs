@@ -22,6 +22,14 @@ struct Args {
     /// Print the library version.
     #[arg(short = 'v')]
     version: bool,
+    /// Measure the GPU layout model's cost terms on every GPU (and between GPU 0 and 1
+    /// where both exist), print them and keep them in the model's cache file.
+    #[arg(long)]
+    calibrate: bool,
+    /// Describe a named application layout (`-D` of rucx-perftest): its bytes of data,
+    /// its buffer and its canonical shape.
+    #[arg(long, value_name = "SPEC")]
+    layout: Option<String>,
 }
 
 fn size(n: usize) -> String {
@@ -144,6 +152,56 @@ fn print_gpus() {
             ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
         ),
     }
+    match ucs::cuda::nvrtc::describe() {
+        Some((path, (maj, min))) => println!(
+            "# GPU layout kernels: compiled at run time by NVRTC {maj}.{min} ({path})"
+        ),
+        None => println!(
+            "# GPU layout kernels: none; device layouts move by copies ({})",
+            ucs::cuda::nvrtc::absent_reason().unwrap_or("no NVRTC")
+        ),
+    }
+}
+
+/// `--calibrate`: the layout model's terms per GPU and relation.
+#[cfg(feature = "cuda")]
+fn calibrate() -> bool {
+    let Some(d) = ucs::cuda::driver() else {
+        eprintln!(
+            "rucx-info: no GPU to calibrate: {}",
+            ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
+        );
+        return false;
+    };
+    let n = d.devices().len() as i32;
+    let mut ok = true;
+    for dev in 0..n {
+        let peer = (dev == 0 && n > 1).then_some(1);
+        match ucp::dt::gpu::launch::calibrate(dev, peer, true) {
+            Ok(v) => {
+                for (r, k) in v {
+                    println!(
+                        "# cuda:{dev} {r:?}: launch {:.2} us, copy {:.2} us, 2D row {:.4} us, kernel {:.0} GB/s, local kernel {:.0} GB/s, copy {:.0} GB/s",
+                        k.launch_us, k.copy_us, k.row_us, k.kernel_gbps, k.local_gbps, k.copy_gbps
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("rucx-info: calibrating cuda:{dev} failed: {e}");
+                ok = false;
+            }
+        }
+    }
+    if let Some(f) = ucp::dt::gpu::launch::costs_file() {
+        println!("# kept in {}", f.display());
+    }
+    ok
+}
+
+#[cfg(not(feature = "cuda"))]
+fn calibrate() -> bool {
+    eprintln!("rucx-info: built without the `cuda` feature");
+    false
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -187,8 +245,27 @@ fn main() {
     if args.devices && !print_devices(&cfg) {
         std::process::exit(1);
     }
-    if !(args.devices || args.config || args.version) {
-        eprintln!("rucx-info: nothing to show; use -d (devices), -c (configuration) or -v");
+    if let Some(spec) = &args.layout {
+        match ucp::dt::apps::named(spec) {
+            Ok(l) => {
+                println!("size {}", l.layout.size());
+                println!("buffer {}", l.buf_len);
+                println!("pieces {}", l.layout.canonical().map_or(0, |c| c.pieces()));
+                println!("# {}", l.description);
+            }
+            Err(e) => {
+                eprintln!("rucx-info: --layout {spec}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    if args.calibrate && !calibrate() {
+        std::process::exit(1);
+    }
+    if !(args.devices || args.config || args.version || args.calibrate || args.layout.is_some()) {
+        eprintln!(
+            "rucx-info: nothing to show; use -d (devices), -c (configuration), -v or --calibrate"
+        );
         std::process::exit(1);
     }
 }

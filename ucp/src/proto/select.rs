@@ -181,7 +181,9 @@ impl Thresholds {
     /// host buffers by the driver: eager while it fits one buffer, the AM pipeline above.
     /// Never eager short or zero-copy, which hand the buffer to a host transport.
     fn select_device(&self, op: Op, dt: DtClass, size: usize) -> Proto {
-        if self.rma_dev && dt == DtClass::Contig {
+        // A layout goes by its description: the receiver (or the sender, asked to push)
+        // moves it with one kernel between the two layouts.
+        if self.rma_dev && matches!(dt, DtClass::Contig | DtClass::Layout) {
             return Proto::RndvGet;
         }
         let single = if op == Op::TagSendSync {

@@ -447,6 +447,24 @@ impl Core {
             .filter(crate::dt::Canon::is_ordered)
             .ok_or(Bad::Malformed(Some(ep)))?;
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            // Offset 0: a receiver of device data asks us to move all of it into its
+            // layout (`gpu_dt`): no ACK comes, a FIN goes once the data landed.
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && m.offset == 0
+                    && pushes_device(s)
+                    && s.rreq.is_none()
+                    && canon.size() == s.total as u64 =>
+            {
+                s.wait_ack = false;
+                s.rreq = Some(m.rreq);
+                s.put = Some(Box::new(super::PutTarget {
+                    rkey: m.rkey,
+                    segs: crate::proto::wire::Segs::new(),
+                    layout: Some((m.origin, canon)),
+                    offset: 0,
+                }));
+            }
             Some(Op::Send(s)) if takes_split(s, ep, m.offset) && canon.size() >= s.total as u64 => {
                 s.rreq = Some(m.rreq);
                 s.put = Some(Box::new(super::PutTarget {
@@ -467,9 +485,9 @@ impl Core {
         let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
         let bytes = match self.reqs.get(ReqId(sreq)).map(|r| &r.state) {
-            Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvGet => match &s.data {
-                crate::datatype::DataState::Layout(l) => l.dt.encoded().to_vec(),
-                _ => return Err(Bad::Malformed(Some(ep))),
+            Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvGet => match s.data.layout() {
+                Some(l) => l.dt.encoded().to_vec(),
+                None => return Err(Bad::Malformed(Some(ep))),
             },
             _ => return Err(Bad::Malformed(Some(ep))),
         };
@@ -635,6 +653,18 @@ fn pushes_device(s: &super::SendOp) -> bool {
             s.data,
             DataState::Device(_) | DataState::Contig(_) | DataState::Iov(_)
         )
+        || device_layout(s)
+}
+
+/// Whether send `s` is a get rendezvous of a layout over device memory, whose receiver
+/// may ask us to move it (`gpu_dt`).
+fn device_layout(s: &super::SendOp) -> bool {
+    #[cfg(feature = "cuda")]
+    if s.proto == Proto::RndvGet && s.wait_ack {
+        return matches!(s.data, crate::datatype::DataState::DeviceLayout(_));
+    }
+    let _ = s;
+    false
 }
 
 /// Whether send `s` to endpoint `ep` may take a split request cutting at `offset`: a get

@@ -34,6 +34,8 @@ mod mapped;
 pub mod queue;
 pub mod rma;
 pub mod stream;
+#[cfg(feature = "cuda")]
+mod gpu_dt;
 pub(crate) mod tag;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does
@@ -112,6 +114,9 @@ pub struct WorkerStats {
     /// by the receiver), and device data staged through host buffers by the driver (counted
     /// by the side that copied: sender packing, receiver unpacking).
     pub rndv_device: u64,
+    /// Device transfers with a layout on either side moved by one kernel (or 2D copy)
+    /// through a mapping of the peer's memory, counted by the side that ran it.
+    pub rndv_device_direct: u64,
     /// Protocol messages dropped because their endpoint was closed or had failed (they
     /// crossed the close).
     pub late: u64,
@@ -119,7 +124,7 @@ pub struct WorkerStats {
 
 impl WorkerStats {
     /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 20] {
+    pub fn counters(&self) -> [(&'static str, u64); 21] {
         [
             ("unexpected", self.unexpected),
             ("eager short", self.eager_short),
@@ -140,6 +145,7 @@ impl WorkerStats {
             ("rma mapped", self.rma_mapped),
             ("malformed", self.malformed),
             ("rendezvous device", self.rndv_device),
+            ("rendezvous device direct", self.rndv_device_direct),
             ("late", self.late),
         ]
     }
@@ -1296,10 +1302,17 @@ impl Core {
     }
 
     /// Finishes request `id` with `status`: reports it, or frees it when released.
-    pub(crate) fn complete(&mut self, id: ReqId, status: Status, info: Option<TagInfo>) {
+    pub(crate) fn complete(&mut self, id: ReqId, mut status: Status, info: Option<TagInfo>) {
         let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
+        if let (Op::Recv(rv), Status::Ok) = (&mut r.state, status) {
+            // Bytes that landed packed (a device layout's scratch buffer) are unpacked
+            // before the receive is reported.
+            if let Err(s) = rv.data.finish_recv() {
+                status = s;
+            }
+        }
         let ep = match &r.state {
             Op::Send(s) => Some(s.ep),
             Op::Rma(o) => Some(o.ep),

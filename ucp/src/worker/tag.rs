@@ -401,7 +401,9 @@ fn as_vector(cache: &mut VectorCache, data: &Data) -> Option<Data> {
 
 #[inline(never)]
 fn iov_as_vector(cache: &mut VectorCache, v: &[crate::Buf]) -> Option<Data> {
-    let (origin, count, len, stride) = regular_iov(v)?;
+    let Some((origin, count, len, stride)) = regular_iov(v) else {
+        return device_iov_layout(v);
+    };
     let key = (count, len, stride);
     let dt = match cache.get(&key) {
         Some(d) => Arc::clone(d),
@@ -417,6 +419,44 @@ fn iov_as_vector(cache: &mut VectorCache, v: &[crate::Buf]) -> Option<Data> {
         }
     };
     Some(Data::Layout(buf::layout_over_iov(origin, dt)))
+}
+
+/// Whether `d` is a device layout that travels packed (`RUCX_GPU_DT_METHOD=pack-unpack`):
+/// its RTS describes its scratch buffer, not the layout.
+fn packs_device_layout(d: &DataState) -> bool {
+    #[cfg(feature = "cuda")]
+    if matches!(d, DataState::DeviceLayout(_)) {
+        use crate::dt::gpu::model::Method;
+        return super::gpu_dt::forced() == Some(Method::PackUnpack);
+    }
+    let _ = d;
+    false
+}
+
+/// An iov list of device memory within one allocation, as a layout (`hindexed` from its
+/// first entry): it then moves by kernels (`gpu_dt`), not by one copy per entry.
+fn device_iov_layout(v: &[crate::Buf]) -> Option<Data> {
+    if v.len() < 2 || !ucs::memtype::active() || v.iter().any(|b| b.host_accessible()) {
+        return None;
+    }
+    let first = ucs::memtype::detect(v[0].addr() as *const u8);
+    let (lo, hi) = (first.base, first.base.checked_add(first.len)?);
+    if first.mem_type != MemoryType::Cuda
+        || v
+            .iter()
+            .any(|b| b.addr() < lo || b.addr().saturating_add(b.len() as u64) > hi)
+    {
+        return None;
+    }
+    let origin = v[0].addr();
+    let lens: Vec<u64> = v.iter().map(|b| b.len() as u64).collect();
+    let displs: Vec<i64> = v
+        .iter()
+        .map(|b| b.addr().wrapping_sub(origin) as i64)
+        .collect();
+    let l = Layout::hindexed(&lens, &displs, &Layout::bytes(1)).ok()?;
+    let d = DtLayout::new(&l).ok()?;
+    Some(Data::Layout(buf::layout_over_iov(origin, d)))
 }
 
 #[inline(always)]
@@ -630,11 +670,14 @@ pub(super) fn push_send(
                 s.offset += n - wire::EAGER_MIDDLE_HDR;
             }
         }
-        Proto::RndvGet if matches!(s.data, DataState::Layout(_)) => {
+        Proto::RndvGet if s.data.layout().is_some() && !packs_device_layout(&s.data) => {
             // A structured layout travels by its canonical hash, and its compact encoding
-            // only the first time this endpoint sends it (the receiver memoizes it).
-            let rma = rma.ok_or(Status::Unsupported)?;
-            let DataState::Layout(l) = &s.data else {
+            // only the first time this endpoint sends it (the receiver memoizes it). One
+            // over device memory is registered with the memory lane for device memory:
+            // the receiver maps it and moves it with one kernel (`gpu_dt`).
+            let device = s.data.mem_type() == MemoryType::Cuda;
+            let rma = if device { rma_dev } else { rma }.ok_or(Status::Unsupported)?;
+            let Some(l) = s.data.layout() else {
                 return Err(Status::InvalidParam);
             };
             let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
@@ -646,7 +689,9 @@ pub(super) fn push_send(
                     (md.mkey_pack(&m), Some(m))
                 }
             };
-            let shm = rma::shm_window(mems, *shm_regions, lo, hi);
+            let shm = (!device)
+                .then(|| rma::shm_window(mems, *shm_regions, lo, hi))
+                .flatten();
             // Offer to write a tail where the receiver copies through a mapping (a layout
             // read through cma is not split).
             let help = shm.is_some()
@@ -656,7 +701,7 @@ pub(super) fn push_send(
             let rkey = RndvKey {
                 mkey: mkey.into(),
                 shm,
-                device: false,
+                device,
             }
             .encode();
             if let Some(m) = memh {
@@ -702,6 +747,8 @@ pub(super) fn push_send(
             // Device memory goes through the memory lane for it: the peer maps it.
             let device = s.data.mem_type() == MemoryType::Cuda;
             let rma = if device { rma_dev } else { rma }.ok_or(Status::Unsupported)?;
+            // A device layout sent packed: its scratch buffer, once the kernel filled it.
+            s.data.prepare_device()?;
             let iov = if device {
                 smallvec::smallvec![s.data.device_iov(0, total).ok_or(Status::InvalidParam)?]
             } else {
@@ -822,6 +869,16 @@ fn write_to_receiver(
     };
     let key = RndvKey::decode(&put.rkey).ok_or(Status::InvalidParam)?;
     let n = s.total - put.offset;
+    // Device data with a layout on either side: one kernel into the receiver's memory.
+    #[cfg(feature = "cuda")]
+    if let Some(r) = super::gpu_dt::direct_put(iface, ep, s, &put, &key, id) {
+        s.wait_comp += r?;
+        s.offset = s.total;
+        s.fin_pending = true;
+        return Ok(false);
+    }
+    // A device layout read as packed bytes (`device_iov`) is packed first.
+    s.data.prepare_device()?;
     let mapped = key
         .shm
         .and_then(|w| rma::map_window(mappings, &w).map(|m| (w, m)));
@@ -1337,6 +1394,16 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         }
     };
     let host_only = r.data.host_only();
+    // Device data with a layout on either side: one kernel between the two layouts.
+    #[cfg(feature = "cuda")]
+    if key.device
+        && super::gpu_dt::direct_get(ifaces, core, id, lane, (ep, sreq), &rk, layout, &segs)
+    {
+        return;
+    }
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
     // The sender's worker-allocated shared memory, mapped here: reads become copies.
     if let Some((w, seg)) = key
         .shm

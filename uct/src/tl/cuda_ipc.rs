@@ -274,6 +274,8 @@ pub struct CudaIpcIface {
     sync_copies: u64,
     async_copies: u64,
     sync_ns: u64,
+    /// `device_rma` operations (device work of the caller's on a mapping).
+    kernel_ops: u64,
     tick: u64,
     check_every_ns: u64,
     last_check: u64,
@@ -297,7 +299,8 @@ impl CudaIpcIface {
                 flags: IfaceFlags::PUT_ZCOPY
                     | IfaceFlags::GET_ZCOPY
                     | IfaceFlags::CONNECT_TO_IFACE
-                    | IfaceFlags::ERRHANDLE_PEER_FAILURE,
+                    | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                    | IfaceFlags::DEVICE_RMA,
                 am: OpLimits::default(),
                 put: big,
                 get: big,
@@ -330,6 +333,7 @@ impl CudaIpcIface {
             sync_copies: 0,
             async_copies: 0,
             sync_ns: 0,
+            kernel_ops: 0,
             tick: 0,
             check_every_ns: cfg.error_check_interval_ns,
             last_check: ucs::time::now_ns(),
@@ -602,6 +606,48 @@ impl Iface for CudaIpcIface {
         unsafe { self.rma(ep, iov, remote_addr, rkey, comp, false) }
     }
 
+    unsafe fn device_rma(
+        &mut self,
+        ep: EpId,
+        remote_addr: u64,
+        len: usize,
+        rkey: &RemoteKey,
+        local_dev: i32,
+        work: &mut dyn FnMut(u64, &cuda::StreamRef) -> UcsResult<()>,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let peer = self.eps.get(ep.0 as usize).ok_or(Status::InvalidParam)?;
+        if let Some(s) = peer.failed {
+            return Err(s);
+        }
+        let pid = peer.pid;
+        let (mapped, map_dev) = self.translate(pid, rkey, remote_addr, len as u64, local_dev)?;
+        let dev = if map_dev >= 0 { map_dev } else { local_dev.max(0) } as usize;
+        let (si, event) = self.streams.take(dev)?;
+        let s = cuda::StreamRef::of(self.streams.stream(dev, si));
+        let queued = work(mapped, &s).and_then(|()| s.record(&event));
+        if let Err(e) = queued {
+            // Whatever was queued still runs before the event is reused.
+            let _ = s.synchronize();
+            self.streams.give_back(dev, event);
+            return Err(e);
+        }
+        self.kernel_ops += 1;
+        if len <= SYNC_MAX {
+            // As for small copies: waiting here answers sooner than a polled event.
+            let r = event.synchronize();
+            self.streams.give_back(dev, event);
+            return r.map(|()| Done::Now);
+        }
+        self.inflight.push_back(InFlight {
+            dev,
+            event,
+            comp,
+            ep,
+        });
+        Ok(Done::Later)
+    }
+
     fn flush(&mut self, ep: Option<EpId>, _comp: Comp) -> UcsResult<Done> {
         // Synchronous copies are done when posted; asynchronous ones are waited for.
         let busy = self.inflight.iter().any(|f| ep.is_none_or(|e| e == f.ep));
@@ -621,6 +667,7 @@ impl Iface for CudaIpcIface {
             ("ipc_sync_copies", self.sync_copies),
             ("ipc_async_copies", self.async_copies),
             ("ipc_sync_ns", self.sync_ns),
+            ("ipc_kernel_ops", self.kernel_ops),
         ]
     }
 

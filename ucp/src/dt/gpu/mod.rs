@@ -19,6 +19,8 @@ pub mod kernel;
 #[cfg(feature = "cuda")]
 pub mod launch;
 pub mod model;
+#[cfg(feature = "cuda")]
+pub(crate) mod stage;
 
 use smallvec::SmallVec;
 

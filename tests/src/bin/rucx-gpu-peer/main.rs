@@ -24,7 +24,11 @@
 //! * `endless`: `a` keeps sending 64 MiB device messages that `b` receives into device
 //!   memory; each prints `READY` once traffic flows (the test then kills one), and the
 //!   survivor prints `DONE ERR <status>` when its operation fails.
+//! * `layouts:<A-MEM>:<B-MEM>:<A-GPU>:<B-GPU>`: noncontiguous data, a different layout
+//!   on each side, both ways, every byte checked (see `layouts.rs`).
 #![allow(unsafe_code)] // describes its buffers to ucp, as an application does
+
+mod layouts;
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -457,6 +461,7 @@ fn main() {
         "endless" => endless(&mut p, a),
         "queue" => queue(&mut p, a, &parts[1..]),
         "queue_kill" => queue_kill(&mut p, a),
+        "layouts" => layouts::run(&mut p, a, &parts[1..]),
         other => Err(format!("unknown case {other}")),
     };
     match r {
