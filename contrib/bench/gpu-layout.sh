@@ -2,7 +2,7 @@
 # Noncontiguous GPU messages (issue 24's targets), on the GPU machine with the binaries
 # contrib/gpu/pack.sh put in .gpu:
 #
-#   bash contrib/bench/gpu-layout.sh [-r ROUNDS] [-m] [BIN]      (BIN: default .gpu/bin)
+#   bash contrib/bench/gpu-layout.sh [-r ROUNDS] [-p PARTS] [BIN]   (BIN: default .gpu/bin)
 #
 # Part 1, beside UCX 1.22's CUDA build: `tag_lat` (one-way latency, p50, µs) of an iov
 # list in device memory, `-D iov,iov`, 128 × 1 KiB (1 KiB gaps) on one GPU and from GPU 0
@@ -11,13 +11,14 @@
 # Part 2, against ourselves: each layout (3D faces of a 256^3 array of doubles in each
 # orientation, MILC, NAS MG, SPECFEM3D) beside a contiguous device message of the same
 # bytes, on one GPU: the ratio layout / contiguous.
-# Part 3 (-m): the model against each method forced (RUCX_GPU_DT_METHOD) for the same
-# cases: the pick's time over the best method's.
+# Part 3: the model against each method forced (RUCX_GPU_DT_METHOD) for the same cases:
+# the pick's time over the best method's.
+# PARTS: which parts to run (default 123).
 set -uo pipefail
 rounds=3
-methods=0
-while getopts "r:m" o; do
-  case $o in r) rounds=$OPTARG ;; m) methods=1 ;; *) exit 2 ;; esac
+parts=123
+while getopts "r:p:" o; do
+  case $o in r) rounds=$OPTARG ;; p) parts=$OPTARG ;; *) exit 2 ;; esac
 done
 shift $((OPTIND - 1))
 BIN=${1:-.gpu/bin}
@@ -39,10 +40,10 @@ one() {
     srv=("${UCX[@]}" -p "$port") cli=("${UCX[@]}" 127.0.0.1 -p "$port")
     senv+=(CUDA_VISIBLE_DEVICES="$rg") cenv+=(CUDA_VISIBLE_DEVICES="$sg")
   fi
-  env "${senv[@]}" taskset -c 2 timeout 300 "${srv[@]}" >/dev/null 2>&1 &
+  env "${senv[@]}" taskset -c 2 timeout 90 "${srv[@]}" >/dev/null 2>&1 &
   local spid=$! out=""
   for _ in $(seq 100); do ss -ltn 2>/dev/null | grep -q ":$port " && break; sleep 0.05; done
-  out=$(env "${cenv[@]}" taskset -c 4 timeout 300 "${cli[@]}" -t tag_lat -m cuda "$@" 2>&1 | grep '^Final:' || true)
+  out=$(env "${cenv[@]}" taskset -c 4 timeout 90 "${cli[@]}" -t tag_lat -m cuda "$@" 2>&1 | grep '^Final:' || true)
   wait "$spid" 2>/dev/null || true
   [ -n "$out" ] || { echo nan; return; }
   awk '{print $3}' <<<"$out"
@@ -54,6 +55,7 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 nvidia-smi -L
 "$BIN/rucx-info" -d | grep -E '^# GPU' || true
 
+if [[ $parts == *1* ]]; then
 echo "## Part 1: iov lists in device memory, tag_lat p50 (us), beside UCX 1.22"
 printf '%-26s %10s %12s %9s  %s\n' case rucx ucx1.22 ratio runs
 p1=(
@@ -75,9 +77,11 @@ for c in "${p1[@]}"; do
   printf '%-26s %10s %12s %9s  (rucx: %s; ucx: %s)\n' "$name" "$mr" "$mu" "$(ratio "$mr" "$mu")" "${r[*]}" "${u[*]}"
 done
 
+fi
+p2=(stencil3d_face:256,x stencil3d_face:256,y stencil3d_face:256,z milc_su3_zd:16 nas_mg_x:128 nas_mg_y:128 nas_mg_z:128 specfem3d_cm)
+if [[ $parts == *2* ]]; then
 echo "## Part 2: layouts against a contiguous device message of the same bytes, one GPU"
 printf '%-24s %9s %10s %10s %8s\n' layout bytes layout contig ratio
-p2=(stencil3d_face:256,x stencil3d_face:256,y stencil3d_face:256,z milc_su3_zd:16 nas_mg_x:128 nas_mg_y:128 nas_mg_z:128 specfem3d_cm)
 for l in "${p2[@]}"; do
   bytes=$("$BIN/rucx-info" --layout "$l" 2>/dev/null | awk '/^size/ {print $2}')
   r=() c=()
@@ -90,7 +94,8 @@ for l in "${p2[@]}"; do
   printf '%-24s %9s %10s %10s %8s  (layout: %s; contig: %s)\n' "$l" "${bytes:-?}" "$mr" "$mc" "$(ratio "$mr" "$mc")" "${r[*]}" "${c[*]}"
 done
 
-[ "$methods" = 1 ] || exit 0
+fi
+[[ $parts == *3* ]] || exit 0
 echo "## Part 3: the model's pick against each method alone (tag_lat p50 us, one GPU)"
 printf '%-24s %9s %9s %9s %9s %9s %8s\n' case model direct 2d-copy per-block pack-unp pick/best
 p3=("-D iov,iov -s $(list 128 1024) -i 1024" "-D iov,iov -s $(list 1024 128) -i 128")

@@ -269,6 +269,10 @@ fn layouts_between_two_gpus() {
     }
     let (ra, rb) = run_env("layouts:cuda:cuda:0:1", "all", &[]);
     assert!(counter(&ra, "rndv_device_direct") + counter(&rb, "rndv_device_direct") > 0);
-    run_env("layouts:cuda:cuda:1:0", "all", &[("RUCX_GPU_DT_METHOD", "pack-unpack")]);
+    run_env(
+        "layouts:cuda:cuda:1:0",
+        "all",
+        &[("RUCX_GPU_DT_METHOD", "pack-unpack")],
+    );
     run_env("layouts:cuda:cuda:0:1", "posix,cma", &[]);
 }

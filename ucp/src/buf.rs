@@ -568,6 +568,69 @@ pub(crate) fn atomic_raw(
     }
 }
 
+/// Queues kernel `f` on `stream` with 64-bit arguments `args` (addresses and counts), over
+/// user memory of a posted operation or memory Rucx allocated. The caller waits for the
+/// stream (an event, or a synchronize) before it completes the operation or frees the
+/// memory, so the kernel only touches memory under the contract of [`Buf::from_raw`].
+#[cfg(feature = "cuda")]
+pub(crate) fn gpu_launch(
+    stream: &ucs::cuda::StreamRef,
+    f: &ucs::cuda::Function,
+    grid: u32,
+    block: u32,
+    args: &mut [u64],
+) -> UcsResult<()> {
+    let mut params: smallvec::SmallVec<[*mut std::ffi::c_void; 6]> =
+        args.iter_mut().map(|a| (a as *mut u64).cast()).collect();
+    // SAFETY: the generated kernels take exactly `args.len()` 64-bit parameters (pointers
+    // and counts); the memory they reach is kept valid as described above.
+    unsafe { stream.launch_kernel(f, (grid, 1, 1), (block, 1, 1), &mut params) }
+}
+
+/// Queues a copy of `n` bytes on `stream`, under the contract of [`gpu_launch`].
+#[cfg(feature = "cuda")]
+pub(crate) fn gpu_copy(
+    stream: &ucs::cuda::StreamRef,
+    dst: u64,
+    src: u64,
+    n: usize,
+) -> UcsResult<()> {
+    // SAFETY: as for `gpu_launch`.
+    unsafe { stream.copy(dst, src, n) }
+}
+
+/// Queues a 2D copy on `stream`, under the contract of [`gpu_launch`].
+#[cfg(feature = "cuda")]
+pub(crate) fn gpu_copy_2d(
+    stream: &ucs::cuda::StreamRef,
+    (dst, dpitch): (u64, usize),
+    (src, spitch): (u64, usize),
+    width: usize,
+    height: usize,
+) -> UcsResult<()> {
+    // SAFETY: as for `gpu_launch`.
+    unsafe { stream.copy_2d(dst, dpitch, src, spitch, width, height) }
+}
+
+/// `Iface::device_rma` for the memory of a posted operation (`local` side of `work`),
+/// under the contract of [`Buf::from_raw`]: the operation completes only after the
+/// transport reported this one done.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn device_rma(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    remote_addr: u64,
+    len: usize,
+    rkey: &RemoteKey,
+    local_dev: i32,
+    work: &mut dyn FnMut(u64, &ucs::cuda::StreamRef) -> UcsResult<()>,
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: as described above.
+    unsafe { iface.device_rma(ep, remote_addr, len, rkey, local_dev, work, comp) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -623,62 +686,4 @@ mod tests {
         let b = unsafe { Buf::from_mut_slice(&mut v) };
         b.write_at(2, &[0; 3]);
     }
-}
-
-/// Queues kernel `f` on `stream` with 64-bit arguments `args` (addresses and counts), over
-/// user memory of a posted operation or memory Rucx allocated. The caller waits for the
-/// stream (an event, or a synchronize) before it completes the operation or frees the
-/// memory, so the kernel only touches memory under the contract of [`Buf::from_raw`].
-#[cfg(feature = "cuda")]
-pub(crate) fn gpu_launch(
-    stream: &ucs::cuda::StreamRef,
-    f: &ucs::cuda::Function,
-    grid: u32,
-    block: u32,
-    args: &mut [u64],
-) -> UcsResult<()> {
-    let mut params: smallvec::SmallVec<[*mut std::ffi::c_void; 6]> =
-        args.iter_mut().map(|a| (a as *mut u64).cast()).collect();
-    // SAFETY: the generated kernels take exactly `args.len()` 64-bit parameters (pointers
-    // and counts); the memory they reach is kept valid as described above.
-    unsafe { stream.launch_kernel(f, (grid, 1, 1), (block, 1, 1), &mut params) }
-}
-
-/// Queues a copy of `n` bytes on `stream`, under the contract of [`gpu_launch`].
-#[cfg(feature = "cuda")]
-pub(crate) fn gpu_copy(stream: &ucs::cuda::StreamRef, dst: u64, src: u64, n: usize) -> UcsResult<()> {
-    // SAFETY: as for `gpu_launch`.
-    unsafe { stream.copy(dst, src, n) }
-}
-
-/// Queues a 2D copy on `stream`, under the contract of [`gpu_launch`].
-#[cfg(feature = "cuda")]
-pub(crate) fn gpu_copy_2d(
-    stream: &ucs::cuda::StreamRef,
-    (dst, dpitch): (u64, usize),
-    (src, spitch): (u64, usize),
-    width: usize,
-    height: usize,
-) -> UcsResult<()> {
-    // SAFETY: as for `gpu_launch`.
-    unsafe { stream.copy_2d(dst, dpitch, src, spitch, width, height) }
-}
-
-/// `Iface::device_rma` for the memory of a posted operation (`local` side of `work`),
-/// under the contract of [`Buf::from_raw`]: the operation completes only after the
-/// transport reported this one done.
-#[cfg(feature = "cuda")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn device_rma(
-    iface: &mut dyn Iface,
-    ep: EpId,
-    remote_addr: u64,
-    len: usize,
-    rkey: &RemoteKey,
-    local_dev: i32,
-    work: &mut dyn FnMut(u64, &ucs::cuda::StreamRef) -> UcsResult<()>,
-    comp: Comp,
-) -> UcsResult<Done> {
-    // SAFETY: as described above.
-    unsafe { iface.device_rma(ep, remote_addr, len, rkey, local_dev, work, comp) }
 }

@@ -140,7 +140,9 @@ fn contig_state(b: Buf) -> DataState {
 fn layout_state(l: &LayoutBuf, recv: bool) -> DataState {
     #[cfg(feature = "cuda")]
     if !l.span.host_accessible() {
-        let dev = ucs::memtype::detect(l.span.addr() as *const u8).device.max(0);
+        let dev = ucs::memtype::detect(l.span.addr() as *const u8)
+            .device
+            .max(0);
         match crate::dt::gpu::stage::GpuLayout::new(l.clone(), dev, recv) {
             Ok(g) => return DataState::DeviceLayout(Box::new(g)),
             Err(s) => log::warn!("ucp: no scratch buffer for a device layout: {s}"),
@@ -550,6 +552,20 @@ impl DataState {
             #[cfg(feature = "cuda")]
             DataState::DeviceLayout(g) => Some(&g.lb),
             _ => None,
+        }
+    }
+
+    /// A device layout whose description does not fit one RTS: from now on its RTS
+    /// describes its scratch buffer (packed by a kernel), so it still goes through the
+    /// memory lane for device memory. False for other data.
+    pub(crate) fn send_packed(&mut self) -> bool {
+        match self {
+            #[cfg(feature = "cuda")]
+            DataState::DeviceLayout(g) => {
+                g.packed_rts = true;
+                true
+            }
+            _ => false,
         }
     }
 

@@ -197,6 +197,9 @@ pub fn remember(info: MemInfo) {
     let mut g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
     drop_overlapping(&mut g.ranges, info.base, info.len);
     g.ranges.insert(info.base, info);
+    // A page some thread once found unallocated (host, as far as the driver knew) may be
+    // part of this allocation now: the host-page caches start over.
+    EPOCH.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Forgets `[base, base+len)` (memory freed): neither cache answers for it again.
@@ -309,7 +312,20 @@ mod tests {
         let q = queries.load(Ordering::Relaxed);
         assert_eq!(detect(host.as_ptr()).mem_type, MemoryType::Host);
         assert_eq!(queries.load(Ordering::Relaxed), q);
+        // A page found to be host memory that becomes part of a device allocation (a
+        // layout's origin probed outside its buffer, then memory allocated there) is
+        // device memory from the moment the allocation is remembered.
+        let later = MemInfo {
+            base: host.as_ptr() as u64,
+            len: host.len() as u64,
+            buffer_id: 43,
+            ..info
+        };
+        remember(later);
+        assert_eq!(detect(host.as_ptr()).buffer_id, 43);
+        forget(later.base, later.len);
         // Forgotten: asked again.
+        let q = queries.load(Ordering::Relaxed);
         forget(base, dev.len() as u64);
         assert_eq!(detect(dev.as_ptr()).buffer_id, 42);
         assert_eq!(queries.load(Ordering::Relaxed), q + 1);

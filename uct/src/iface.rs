@@ -267,6 +267,7 @@ pub trait Iface: Send + std::fmt::Debug {
     /// # Safety
     /// The memory `work` touches on this side stays valid until the operation completes.
     #[cfg(feature = "cuda")]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn device_rma(
         &mut self,
         ep: EpId,

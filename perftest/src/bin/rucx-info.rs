@@ -153,9 +153,9 @@ fn print_gpus() {
         ),
     }
     match ucs::cuda::nvrtc::describe() {
-        Some((path, (maj, min))) => println!(
-            "# GPU layout kernels: compiled at run time by NVRTC {maj}.{min} ({path})"
-        ),
+        Some((path, (maj, min))) => {
+            println!("# GPU layout kernels: compiled at run time by NVRTC {maj}.{min} ({path})")
+        }
         None => println!(
             "# GPU layout kernels: none; device layouts move by copies ({})",
             ucs::cuda::nvrtc::absent_reason().unwrap_or("no NVRTC")

@@ -107,8 +107,8 @@
 //! bytes with strided loops generated from the canonical form, after one bounds check.
 
 pub mod apps;
-pub mod gpu;
 mod canon;
+pub mod gpu;
 mod iter;
 mod layout;
 mod pack;

@@ -17,7 +17,7 @@
 //! (`dt::gpu::model`), over the relation of the two GPUs seen through the mapping.
 
 use ucs::memtype::{self, MemoryType};
-use ucs::{Status, UcsResult};
+use ucs::UcsResult;
 use uct::{Done, Iface, IfaceFlags, RemoteKey};
 
 use super::tag::finish_get;
@@ -111,12 +111,11 @@ pub(crate) fn forced() -> Option<Method> {
 /// Queues `src` → `dst` on `stream` by the model's pick among the methods that apply
 /// (a kernel where NVRTC compiles one, else copies).
 fn run(stream: &ucs::cuda::StreamRef, local_dev: i32, src: &Side, dst: &Side) -> UcsResult<()> {
+    // Asked of each side's first byte: a layout's origin may lie outside its buffer,
+    // in memory that is not allocated (or another allocation), and must not be probed.
     let peer_dev = [src, dst]
         .iter()
-        .map(|s| match s {
-            Side::Layout { addr, .. } | Side::Dense { addr, .. } => *addr,
-        })
-        .map(|a| memtype::detect(a as *const u8).device)
+        .map(|s| memtype::detect(s.first_byte() as *const u8).device)
         .find(|d| *d >= 0 && *d != local_dev);
     let relation = if peer_dev.is_some() {
         Relation::PeerGpu
@@ -130,7 +129,9 @@ fn run(stream: &ucs::cuda::StreamRef, local_dev: i32, src: &Side, dst: &Side) ->
             .map_or(Method::Direct, |c| c.method),
     };
     match launch::copy(stream, src, dst, method) {
-        Err(Status::Unsupported) if method == Method::Direct => {
+        // No kernel (no NVRTC, or one that did not compile, logged): copies.
+        Err(e) if method == Method::Direct => {
+            ucs::warn_limited!("ucp: a layout kernel could not run ({e}); copying piece by piece");
             launch::copy(stream, src, dst, Method::PerBlock)
         }
         r => r,
@@ -204,7 +205,16 @@ pub(super) fn direct_get(
     };
     // The receive's memory is kept until it completes, which waits for the operation
     // (`Done::Later` counts as an outstanding get).
-    let res = crate::buf::device_rma(iface.as_mut(), lane.ep, addr, len, rk, local_dev, &mut work, id.0);
+    let res = crate::buf::device_rma(
+        iface.as_mut(),
+        lane.ep,
+        addr,
+        len,
+        rk,
+        local_dev,
+        &mut work,
+        id.0,
+    );
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return true;
     };
@@ -254,6 +264,15 @@ fn ask_push_layout(
         DataState::Device(b) => (b.addr(), b.len(), b.addr(), None),
         _ => return false,
     };
+    // The layout must fit one control message (as for a split request); a larger one
+    // (an irregular layout of many blocks) is received packed instead.
+    let seg_max = core
+        .eps
+        .get(ep)
+        .map_or(0, |e| core.info[e.am.iface].attr.am.max_bcopy);
+    if layout.as_ref().is_some_and(|l| 64 + l.len() > seg_max) {
+        return false;
+    }
     let md = ifaces[lane.iface].md();
     let Ok(m) = crate::buf::register_span(md, lo, len) else {
         return false;
@@ -340,9 +359,11 @@ pub(super) fn direct_put(
         run(stream, local_dev, &local, &remote.mapped(mapped))
     };
     Some(
-        crate::buf::device_rma(iface, ep, addr, len, &rk, local_dev, &mut work, id.0).map(|d| match d {
-            Done::Now => 0,
-            Done::Later => 1,
+        crate::buf::device_rma(iface, ep, addr, len, &rk, local_dev, &mut work, id.0).map(|d| {
+            match d {
+                Done::Now => 0,
+                Done::Later => 1,
+            }
         }),
     )
 }

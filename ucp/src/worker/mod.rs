@@ -28,14 +28,14 @@
 
 pub mod am;
 mod capi;
+#[cfg(feature = "cuda")]
+mod gpu_dt;
 mod handler;
 mod listener;
 mod mapped;
 pub mod queue;
 pub mod rma;
 pub mod stream;
-#[cfg(feature = "cuda")]
-mod gpu_dt;
 pub(crate) mod tag;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does

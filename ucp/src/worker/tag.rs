@@ -116,7 +116,11 @@ impl Worker {
         let mem = st.mem_type();
         let mut proto = e.thresh.select(sop, mem, data.class(), total);
         if matches!(proto, Proto::RndvGet | Proto::RndvPut) && !rts_fits(core, idx, data) {
-            proto = Proto::RndvAm;
+            // A device layout too large to describe in one RTS still goes by the device
+            // lane, packed: its scratch buffer is the contiguous message.
+            if !st.send_packed() {
+                proto = Proto::RndvAm;
+            }
         }
         // Same-host endpoints measure which of eager and rendezvous is faster for each
         // size class (`proto::tune`); a timed eager send asks for an acknowledgement.
@@ -425,9 +429,9 @@ fn iov_as_vector(cache: &mut VectorCache, v: &[crate::Buf]) -> Option<Data> {
 /// its RTS describes its scratch buffer, not the layout.
 fn packs_device_layout(d: &DataState) -> bool {
     #[cfg(feature = "cuda")]
-    if matches!(d, DataState::DeviceLayout(_)) {
+    if let DataState::DeviceLayout(g) = d {
         use crate::dt::gpu::model::Method;
-        return super::gpu_dt::forced() == Some(Method::PackUnpack);
+        return g.packed_rts || super::gpu_dt::forced() == Some(Method::PackUnpack);
     }
     let _ = d;
     false
@@ -442,8 +446,7 @@ fn device_iov_layout(v: &[crate::Buf]) -> Option<Data> {
     let first = ucs::memtype::detect(v[0].addr() as *const u8);
     let (lo, hi) = (first.base, first.base.checked_add(first.len)?);
     if first.mem_type != MemoryType::Cuda
-        || v
-            .iter()
+        || v.iter()
             .any(|b| b.addr() < lo || b.addr().saturating_add(b.len() as u64) > hi)
     {
         return None;
@@ -1178,7 +1181,9 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
             b.write_at(0, payload);
             Status::Ok
         }
-        d => match d.unpack(0, payload) {
+        // Others unpack; a device layout's bytes then go from its scratch buffer into
+        // the layout (`finish_recv`).
+        d => match d.unpack(0, payload).and_then(|()| d.finish_recv()) {
             Ok(()) => Status::Ok,
             Err(s) => s,
         },

@@ -100,15 +100,18 @@ fn load() -> Result<Lib, String> {
         };
         return Ok(l);
     }
-    Err(format!(
+    Err(
         "no NVRTC library found (tried RUCX_NVRTC_LIB, libnvrtc.so.13/.12/.11.2/.so, \
          $CUDA_HOME/lib64, /usr/local/cuda/lib64): GPU datatype kernels are not compiled, \
          and device layouts go by copies"
-    ))
+            .to_string(),
+    )
 }
 
 fn lib() -> UcsResult<&'static Lib> {
-    LIB.get_or_init(load).as_ref().map_err(|_| Status::Unsupported)
+    LIB.get_or_init(load)
+        .as_ref()
+        .map_err(|_| Status::Unsupported)
 }
 
 /// Why NVRTC is not available, or `None` when it is.
@@ -157,7 +160,7 @@ pub fn compile_verbose(src: &str, cc: (i32, i32)) -> Result<String, (Status, Str
     }
     let arch = CString::new(format!("--gpu-architecture=compute_{}{}", cc.0, cc.1))
         .map_err(|_| bad("arch"))?;
-    let opts = [arch.as_ptr(), c"-default-device".as_ptr(), c"-O3".as_ptr()];
+    let opts = [arch.as_ptr(), c"-default-device".as_ptr()];
     let out = (|| {
         // SAFETY: a live program; `opts` holds NUL-terminated strings.
         let r = unsafe { (l.compile)(prog, opts.len() as c_int, opts.as_ptr()) };
@@ -170,7 +173,10 @@ pub fn compile_verbose(src: &str, cc: (i32, i32)) -> Result<String, (Status, Str
             unsafe { (l.log)(prog, buf.as_mut_ptr()) };
             // SAFETY: NUL-terminated by NVRTC (zeroed before).
             let log = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
-            return Err((Status::InvalidParam, format!("nvrtc compile error {r}: {log}")));
+            return Err((
+                Status::InvalidParam,
+                format!("nvrtc compile error {r}: {log}"),
+            ));
         }
         let mut n = 0usize;
         // SAFETY: a compiled program; out pointer.

@@ -606,6 +606,7 @@ impl Iface for CudaIpcIface {
         unsafe { self.rma(ep, iov, remote_addr, rkey, comp, false) }
     }
 
+    #[allow(clippy::too_many_arguments)]
     unsafe fn device_rma(
         &mut self,
         ep: EpId,
@@ -622,7 +623,11 @@ impl Iface for CudaIpcIface {
         }
         let pid = peer.pid;
         let (mapped, map_dev) = self.translate(pid, rkey, remote_addr, len as u64, local_dev)?;
-        let dev = if map_dev >= 0 { map_dev } else { local_dev.max(0) } as usize;
+        let dev = if map_dev >= 0 {
+            map_dev
+        } else {
+            local_dev.max(0)
+        } as usize;
         let (si, event) = self.streams.take(dev)?;
         let s = cuda::StreamRef::of(self.streams.stream(dev, si));
         let queued = work(mapped, &s).and_then(|()| s.record(&event));

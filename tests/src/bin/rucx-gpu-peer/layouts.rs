@@ -12,8 +12,8 @@
 //! kernel), the named application layouts (MILC, NAS MG, SPECFEM3D), blocks of 3 and 12
 //! bytes (narrow words), and random layouts from a seeded generator.
 
-use ucp::dt::{apps, Layout, Order};
 use ucp::datatype::{DtLayout, LayoutBuf};
+use ucp::dt::{apps, Layout, Order};
 use ucp::{Buf, Data, RecvParams, SendParams};
 use ucs::memtype::MemoryType;
 
@@ -99,16 +99,32 @@ fn pairs() -> Vec<Pair> {
         });
     };
     let vec128 = Layout::hvector(128, 1, 2048, &bytes(1024)).expect("vector");
-    add("vector 128x1KiB -> contig", l(vec128.clone()), l(contig(128 << 10)));
-    add("vector 128x1KiB -> same vector", l(vec128.clone()), l(vec128.clone()));
-    add("iov 128x1KiB -> iov 128x1KiB", (vec128.clone(), As::Iov), (vec128.clone(), As::Iov));
+    add(
+        "vector 128x1KiB -> contig",
+        l(vec128.clone()),
+        l(contig(128 << 10)),
+    );
+    add(
+        "vector 128x1KiB -> same vector",
+        l(vec128.clone()),
+        l(vec128.clone()),
+    );
+    add(
+        "iov 128x1KiB -> iov 128x1KiB",
+        (vec128.clone(), As::Iov),
+        (vec128.clone(), As::Iov),
+    );
     add(
         "vector 1024x128B -> vector of another stride",
         l(Layout::hvector(1024, 1, 256, &bytes(128)).expect("vector")),
         l(Layout::hvector(1024, 1, 384, &bytes(128)).expect("vector")),
     );
-    let irregular_iov = Layout::hindexed(&[100, 3000, 17, 4096, 5], &[0, 200, 4000, 5000, 9200], &bytes(1))
-        .expect("hindexed");
+    let irregular_iov = Layout::hindexed(
+        &[100, 3000, 17, 4096, 5],
+        &[0, 200, 4000, 5000, 9200],
+        &bytes(1),
+    )
+    .expect("hindexed");
     add(
         "irregular iov -> contig",
         (irregular_iov.clone(), As::Iov),
@@ -128,7 +144,10 @@ fn pairs() -> Vec<Pair> {
     );
     add(
         "subarray (Fortran) -> vector",
-        l(Layout::subarray(&[40, 30, 20], &[8, 6, 4], &[3, 2, 1], Order::Fortran, &dbl).expect("subarray")),
+        l(
+            Layout::subarray(&[40, 30, 20], &[8, 6, 4], &[3, 2, 1], Order::Fortran, &dbl)
+                .expect("subarray"),
+        ),
         l(Layout::vector(48, 4, 9, &dbl).expect("vector")),
     );
     let ix = Layout::indexed(&[3, 1, 7, 2, 5, 4], &[0, 10, 12, 40, 50, 90], &dbl).expect("indexed");
@@ -138,9 +157,18 @@ fn pairs() -> Vec<Pair> {
         l(ix.clone()),
         l(Layout::vector(11, 2, 3, &dbl).expect("vector")),
     );
-    for spec in ["milc_su3_zd:8", "nas_mg_x:32", "nas_mg_y:32", "specfem3d_cm"] {
+    for spec in [
+        "milc_su3_zd:8",
+        "nas_mg_x:32",
+        "nas_mg_y:32",
+        "specfem3d_cm",
+    ] {
         let s = named(spec);
-        add(&format!("{spec} -> contig"), l(s.clone()), l(contig(s.size())));
+        add(
+            &format!("{spec} -> contig"),
+            l(s.clone()),
+            l(contig(s.size())),
+        );
     }
     let n = named("nas_mg_z:32");
     add("nas_mg_z -> nas_mg_z", l(n.clone()), l(n));
@@ -157,7 +185,11 @@ fn pairs() -> Vec<Pair> {
     for seed in 1..=3u64 {
         let a = random(seed, 200, None);
         let t = a.size();
-        add(&format!("random {seed} -> contig"), l(a.clone()), l(contig(t)));
+        add(
+            &format!("random {seed} -> contig"),
+            l(a.clone()),
+            l(contig(t)),
+        );
         add(
             &format!("random {seed} -> random"),
             l(a),
@@ -221,7 +253,9 @@ impl Side {
                 Data::Iov(
                     segs.iter()
                         // SAFETY: as above; each segment lies inside the buffer.
-                        .map(|g| unsafe { Buf::from_raw(origin.wrapping_offset(g.offset as isize), g.len as usize) })
+                        .map(|g| unsafe {
+                            Buf::from_raw(origin.wrapping_offset(g.offset as isize), g.len as usize)
+                        })
                         .collect(),
                 )
             }
@@ -235,7 +269,13 @@ impl Side {
 
     /// Checks that packed byte `k` sits at this layout's `k`-th position with the
     /// sender's value, and that every other byte of the buffer is the sentinel.
-    fn check(&mut self, what: &str, seq: u64, sender: &[i64], sender_lo: i64) -> Result<(), String> {
+    fn check(
+        &mut self,
+        what: &str,
+        seq: u64,
+        sender: &[i64],
+        sender_lo: i64,
+    ) -> Result<(), String> {
         let got = self.mem.read(self.span);
         let mut inside = vec![false; self.span];
         for (k, &p) in self.pos.iter().enumerate() {
@@ -266,14 +306,23 @@ pub(super) fn run(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String
     let (mem, dev) = if a { (am, ad) } else { (bm, bd) };
     let mem = parse_mem(mem)?;
     let dev: i32 = dev.parse().map_err(|_| format!("bad GPU {dev}"))?;
-    let list = pairs();
+    // RUCX_LAYOUT_PAIRS=<text>: only the pairs whose name holds it (for debugging).
+    let only = std::env::var("RUCX_LAYOUT_PAIRS").unwrap_or_default();
+    let list: Vec<Pair> = pairs()
+        .into_iter()
+        .filter(|p| p.name.contains(only.as_str()))
+        .collect();
     let t0 = std::time::Instant::now();
     let mut moved = 0u64;
     for pass in 0..2u64 {
         for (k, pair) in list.iter().enumerate() {
             let seq = (pass * 1000 + k as u64) * 2;
             let what = format!("pass {pass} '{}'", pair.name);
-            let (mine, theirs) = if a { (&pair.send, &pair.recv) } else { (&pair.recv, &pair.send) };
+            let (mine, theirs) = if a {
+                (&pair.send, &pair.recv)
+            } else {
+                (&pair.recv, &pair.send)
+            };
             let mut side = Side::new(mem, dev, &mine.0, mine.1)?;
             let their_pos = positions(&theirs.0);
             let their_lo = theirs.0.true_bounds().map_or(0, |b| b.0);
@@ -281,12 +330,20 @@ pub(super) fn run(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String
             if a {
                 side.mem.fill(seq, side.span);
                 let d = side.data()?;
-                let id = p.w.tag_send(p.ep, &d, seq, SendParams::default()).map_err(|e| format!("{what}: send: {e}"))?;
+                let id =
+                    p.w.tag_send(p.ep, &d, seq, SendParams::default())
+                        .map_err(|e| format!("{what}: send: {e}"))?;
                 p.wait(id, &format!("{what}: send"), Duration::from_secs(60))?;
                 side.mem.write(&vec![SENTINEL; side.span]);
                 let d = side.data()?;
-                let id = p.w.tag_recv(&d, seq + 1, u64::MAX, RecvParams::default()).map_err(|e| format!("{what}: recv: {e}"))?;
-                p.wait(Some(id), &format!("{what}: receive back"), Duration::from_secs(60))?;
+                let id =
+                    p.w.tag_recv(&d, seq + 1, u64::MAX, RecvParams::default())
+                        .map_err(|e| format!("{what}: recv: {e}"))?;
+                p.wait(
+                    Some(id),
+                    &format!("{what}: receive back"),
+                    Duration::from_secs(60),
+                )?;
                 // Back from b: b's layout held our bytes in packed order; we get them
                 // back in ours.
                 let own = side.pos.clone();
@@ -295,11 +352,19 @@ pub(super) fn run(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String
             } else {
                 side.mem.write(&vec![SENTINEL; side.span]);
                 let d = side.data()?;
-                let id = p.w.tag_recv(&d, seq, u64::MAX, RecvParams::default()).map_err(|e| format!("{what}: recv: {e}"))?;
-                p.wait(Some(id), &format!("{what}: receive"), Duration::from_secs(60))?;
+                let id =
+                    p.w.tag_recv(&d, seq, u64::MAX, RecvParams::default())
+                        .map_err(|e| format!("{what}: recv: {e}"))?;
+                p.wait(
+                    Some(id),
+                    &format!("{what}: receive"),
+                    Duration::from_secs(60),
+                )?;
                 side.check(&what, seq, &their_pos, their_lo)?;
                 let d = side.data()?;
-                let id = p.w.tag_send(p.ep, &d, seq + 1, SendParams::default()).map_err(|e| format!("{what}: send back: {e}"))?;
+                let id =
+                    p.w.tag_send(p.ep, &d, seq + 1, SendParams::default())
+                        .map_err(|e| format!("{what}: send back: {e}"))?;
                 p.wait(id, &format!("{what}: send back"), Duration::from_secs(60))?;
             }
             moved += 2 * n as u64;

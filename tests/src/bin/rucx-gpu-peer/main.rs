@@ -435,7 +435,28 @@ fn endless(p: &mut Peer, a: bool) -> Result<String, String> {
     }
 }
 
+/// With `RUCX_PEER_SEGV_TRACE=1`: a crash prints a backtrace (for debugging on machines
+/// without a debugger; not async-signal-safe, which a dying process can afford).
+fn trace_crashes() {
+    if std::env::var_os("RUCX_PEER_SEGV_TRACE").is_none() {
+        return;
+    }
+    extern "C" fn on_segv(sig: libc::c_int) {
+        eprintln!(
+            "rucx-gpu-peer: signal {sig}\n{}",
+            std::backtrace::Backtrace::force_capture()
+        );
+        std::process::exit(139);
+    }
+    // SAFETY: installs a handler for fatal signals of this test program.
+    unsafe {
+        libc::signal(libc::SIGSEGV, on_segv as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGBUS, on_segv as *const () as libc::sighandler_t);
+    }
+}
+
 fn main() {
+    trace_crashes();
     ucs::log::init(log::LevelFilter::Warn);
     let mut args = std::env::args().skip(1);
     let (Some(role), Some(case)) = (args.next(), args.next()) else {

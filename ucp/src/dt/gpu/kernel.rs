@@ -178,8 +178,9 @@ extern "C" __global__ void __launch_bounds__(256) rucx_strided(const char *__res
     #[test]
     fn golden_subarray_to_vector() {
         let dbl = Layout::bytes(8);
-        let face =
-            shape(&Layout::subarray(&[16, 16, 16], &[4, 8, 2], &[1, 2, 3], Order::C, &dbl).unwrap());
+        let face = shape(
+            &Layout::subarray(&[16, 16, 16], &[4, 8, 2], &[1, 2, 3], Order::C, &dbl).unwrap(),
+        );
         let vec = shape(&Layout::vector(32, 2, 5, &dbl).unwrap());
         let w = pair_word(&face, 0x1000, &vec, 0x2000);
         assert_eq!(w, 8);
@@ -217,8 +218,7 @@ extern "C" __global__ void __launch_bounds__(256) rucx_strided(const char *__res
                 Layout::vector(12, 2, 3, &Layout::contiguous(2, &dbl).unwrap()).unwrap(),
             ),
             (
-                Layout::subarray(&[6, 5, 7], &[2, 3, 4], &[1, 1, 2], Order::Fortran, &dbl)
-                    .unwrap(),
+                Layout::subarray(&[6, 5, 7], &[2, 3, 4], &[1, 1, 2], Order::Fortran, &dbl).unwrap(),
                 Layout::contiguous(24, &dbl).unwrap(),
             ),
         ];

@@ -63,6 +63,15 @@ impl Side<'_> {
         }
     }
 
+    /// The address of the lowest byte of data (a layout's origin may lie outside its
+    /// buffer).
+    pub fn first_byte(&self) -> u64 {
+        match self {
+            Side::Layout { addr, dt } => addr.wrapping_add(dt.bounds().0 as u64),
+            Side::Dense { addr, .. } => *addr,
+        }
+    }
+
     fn origin(&self) -> u64 {
         match self {
             Side::Layout { addr, .. } | Side::Dense { addr, .. } => *addr,
@@ -164,7 +173,8 @@ fn device_plan(dev: i32, src: &Side, dst: &Side) -> UcsResult<(u64, u64)> {
             return Ok((p.mem.ptr(), p.n));
         }
     }
-    let plan = Plan::from_segments(&src.segments()?, &dst.segments()?).ok_or(Status::InvalidParam)?;
+    let plan =
+        Plan::from_segments(&src.segments()?, &dst.segments()?).ok_or(Status::InvalidParam)?;
     let n = plan.pieces.len();
     let bytes = n * std::mem::size_of::<Piece>();
     let mem = DeviceAlloc::new(dev, bytes.max(1), false)?;
@@ -174,7 +184,12 @@ fn device_plan(dev: i32, src: &Side, dst: &Side) -> UcsResult<(u64, u64)> {
     }
     let mut g = lock();
     if g.plans.len() >= PLAN_CACHE {
-        if let Some(old) = g.plans.iter().min_by_key(|(_, p)| p.last_use).map(|(k, _)| *k) {
+        if let Some(old) = g
+            .plans
+            .iter()
+            .min_by_key(|(_, p)| p.last_use)
+            .map(|(k, _)| *k)
+        {
             // Freeing device memory waits for the kernels that may still read it.
             g.plans.remove(&old);
         }
@@ -279,9 +294,8 @@ pub fn case(relation: Relation, src: &Side, dst: &Side) -> Case {
     let pieces = match (src.shape(), dst.shape()) {
         (Some((a, _)), Some((b, _))) => a.blocks().max(b.blocks()),
         _ => match (src, dst) {
-            (Side::Layout { dt, .. }, Side::Dense { .. }) | (Side::Dense { .. }, Side::Layout { dt, .. }) => {
-                dt.pieces()
-            }
+            (Side::Layout { dt, .. }, Side::Dense { .. })
+            | (Side::Dense { .. }, Side::Layout { dt, .. }) => dt.pieces(),
             (Side::Layout { dt: a, .. }, Side::Layout { dt: b, .. }) => a.pieces() + b.pieces(),
             _ => 1,
         },
@@ -334,7 +348,10 @@ fn load_costs() -> Option<HashMap<(String, String), Costs>> {
         if f.len() != 3 {
             continue;
         }
-        let v: Vec<f64> = f[2].split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let v: Vec<f64> = f[2]
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
         if let [launch_us, copy_us, row_us, kernel_gbps, local_gbps, copy_gbps] = v[..] {
             m.insert(
                 (f[0].to_string(), f[1].to_string()),
@@ -354,7 +371,13 @@ fn load_costs() -> Option<HashMap<(String, String), Costs>> {
 
 /// The methods that apply to this pair, and the model's choice among them (logged at
 /// debug level with every prediction: `UCX_LOG_LEVEL=debug` or `RUST_LOG=ucp=debug`).
-pub fn choose(dev: i32, relation: Relation, src: &Side, dst: &Side, allowed: &[Method]) -> Option<Choice> {
+pub fn choose(
+    dev: i32,
+    relation: Relation,
+    src: &Side,
+    dst: &Side,
+    allowed: &[Method],
+) -> Option<Choice> {
     let c = case(relation, src, dst);
     let k = costs(dev, relation);
     let choice = model::pick(&k, &c, allowed)?;
@@ -397,10 +420,18 @@ pub fn calibrate(dev: i32, peer: Option<i32>, write: bool) -> UcsResult<Vec<(Rel
         let launch_us = time(21, &mut || copy(&sr, &s16, &d16, Method::Direct))?;
         let copy_us = time(21, &mut || buf::gpu_copy(&sr, dst, src, 8))?;
         let rows = 4096usize;
-        let t2d = time(11, &mut || buf::gpu_copy_2d(&sr, (dst, 64), (src, 64), 16, rows))?;
+        let t2d = time(11, &mut || {
+            buf::gpu_copy_2d(&sr, (dst, 64), (src, 64), 16, rows)
+        })?;
         let row_us = ((t2d - copy_us) / rows as f64).max(0.0);
-        let sb = Side::Dense { addr: src, len: big as u64 };
-        let db = Side::Dense { addr: dst, len: big as u64 };
+        let sb = Side::Dense {
+            addr: src,
+            len: big as u64,
+        };
+        let db = Side::Dense {
+            addr: dst,
+            len: big as u64,
+        };
         let tk = time(5, &mut || copy(&sr, &sb, &db, Method::Direct))?;
         let tc = time(5, &mut || buf::gpu_copy(&sr, dst, src, big))?;
         Ok(Costs {
@@ -427,7 +458,10 @@ pub fn calibrate(dev: i32, peer: Option<i32>, write: bool) -> UcsResult<Vec<(Rel
             let mut text = std::fs::read_to_string(&path).unwrap_or_default();
             let mut lines: Vec<String> = text
                 .lines()
-                .filter(|l| !l.starts_with(&format!("{name}\t")) || !out.iter().any(|(r, _)| l.contains(&format!("\t{r:?}\t"))))
+                .filter(|l| {
+                    !l.starts_with(&format!("{name}\t"))
+                        || !out.iter().any(|(r, _)| l.contains(&format!("\t{r:?}\t")))
+                })
                 .map(str::to_string)
                 .collect();
             for (r, k) in &out {

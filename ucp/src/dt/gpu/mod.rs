@@ -222,8 +222,7 @@ mod tests {
         assert_eq!(s.levels.as_slice(), &[(64, 128)]);
         assert_eq!(s.size(), 64 * 32);
         // A 3D subarray face: 4 × 8 × 2 of a 16³ array of doubles, C order.
-        let sub =
-            Layout::subarray(&[16, 16, 16], &[4, 8, 2], &[1, 2, 3], Order::C, &d).unwrap();
+        let sub = Layout::subarray(&[16, 16, 16], &[4, 8, 2], &[1, 2, 3], Order::C, &d).unwrap();
         let s = Shape::of(&canon(&sub)).unwrap();
         assert_eq!(s.block, 16);
         assert_eq!(s.levels.as_slice(), &[(8, 128), (4, 2048)]);
@@ -257,9 +256,21 @@ mod tests {
         assert_eq!(
             p.pieces,
             vec![
-                Piece { src: 0, dst: 50, len: 4 },
-                Piece { src: 4, dst: 60, len: 6 },
-                Piece { src: 100, dst: 66, len: 6 },
+                Piece {
+                    src: 0,
+                    dst: 50,
+                    len: 4
+                },
+                Piece {
+                    src: 4,
+                    dst: 60,
+                    len: 6
+                },
+                Piece {
+                    src: 100,
+                    dst: 66,
+                    len: 6
+                },
             ]
         );
         assert!(Plan::from_segments(&src, &dst[..1]).is_none());

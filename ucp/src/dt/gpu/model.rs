@@ -68,33 +68,34 @@ pub struct Costs {
 }
 
 impl Costs {
-    /// Terms measured on an H200 (stop 34, `rucx-info --calibrate`), used until a GPU is
-    /// calibrated.
+    /// Terms measured on an H200 (stop 34, `rucx-info --calibrate`: launch and copy
+    /// include the host waiting for the stream), used until a GPU is calibrated.
     pub fn default_for(r: Relation) -> Costs {
         match r {
             Relation::SameGpu => Costs {
-                launch_us: 8.0,
-                copy_us: 6.0,
-                row_us: 0.004,
-                kernel_gbps: 1500.0,
-                local_gbps: 1500.0,
-                copy_gbps: 1500.0,
+                launch_us: 10.0,
+                copy_us: 10.5,
+                row_us: 0.0007,
+                kernel_gbps: 1990.0,
+                local_gbps: 1990.0,
+                copy_gbps: 2150.0,
             },
             Relation::PeerGpu => Costs {
-                launch_us: 8.0,
-                copy_us: 8.0,
-                row_us: 0.004,
-                kernel_gbps: 300.0,
-                local_gbps: 1500.0,
-                copy_gbps: 300.0,
+                launch_us: 10.1,
+                copy_us: 7.8,
+                row_us: 0.0003,
+                kernel_gbps: 370.0,
+                local_gbps: 1990.0,
+                copy_gbps: 392.0,
             },
+            // Packed bytes through host memory (tcp, or no peer mapping): pageable copies.
             Relation::Staged => Costs {
-                launch_us: 8.0,
-                copy_us: 10.0,
-                row_us: 0.004,
+                launch_us: 10.0,
+                copy_us: 10.5,
+                row_us: 0.0007,
                 kernel_gbps: 0.0,
-                local_gbps: 1500.0,
-                copy_gbps: 20.0,
+                local_gbps: 1990.0,
+                copy_gbps: 15.0,
             },
         }
     }
@@ -118,10 +119,8 @@ pub fn predict(k: &Costs, c: &Case, m: Method) -> Option<f64> {
     let b = c.bytes as f64 / 1e3; // bytes per µs at 1 GB/s
     let narrow = (c.word as f64 / 4.0).min(1.0);
     match m {
-        Method::Direct => {
-            (c.relation != Relation::Staged && k.kernel_gbps > 0.0)
-                .then(|| k.launch_us + b / (k.kernel_gbps * narrow))
-        }
+        Method::Direct => (c.relation != Relation::Staged && k.kernel_gbps > 0.0)
+            .then(|| k.launch_us + b / (k.kernel_gbps * narrow)),
         Method::PackUnpack => Some(
             2.0 * k.launch_us + 2.0 * b / (k.local_gbps * narrow) + k.copy_us + b / k.copy_gbps,
         ),
@@ -200,9 +199,11 @@ mod tests {
             (case(Staged, 128 << 10, 128, 16, None), PackUnpack),
             // A single piece staged: a copy, nothing to pack.
             (case(Staged, 64 << 10, 1, 16, None), PerBlock),
-            // The same layout on both sides, one 2D box: one 2D copy costs less than a
-            // kernel launch.
-            (case(SameGpu, 128 << 10, 128, 16, Some(128)), CopyEngine),
+            // One 2D box of 128 rows: a kernel launch and a 2D copy cost about the same;
+            // the kernel by a little.
+            (case(SameGpu, 128 << 10, 128, 16, Some(128)), Direct),
+            // A large box of long rows: the copy engines stream faster than a kernel.
+            (case(SameGpu, 256 << 20, 64, 16, Some(64)), CopyEngine),
             // Byte-wide words make kernels slower, but a per-byte copy is worse still.
             (case(SameGpu, 1 << 20, 1 << 18, 1, None), Direct),
         ];

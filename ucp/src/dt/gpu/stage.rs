@@ -45,7 +45,11 @@ impl Scratch {
         let class = len.max(4096).next_power_of_two();
         {
             let mut p = pool().lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = p.free.iter().position(|(d, m)| *d == dev && m.len() == class) {
+            if let Some(i) = p
+                .free
+                .iter()
+                .position(|(d, m)| *d == dev && m.len() == class)
+            {
                 let (_, m) = p.free.swap_remove(i);
                 p.kept -= class;
                 return Ok(Scratch { dev, mem: Some(m) });
@@ -90,9 +94,9 @@ pub(crate) fn stream(dev: i32) -> UcsResult<StreamRef> {
 /// Runs `src` → `dst` on `stream` by a kernel, or by copies where no kernel can be
 /// compiled (no NVRTC), and waits for it.
 pub(crate) fn run_local(stream: &StreamRef, src: &Side, dst: &Side) -> UcsResult<()> {
-    match launch::copy(stream, src, dst, Method::Direct) {
-        Err(Status::Unsupported) => launch::copy(stream, src, dst, Method::PerBlock)?,
-        r => r?,
+    if launch::copy(stream, src, dst, Method::Direct).is_err() {
+        // No kernel (no NVRTC, or one that did not compile, logged): copies.
+        launch::copy(stream, src, dst, Method::PerBlock)?;
     }
     stream.synchronize()
 }
@@ -106,6 +110,9 @@ pub(crate) struct GpuLayout {
     packed: bool,
     /// Bytes were written into the scratch and wait to be unpacked (a receive).
     dirty: bool,
+    /// A send whose rendezvous describes the scratch buffer rather than the layout (the
+    /// layout's description does not fit one RTS).
+    pub(crate) packed_rts: bool,
 }
 
 impl GpuLayout {
@@ -120,6 +127,7 @@ impl GpuLayout {
             scratch,
             packed: false,
             dirty: recv,
+            packed_rts: false,
         })
     }
 
