@@ -1,7 +1,7 @@
 //! Datatypes and layouts: MPI-style derived datatypes, their canonical form, lazy segment
-//! generation and strided pack/unpack. Pure logic: nothing here sends a byte; the protocols
-//! (eager bcopy packing, zero-copy iov lists, rendezvous pipelining, layout memoization)
-//! consume it.
+//! generation and strided pack/unpack. Pure logic, but for [`gpu`]'s kernel launches and
+//! scratch buffers: nothing here sends a byte; the protocols (eager bcopy packing,
+//! zero-copy iov lists, rendezvous pipelining, layout memoization) consume it.
 //!
 //! # Layouts ([`Layout`])
 //!

@@ -1,6 +1,6 @@
 //! Layout copies on a GPU stream: the one part of [`dt::gpu`](super) that touches a device.
 //!
-//! [`copy`] moves the packed bytes of one side ([`Side`]: a layout at an address, or dense
+//! `copy` moves the packed bytes of one side ([`Side`]: a layout at an address, or dense
 //! bytes) into the other's by a [`Method`]: a generated kernel ([`Method::Direct`], also
 //! what packing and unpacking are), one 2D copy, or one copy per piece. Compiled kernels
 //! are kept per device for the process's life, keyed by the pair of shapes and the word;

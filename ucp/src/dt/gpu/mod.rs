@@ -1,7 +1,8 @@
 //! Layouts on the GPU: what a kernel needs to know about a canonical form, the CUDA C
 //! source generated from it, and the measured model that picks how a transfer goes.
 //!
-//! Everything in this module but [`launch`] is pure (tested on CI without a GPU):
+//! Everything in this module but [`launch`] (kernel compilation, caches and launches) and
+//! `stage` (a device layout's scratch buffer) is pure, tested on CI without a GPU:
 //!
 //! * [`Shape`]: a canonical form that is a nest of at most [`MAX_LEVELS`] streams over one
 //!   dense block (contiguous, vector, hvector, subarray, and iov lists shaped like them).
