@@ -101,6 +101,87 @@ ucs_status_t ucpx_queue_query(ucpx_queue_h queue, size_t *pending, size_t *runni
  * Destroy queues before their worker. */
 ucs_status_t ucpx_queue_destroy(ucpx_queue_h queue);
 
+/*
+ * Tag generation schemes (Charm++'s layouts of a 64-bit tag): from the top, a message type,
+ * an id (a source PE, or a channel), and a counter in the low bits. Widths add up to at
+ * most 64, the counter has at least one bit. UCPX_TAG_SCHEME_CHARM_DEVICE is the GPU
+ * Messaging API's 4 | 32 | 28, UCPX_TAG_SCHEME_CHANNEL the Channel API's 4 | 28 | 32.
+ */
+typedef struct ucpx_tag_scheme {
+    uint32_t type_bits;
+    uint32_t id_bits;
+    uint32_t counter_bits;
+} ucpx_tag_scheme_t;
+
+#define UCPX_TAG_SCHEME_CHARM_DEVICE ((ucpx_tag_scheme_t){4, 32, 28})
+#define UCPX_TAG_SCHEME_CHANNEL      ((ucpx_tag_scheme_t){4, 28, 32})
+
+enum {
+    UCPX_TAG_MATCH_TYPE    = 1, /* the type only */
+    UCPX_TAG_MATCH_TYPE_ID = 2, /* the type and the id (one source or channel) */
+    UCPX_TAG_MATCH_ALL     = 3  /* the whole tag */
+};
+
+/* UCS_ERR_INVALID_PARAM when a value does not fit its field. */
+ucs_status_t ucpx_tag_encode(const ucpx_tag_scheme_t *scheme, uint64_t msg_type, uint64_t id,
+                             uint64_t counter, ucp_tag_t *tag_p);
+/* Any output may be NULL. */
+ucs_status_t ucpx_tag_decode(const ucpx_tag_scheme_t *scheme, ucp_tag_t tag,
+                             uint64_t *msg_type, uint64_t *id, uint64_t *counter);
+/* The receive mask for UCPX_TAG_MATCH_*. */
+ucs_status_t ucpx_tag_mask(const ucpx_tag_scheme_t *scheme, uint32_t fields, ucp_tag_t *mask_p);
+
+/*
+ * A wrap-safe tag generator for one (type, id): tags in counter order, each outstanding
+ * until released (call ucpx_tag_gen_release once its operation matched: a receive
+ * completed, a synchronous send completed). A counter that comes round to a tag still
+ * outstanding is refused with UCS_ERR_BUSY, or, with `wait` non-zero, ucpx_tag_gen_next
+ * progresses `worker` until a callback releases it (UCS_ERR_NO_RESOURCE at once when
+ * `worker` is NULL). Charm++'s own 28-bit counter wraps silently.
+ */
+typedef struct ucpx_tag_gen *ucpx_tag_gen_h;
+
+ucs_status_t ucpx_tag_gen_create(const ucpx_tag_scheme_t *scheme, uint64_t msg_type,
+                                 uint64_t id, int wait, ucpx_tag_gen_h *gen_p);
+ucs_status_t ucpx_tag_gen_next(ucpx_tag_gen_h gen, ucp_worker_h worker, ucp_tag_t *tag_p);
+ucs_status_t ucpx_tag_gen_release(ucpx_tag_gen_h gen, ucp_tag_t tag);
+ucs_status_t ucpx_tag_gen_destroy(ucpx_tag_gen_h gen);
+
+/*
+ * Channels (the Channel API): two endpoints joined under an id both sides choose. Sends
+ * and receives take the channel's next counter and derive their tags from it, so messages
+ * match in order with no metadata message; host or GPU memory, any datatype (the
+ * ucp_request_param_t's datatype and memory type), completion by request or callback as
+ * for ucp_tag_send_nbx / ucp_tag_recv_nbx. Wrap-safe: the first send of each half of the
+ * counter space goes synchronously, and entering a half again waits (or, with `wait` 0,
+ * fails with UCS_ERR_BUSY) until the marker of the other half was matched. If the
+ * endpoint fails, pending receives end with its error; closing a channel cancels its
+ * receives that have not matched (UCS_ERR_CANCELED). Close channels before their worker.
+ */
+typedef struct ucpx_channel *ucpx_channel_h;
+
+enum {
+    UCPX_CHANNEL_PARAM_FIELD_SCHEME   = 1,
+    UCPX_CHANNEL_PARAM_FIELD_MSG_TYPE = 2,
+    UCPX_CHANNEL_PARAM_FIELD_WAIT     = 4
+};
+
+typedef struct ucpx_channel_params {
+    uint64_t field_mask;
+    ucpx_tag_scheme_t scheme; /* default UCPX_TAG_SCHEME_CHANNEL */
+    uint64_t msg_type;        /* default 0xC */
+    int wait;                 /* default 1 */
+} ucpx_channel_params_t;
+
+/* `params` may be NULL (defaults). */
+ucs_status_t ucpx_channel_open(ucp_ep_h ep, uint64_t id, const ucpx_channel_params_t *params,
+                               ucpx_channel_h *channel_p);
+ucs_status_ptr_t ucpx_channel_send_nbx(ucpx_channel_h channel, const void *buffer,
+                                       size_t count, const ucp_request_param_t *param);
+ucs_status_ptr_t ucpx_channel_recv_nbx(ucpx_channel_h channel, void *buffer, size_t count,
+                                       const ucp_request_param_t *param);
+ucs_status_t ucpx_channel_close(ucpx_channel_h channel);
+
 END_C_DECLS
 
 #endif

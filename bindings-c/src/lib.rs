@@ -12,6 +12,7 @@
 pub mod types;
 
 mod am;
+mod channel;
 mod context;
 mod dt;
 mod ep;

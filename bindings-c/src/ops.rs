@@ -234,7 +234,7 @@ impl Post {
 
     /// Records the memory type of `d` (of a contiguous buffer; host otherwise).
     #[inline]
-    fn with_mem(mut self, d: &Data) -> Post {
+    pub(crate) fn with_mem(mut self, d: &Data) -> Post {
         if let (Data::Contig(b), true) = (d, ucs::memtype::active()) {
             self.mem = ucs_mem_type(b.mem_type());
         }

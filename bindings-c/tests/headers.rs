@@ -237,6 +237,25 @@ fn mpix_queue_example_runs_a_ring_through_enqueued_operations() {
     assert_eq!(announcements(&err), 4, "every rank on Rucx:\n{err}");
 }
 
+/// Tag schemes, the wrap-safe generator and channels from C (`tests/c/channels.c`): two
+/// processes, 300 messages on a channel whose 3-bit counter wraps while the receiver lags,
+/// every byte checked in order, completions by callback; a close cancelling a receive; a
+/// receive ending with an error when its peer exits.
+#[test]
+fn tag_schemes_and_channels_from_c() {
+    if !have("cc") || !have("pkg-config") {
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
+    }
+    let exe = scratch().join("channels");
+    cc(&crate_dir().join("tests/c/channels.c"), &exe, &rucx_flags());
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(120));
+    assert!(
+        ok && out.contains("channels: OK"),
+        "channels failed:\n{out}\n{err}"
+    );
+    assert_eq!(announcements(&err), 2, "both processes on Rucx:\n{err}");
+}
+
 /// `ucpx_dt_create_vector/indexed/subarray` from C: tag send/receive between layouts and
 /// contiguous buffers (eager, rendezvous, count > 1), the `_nb` entry point, put/get with a
 /// layout, and bad input.

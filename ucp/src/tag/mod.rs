@@ -59,6 +59,7 @@
 
 mod list;
 mod matcher;
+pub mod scheme;
 mod table;
 
 #[cfg(test)]

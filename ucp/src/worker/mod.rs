@@ -28,6 +28,7 @@
 
 pub mod am;
 mod capi;
+pub mod channel;
 #[cfg(feature = "cuda")]
 mod gpu_dt;
 mod handler;
@@ -599,6 +600,9 @@ pub(crate) struct Core {
     pub(crate) mappings: rma::MappingCache,
     pub(crate) rma_queue: VecDeque<ReqId>,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
+    /// Receives bound to the endpoint they expect a message from (`Worker::bind_recv`):
+    /// when it fails, those not matched yet end with its error.
+    pub(crate) bound_recvs: Vec<(usize, ReqId)>,
     /// Set when any of the queues above may hold work for `run_actions`.
     pub(crate) work: bool,
     /// The interface being progressed (for the handler).
@@ -630,6 +634,9 @@ pub struct Worker {
     sock: listener::Sockets,
     am_handlers: Vec<Option<am::AmHandler>>,
     queues: Slab<queue::Queue>,
+    channels: Slab<channel::Channel>,
+    /// The generation of the last channel opened (`ChannelHandle`).
+    channel_gen: u32,
     /// Wakes the queues' progress thread, when there is one, on `enqueue_start`.
     queue_kick: Option<Arc<queue::Kick>>,
     /// The generation of the last queue made (`QueueId`).
@@ -816,6 +823,7 @@ impl Worker {
             vectors: Default::default(),
             rma_queue: VecDeque::new(),
             ep_errors: VecDeque::new(),
+            bound_recvs: Vec::new(),
             work: false,
             cur_iface: 0,
             active: SmallVec::new(),
@@ -834,6 +842,8 @@ impl Worker {
             sock: listener::Sockets::default(),
             am_handlers: Vec::new(),
             queues: Slab::new(),
+            channels: Slab::new(),
+            channel_gen: 0,
             queue_kick: None,
             queue_gen: 0,
         })

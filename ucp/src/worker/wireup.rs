@@ -783,6 +783,25 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
     for id in victims {
         core.complete(id, status, None);
     }
+    // Receives bound to this endpoint that have not matched: nothing will match them now.
+    let bound: Vec<ReqId> = core
+        .bound_recvs
+        .iter()
+        .filter(|(e, _)| *e == ep)
+        .map(|(_, id)| *id)
+        .collect();
+    core.bound_recvs.retain(|(e, _)| *e != ep);
+    for id in bound {
+        let h = match core.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Recv(r)) => r.handle,
+            _ => None,
+        };
+        if let Some(h) = h {
+            if core.matcher.cancel(h).is_some() {
+                core.complete(id, status, None);
+            }
+        }
+    }
     // Messages in flight from this peer can no longer finish; those that arrived whole
     // stay receivable (a peer that sent and then closed has delivered them), but nobody
     // is left to acknowledge a synchronous one to, and the endpoint's slot may be reused.

@@ -1,4 +1,5 @@
-//! Layout copies on a GPU stream: the one part of [`dt::gpu`](super) that touches a device.
+//! Layout copies on a GPU stream: with `stage`, the part of [`dt::gpu`](super) that touches
+//! a device.
 //!
 //! `copy` moves the packed bytes of one side ([`Side`]: a layout at an address, or dense
 //! bytes) into the other's by a [`Method`]: a generated kernel ([`Method::Direct`], also
