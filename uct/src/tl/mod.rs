@@ -11,6 +11,7 @@ pub mod mock_dev;
 pub mod posix;
 pub mod self_;
 pub mod tcp;
+pub mod verbs;
 
 use std::path::Path;
 

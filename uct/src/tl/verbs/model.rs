@@ -1,0 +1,1504 @@
+//! The software HCA model: a [`Provider`] that runs between processes of one host. It is a
+//! model of an HCA, not one, and says so (`name()`); `rc_verbs` uses it only when
+//! configured to (`RUCX_SOFTHCA=1`).
+//!
+//! # How it works
+//!
+//! Each device is a table in a shared-memory segment (`ucs::shm`), whose address (owner
+//! pid, descriptor, length) is the device address peers exchange: its memory regions and
+//! UMR keys (the HCA's translation table), its queue pairs with their receive queues, and
+//! its completion queues. Every mutation happens under the table's lock (a spin lock that
+//! names its owner, taken over if the owner died). A work request is executed by the
+//! requester's model when posted (or when polled, if it had to wait), against the
+//! responder's table and memory: the responder's CPU takes no part, as with a real HCA.
+//! Data moves with cross-memory attach (`process_vm_readv`/`writev`).
+//!
+//! # The rules it keeps
+//!
+//! * **Keys**: a key names a region of its device only; every local SGE and every remote
+//!   access is checked against the region's range and access flags (local write for what
+//!   the HCA writes locally; remote write, read, atomic for what the peer does). A bad
+//!   local SGE completes with `LocProtErr`, a refused remote access with `RemAccessErr`.
+//!   Deregistered keys (and keys of an older registration in the same slot) are refused.
+//! * **Queue pairs**: Reset → Init → Rtr (connected to its remote QP) → Rts, any → Err,
+//!   any → Reset; sends need Rts, receives Init or later. A responder whose QP is not
+//!   connected to the requester refuses with `RemInvReqErr`.
+//! * **Receive not ready**: a SEND finding no posted receive waits and is retried when the
+//!   requester polls (RC with `rnr_retry = 7`, infinite, as UCX sets it); work requests of
+//!   a QP run in order, so later ones wait behind it.
+//! * **Errors flush**: the first failed request completes with its error and moves its QP
+//!   to Err; every request after it, and every posted receive, completes `WrFlushErr`; the
+//!   responder's QP goes to Err too. Posting to a QP in Err completes at once, flushed.
+//! * **UMR**: an indirect key lists at most `max_klm` (address, length, key) entries, each
+//!   inside a region of the device; its addresses run from 0 over the entries in order.
+//!   Creating one costs `mkey_ns` (configurable: `RUCX_SOFTHCA_MKEY_NS`, default 30 µs,
+//!   the order of a UMR work request plus its completion on ConnectX-class HCAs), so that
+//!   caching shows in measurements as it would on hardware.
+//! * **A dead responder**: its memory cannot be reached: `RetryExcErr`, QP to Err.
+//! * **Atomics** (8 bytes, aligned, remote atomic access) are atomic with respect to the
+//!   other atomics of the responder's device (they run under its table lock), which is the
+//!   guarantee IB gives between HCA atomics.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use ucs::shm::Segment;
+
+use super::{
+    Access, Caps, Klm, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge, VResult, VerbsError,
+    Wc, WcOpcode, WcStatus,
+};
+
+const MAGIC: u64 = 0x5275_6378_5368_6361; // "RucxShca"
+const MAX_MR: usize = 1024;
+/// Largest `max_klm` a device can be configured with (the KLM pool is sized by it).
+pub const MAX_KLM: usize = 256;
+const MAX_QP: usize = 64;
+const RQ_DEPTH: usize = 256;
+const MAX_CQ: usize = 32;
+const CQ_DEPTH: usize = 2048;
+const MAX_SGE: usize = 4;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MrEnt {
+    gen: u32,
+    valid: u32,
+    access: u32,
+    indirect: u32,
+    base: u64,
+    len: u64,
+    klm_n: u32,
+    _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct KlmEnt {
+    addr: u64,
+    len: u64,
+    key: u32,
+    _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SgeRaw {
+    addr: u64,
+    len: u32,
+    lkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RqEnt {
+    wr_id: u64,
+    nsge: u32,
+    _pad: u32,
+    sge: [SgeRaw; MAX_SGE],
+}
+
+#[repr(C)]
+struct QpEnt {
+    valid: u32,
+    state: u32,
+    send_cq: u32,
+    recv_cq: u32,
+    rpid: u32,
+    rfd: u32,
+    rlen: u64,
+    rqpn: u32,
+    rq_head: u32,
+    rq_tail: u32,
+    _pad: u32,
+    rq: [RqEnt; RQ_DEPTH],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct WcRaw {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    qpn: u32,
+}
+
+#[repr(C)]
+struct CqEnt {
+    valid: u32,
+    head: u32,
+    tail: u32,
+    overflow: u32,
+    ring: [WcRaw; CQ_DEPTH],
+}
+
+/// The device table. Zero-filled is the empty device.
+#[repr(C)]
+struct Table {
+    lock: AtomicU32,
+    _pad: u32,
+    magic: u64,
+    pid: u32,
+    max_klm: u32,
+    mrs: [MrEnt; MAX_MR],
+    klms: [[KlmEnt; MAX_KLM]; MAX_MR],
+    qps: [QpEnt; MAX_QP],
+    cqs: [CqEnt; MAX_CQ],
+}
+
+/// The table under its lock: plain access to every field.
+struct Locked<'a> {
+    t: &'a mut Table,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.t.lock.store(0, Ordering::Release);
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid as i32, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Locks the table at `t` (mapped, at least `size_of::<Table>()` bytes).
+///
+/// # Safety
+/// `t` points at a mapped device table that stays mapped while the guard lives; every
+/// process accesses it only under this lock (but for the lock word itself).
+unsafe fn lock<'a>(t: *mut Table) -> Locked<'a> {
+    let me = std::process::id();
+    // SAFETY: the lock word is an atomic at the start of the mapping.
+    let word = unsafe { &(*t).lock };
+    let mut spins = 0u32;
+    loop {
+        match word.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(owner) => {
+                spins += 1;
+                if spins.is_multiple_of(4096) && owner != 0 && !pid_alive(owner) {
+                    // The owner died holding it: take it over.
+                    if word
+                        .compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        break;
+                    }
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+    Locked {
+        // SAFETY: we hold the lock, so no other reference to the table is in use; the
+        // caller keeps the mapping while the guard lives.
+        t: unsafe { &mut *t },
+    }
+}
+
+fn key_of(idx: usize, gen: u32) -> u32 {
+    ((idx as u32) << 8) | (gen & 0xff)
+}
+
+/// The region named by `key` in `t`, if it is a live registration of that key.
+fn mr(t: &Table, key: u32) -> Option<(usize, &MrEnt)> {
+    let idx = (key >> 8) as usize;
+    let e = t.mrs.get(idx)?;
+    (idx > 0 && e.valid != 0 && (e.gen & 0xff) == (key & 0xff)).then_some((idx, e))
+}
+
+/// The pieces (address, length) of `[addr, addr + len)` of region `key`, checked against
+/// its range and `need` access; an indirect key is resolved through its entries.
+fn resolve(t: &Table, key: u32, addr: u64, len: u64, need: Access) -> Option<Vec<(u64, u64)>> {
+    let (idx, e) = mr(t, key)?;
+    if !Access::from_bits_truncate(e.access).contains(need) {
+        return None;
+    }
+    let end = addr.checked_add(len)?;
+    if addr < e.base || end > e.base.checked_add(e.len)? {
+        return None;
+    }
+    if e.indirect == 0 {
+        return Some(vec![(addr, len)]);
+    }
+    // Zero-based over the entries in order.
+    let mut out = Vec::new();
+    let (mut at, mut pos) = (addr, 0u64);
+    for k in &t.klms[idx][..e.klm_n as usize] {
+        let (s, f) = (pos, pos + k.len);
+        if at < f && at < end {
+            let from = at - s;
+            let n = (f.min(end)) - at;
+            out.push((k.addr + from, n));
+            at += n;
+        }
+        pos = f;
+        if at >= end {
+            break;
+        }
+    }
+    (at == end).then_some(out)
+}
+
+fn cq_push(t: &mut Table, cq: u32, wc: WcRaw) {
+    let Some(c) = t.cqs.get_mut(cq as usize) else {
+        return;
+    };
+    if c.valid == 0 {
+        return;
+    }
+    if c.tail.wrapping_sub(c.head) as usize >= CQ_DEPTH {
+        // A real CQ overrun is a fatal asynchronous event; the model counts it.
+        c.overflow += 1;
+        return;
+    }
+    c.ring[c.tail as usize % CQ_DEPTH] = wc;
+    c.tail = c.tail.wrapping_add(1);
+}
+
+/// Moves QP `qpn` of `t` to Err, completing its posted receives `WrFlushErr`.
+fn qp_to_err(t: &mut Table, qpn: u32) {
+    let Some(q) = t.qps.get_mut(qpn as usize) else {
+        return;
+    };
+    if q.valid == 0 {
+        return;
+    }
+    q.state = QpState::Err as u32;
+    let cq = q.recv_cq;
+    let mut flushed = Vec::new();
+    while q.rq_head != q.rq_tail {
+        flushed.push(q.rq[q.rq_head as usize % RQ_DEPTH].wr_id);
+        q.rq_head = q.rq_head.wrapping_add(1);
+    }
+    for wr_id in flushed {
+        cq_push(
+            t,
+            cq,
+            WcRaw {
+                wr_id,
+                status: WcStatus::WrFlushErr as u32,
+                opcode: WcOpcode::Recv as u32,
+                byte_len: 0,
+                qpn,
+            },
+        );
+    }
+}
+
+/// Copies between this process's `local` pieces and process `pid`'s `remote` pieces (the
+/// same number of bytes); `to_remote` writes. `Err(errno)` on failure.
+fn cma(pid: u32, local: &[(u64, u64)], remote: &[(u64, u64)], to_remote: bool) -> Result<(), i32> {
+    let iov = |v: &[(u64, u64)]| -> Vec<libc::iovec> {
+        v.iter()
+            .map(|&(a, n)| libc::iovec {
+                iov_base: a as *mut libc::c_void,
+                iov_len: n as usize,
+            })
+            .collect()
+    };
+    let (l, r) = (iov(local), iov(remote));
+    let total: u64 = local.iter().map(|p| p.1).sum();
+    // Batches of at most 1024 entries on each side (IOV_MAX) would need splitting; the
+    // model's requests have at most MAX_SGE local and MAX_KLM remote pieces.
+    // SAFETY: the iovecs describe memory of this process (checked against its regions by
+    // the caller) and of `pid` (checked against the responder's regions); the kernel
+    // checks both mappings and fails with EFAULT rather than touching anything else.
+    let n = unsafe {
+        if to_remote {
+            libc::process_vm_writev(
+                pid as i32,
+                l.as_ptr(),
+                l.len() as _,
+                r.as_ptr(),
+                r.len() as _,
+                0,
+            )
+        } else {
+            libc::process_vm_readv(
+                pid as i32,
+                l.as_ptr(),
+                l.len() as _,
+                r.as_ptr(),
+                r.len() as _,
+                0,
+            )
+        }
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    if n as u64 != total {
+        return Err(libc::EFAULT);
+    }
+    Ok(())
+}
+
+/// How a request ran.
+enum Outcome {
+    Done(WcStatus, u32),
+    /// No receive posted at the responder: retry later.
+    Rnr,
+}
+
+/// A software HCA device (see the module documentation).
+pub struct SoftHca {
+    seg: Segment,
+    table: *mut Table,
+    caps: Caps,
+    mkey_ns: u64,
+    /// Peers' device tables, by their address.
+    peers: HashMap<(u32, u32), Segment>,
+    /// Send requests posted and not run yet (waiting behind a receive-not-ready), per QP.
+    pending: HashMap<u32, VecDeque<SendWr>>,
+    /// UMR keys created, and the time spent creating them.
+    pub mkeys_created: u64,
+    pub mkey_create_ns: u64,
+}
+
+// SAFETY: the table pointer is into `seg`, owned by this value; all access goes through
+// the table lock.
+unsafe impl Send for SoftHca {}
+
+impl std::fmt::Debug for SoftHca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SoftHca(pid {}, fd {})",
+            std::process::id(),
+            self.seg.fd()
+        )
+    }
+}
+
+impl SoftHca {
+    /// A device with `max_klm` entries per UMR key (at most [`MAX_KLM`]) and a key
+    /// creation cost of `mkey_ns`.
+    pub fn open(max_klm: usize, mkey_ns: u64) -> VResult<SoftHca> {
+        if max_klm == 0 || max_klm > MAX_KLM {
+            return Err(VerbsError::Invalid);
+        }
+        let seg =
+            Segment::create(std::mem::size_of::<Table>()).map_err(|_| VerbsError::NoMemory)?;
+        let table = seg.base().cast::<Table>();
+        {
+            // SAFETY: a fresh zero-filled mapping of the table's size.
+            let l = unsafe { lock(table) };
+            l.t.magic = MAGIC;
+            l.t.pid = std::process::id();
+            l.t.max_klm = max_klm as u32;
+        }
+        Ok(SoftHca {
+            seg,
+            table,
+            caps: Caps {
+                max_klm,
+                max_sge: MAX_SGE,
+                max_qp_wr: RQ_DEPTH,
+                max_cqe: CQ_DEPTH,
+            },
+            mkey_ns,
+            peers: HashMap::new(),
+            pending: HashMap::new(),
+            mkeys_created: 0,
+            mkey_create_ns: 0,
+        })
+    }
+
+    /// As configured: `RUCX_SOFTHCA_MAX_KLM` (default 64), `RUCX_SOFTHCA_MKEY_NS`
+    /// (default 30000).
+    pub fn from_env() -> VResult<SoftHca> {
+        let num = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        SoftHca::open(
+            num("RUCX_SOFTHCA_MAX_KLM", 64) as usize,
+            num("RUCX_SOFTHCA_MKEY_NS", 30_000),
+        )
+    }
+
+    fn lock(&self) -> Locked<'_> {
+        // SAFETY: our own table, mapped while `self` lives.
+        unsafe { lock(self.table) }
+    }
+
+    /// The table of the device at `addr` (ours, or a peer's, attached once).
+    fn peer_table(&mut self, pid: u32, fd: u32, len: u64) -> Option<*mut Table> {
+        if pid == std::process::id() && fd as i32 == self.seg.fd() {
+            return Some(self.table);
+        }
+        if len as usize != std::mem::size_of::<Table>() {
+            return None;
+        }
+        let t = match self.peers.entry((pid, fd)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.get().base(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let s = Segment::attach(pid as i32, fd, len as usize).ok()?;
+                v.insert(s).base()
+            }
+        }
+        .cast::<Table>();
+        // SAFETY: a mapping of a device table's size; the magic is read under the lock.
+        let ok = unsafe { lock(t) }.t.magic == MAGIC;
+        ok.then_some(t)
+    }
+
+    /// The local pieces of `sges`, checked against our regions (`need`: what the HCA
+    /// does with them).
+    fn local_pieces(&self, sges: &[Sge], need: Access) -> Option<Vec<(u64, u64)>> {
+        let l = self.lock();
+        let mut out = Vec::with_capacity(sges.len());
+        for s in sges {
+            out.extend(resolve(l.t, s.lkey, s.addr, u64::from(s.len), need)?);
+        }
+        Some(out)
+    }
+
+    /// Runs `wr` of QP `qpn` against its responder.
+    fn execute(&mut self, qpn: u32, wr: &SendWr) -> Outcome {
+        let (rpid, rfd, rlen, rqpn) = {
+            let l = self.lock();
+            let q = &l.t.qps[qpn as usize];
+            (q.rpid, q.rfd, q.rlen, q.rqpn)
+        };
+        let need_local = match wr.opcode {
+            Opcode::Send | Opcode::RdmaWrite => Access::empty(),
+            _ => Access::LOCAL_WRITE,
+        };
+        let Some(local) = self.local_pieces(&wr.sges, need_local) else {
+            return Outcome::Done(WcStatus::LocProtErr, 0);
+        };
+        let bytes: u64 = local.iter().map(|p| p.1).sum();
+        let Some(rt) = self.peer_table(rpid, rfd, rlen) else {
+            return Outcome::Done(WcStatus::RetryExcErr, 0);
+        };
+        if !pid_alive(rpid) {
+            return Outcome::Done(WcStatus::RetryExcErr, 0);
+        }
+        let me = std::process::id();
+        let my_fd = self.seg.fd() as u32;
+        // SAFETY: a peer table attached above (or ours), mapped while `self` lives.
+        let g = unsafe { lock(rt) };
+        let t = &mut *g.t;
+        let Some(rq) = t.qps.get(rqpn as usize).filter(|q| q.valid != 0) else {
+            return Outcome::Done(WcStatus::RemInvReqErr, 0);
+        };
+        let connected = rq.rpid == me && rq.rfd == my_fd && rq.rqpn == qpn;
+        let st = QpState::from_u32(rq.state);
+        if !connected || !matches!(st, QpState::Rtr | QpState::Rts) {
+            return Outcome::Done(WcStatus::RemInvReqErr, 0);
+        }
+        let cma_err = |e: i32| {
+            if e == libc::ESRCH {
+                WcStatus::RetryExcErr
+            } else {
+                WcStatus::RemAccessErr
+            }
+        };
+        match wr.opcode {
+            Opcode::Send => {
+                let q = &mut t.qps[rqpn as usize];
+                if q.rq_head == q.rq_tail {
+                    return Outcome::Rnr;
+                }
+                let e = q.rq[q.rq_head as usize % RQ_DEPTH];
+                q.rq_head = q.rq_head.wrapping_add(1);
+                let recv_cq = q.recv_cq;
+                let mut dst = Vec::new();
+                let mut room = 0u64;
+                let mut ok = true;
+                for s in &e.sge[..e.nsge as usize] {
+                    match resolve(t, s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE) {
+                        Some(p) => {
+                            room += u64::from(s.len);
+                            dst.extend(p);
+                        }
+                        None => ok = false,
+                    }
+                }
+                let (rs, ss) = if !ok {
+                    (WcStatus::LocProtErr, WcStatus::RemInvReqErr)
+                } else if bytes > room {
+                    (WcStatus::LocLenErr, WcStatus::RemInvReqErr)
+                } else {
+                    // The receive's pieces cut to the message's length.
+                    let mut left = bytes;
+                    let cut: Vec<(u64, u64)> = dst
+                        .iter()
+                        .filter_map(|&(a, n)| {
+                            let m = n.min(left);
+                            left -= m;
+                            (m > 0).then_some((a, m))
+                        })
+                        .collect();
+                    match cma(t.pid, &local, &cut, true) {
+                        Ok(()) => (WcStatus::Success, WcStatus::Success),
+                        Err(e) => (WcStatus::LocProtErr, cma_err(e)),
+                    }
+                };
+                cq_push(
+                    t,
+                    recv_cq,
+                    WcRaw {
+                        wr_id: e.wr_id,
+                        status: rs as u32,
+                        opcode: WcOpcode::Recv as u32,
+                        byte_len: if rs == WcStatus::Success {
+                            bytes as u32
+                        } else {
+                            0
+                        },
+                        qpn: rqpn,
+                    },
+                );
+                if ss != WcStatus::Success {
+                    qp_to_err(t, rqpn);
+                }
+                Outcome::Done(ss, bytes as u32)
+            }
+            Opcode::RdmaWrite | Opcode::RdmaRead => {
+                let need = if wr.opcode == Opcode::RdmaWrite {
+                    Access::REMOTE_WRITE
+                } else {
+                    Access::REMOTE_READ
+                };
+                let Some(remote) = resolve(t, wr.rkey, wr.remote_addr, bytes, need) else {
+                    qp_to_err(t, rqpn);
+                    return Outcome::Done(WcStatus::RemAccessErr, 0);
+                };
+                match cma(t.pid, &local, &remote, wr.opcode == Opcode::RdmaWrite) {
+                    Ok(()) => Outcome::Done(WcStatus::Success, bytes as u32),
+                    Err(e) => {
+                        qp_to_err(t, rqpn);
+                        Outcome::Done(cma_err(e), 0)
+                    }
+                }
+            }
+            Opcode::FetchAdd { .. } | Opcode::CompSwap { .. } => {
+                let remote = resolve(t, wr.rkey, wr.remote_addr, 8, Access::REMOTE_ATOMIC)
+                    .filter(|r| r.len() == 1 && r[0].0 % 8 == 0 && bytes == 8);
+                let Some(remote) = remote else {
+                    qp_to_err(t, rqpn);
+                    return Outcome::Done(WcStatus::RemAccessErr, 0);
+                };
+                // Read, compute and write under the responder's lock: atomic with respect
+                // to every other atomic of that device.
+                let mut old = 0u64;
+                let tmp = [(&mut old as *mut u64 as u64, 8u64)];
+                if let Err(e) = cma(t.pid, &tmp, &remote, false) {
+                    qp_to_err(t, rqpn);
+                    return Outcome::Done(cma_err(e), 0);
+                }
+                let new = match wr.opcode {
+                    Opcode::FetchAdd { add } => Some(old.wrapping_add(add)),
+                    Opcode::CompSwap { compare, swap } => (old == compare).then_some(swap),
+                    _ => None,
+                };
+                if let Some(mut v) = new {
+                    let src = [(&mut v as *mut u64 as u64, 8u64)];
+                    if let Err(e) = cma(t.pid, &src, &remote, true) {
+                        qp_to_err(t, rqpn);
+                        return Outcome::Done(cma_err(e), 0);
+                    }
+                }
+                drop(g);
+                // The old value into the local SGE (checked for local write above).
+                let src = [(&mut old as *mut u64 as u64, 8u64)];
+                match cma(std::process::id(), &local, &src, false) {
+                    Ok(()) => Outcome::Done(WcStatus::Success, 8),
+                    Err(_) => Outcome::Done(WcStatus::LocProtErr, 0),
+                }
+            }
+        }
+    }
+
+    /// Runs QP `qpn`'s pending sends in order, until one waits for a receive.
+    fn run_pending(&mut self, qpn: u32) {
+        loop {
+            let Some(wr) = self.pending.get(&qpn).and_then(|q| q.front()).cloned() else {
+                return;
+            };
+            let (state, send_cq) = {
+                let l = self.lock();
+                let q = &l.t.qps[qpn as usize];
+                (QpState::from_u32(q.state), q.send_cq)
+            };
+            let outcome = if state == QpState::Err {
+                Outcome::Done(WcStatus::WrFlushErr, 0)
+            } else {
+                self.execute(qpn, &wr)
+            };
+            let (status, n) = match outcome {
+                Outcome::Rnr => return,
+                Outcome::Done(s, n) => (s, n),
+            };
+            if let Some(q) = self.pending.get_mut(&qpn) {
+                q.pop_front();
+            }
+            let l = self.lock();
+            if status != WcStatus::Success && state != QpState::Err {
+                qp_to_err(l.t, qpn);
+            }
+            if status != WcStatus::Success || wr.signaled {
+                let opcode = match wr.opcode {
+                    Opcode::Send => WcOpcode::Send,
+                    Opcode::RdmaWrite => WcOpcode::RdmaWrite,
+                    Opcode::RdmaRead => WcOpcode::RdmaRead,
+                    _ => WcOpcode::Atomic,
+                };
+                cq_push(
+                    l.t,
+                    send_cq,
+                    WcRaw {
+                        wr_id: wr.wr_id,
+                        status: status as u32,
+                        opcode: opcode as u32,
+                        byte_len: n,
+                        qpn,
+                    },
+                );
+            }
+        }
+    }
+
+    /// CQ overruns so far (a real HCA raises a fatal event).
+    pub fn cq_overflows(&self, cq: u32) -> u32 {
+        self.lock().t.cqs.get(cq as usize).map_or(0, |c| c.overflow)
+    }
+}
+
+impl Provider for SoftHca {
+    fn name(&self) -> &str {
+        "software HCA model"
+    }
+
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    fn device_address(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16);
+        v.extend_from_slice(&std::process::id().to_le_bytes());
+        v.extend_from_slice(&(self.seg.fd() as u32).to_le_bytes());
+        v.extend_from_slice(&(self.seg.len() as u64).to_le_bytes());
+        v
+    }
+
+    fn reg_mr(&mut self, addr: u64, len: u64, access: Access) -> VResult<u32> {
+        if len == 0 || addr.checked_add(len).is_none() {
+            return Err(VerbsError::Invalid);
+        }
+        // Registration pins memory: memory that is not mapped cannot be registered.
+        let mut probe = [0u8; 1];
+        for a in [addr, addr + len - 1] {
+            let dst = [(probe.as_mut_ptr() as u64, 1u64)];
+            cma(std::process::id(), &dst, &[(a, 1)], false).map_err(|_| VerbsError::Fault)?;
+        }
+        let l = self.lock();
+        let idx = (1..MAX_MR)
+            .find(|&i| l.t.mrs[i].valid == 0)
+            .ok_or(VerbsError::NoMemory)?;
+        let e = &mut l.t.mrs[idx];
+        e.gen = e.gen.wrapping_add(1);
+        e.valid = 1;
+        e.access = access.bits();
+        e.indirect = 0;
+        e.base = addr;
+        e.len = len;
+        e.klm_n = 0;
+        Ok(key_of(idx, e.gen))
+    }
+
+    fn dereg_mr(&mut self, key: u32) -> VResult<()> {
+        let l = self.lock();
+        let (idx, e) = mr(l.t, key).ok_or(VerbsError::Invalid)?;
+        if e.indirect != 0 {
+            return Err(VerbsError::Invalid);
+        }
+        l.t.mrs[idx].valid = 0;
+        Ok(())
+    }
+
+    fn create_mkey(&mut self, entries: &[Klm], access: Access) -> VResult<u32> {
+        if entries.is_empty() || entries.len() > self.caps.max_klm {
+            return Err(VerbsError::Invalid);
+        }
+        let t0 = ucs::time::now_ns();
+        let slot = {
+            let l = self.lock();
+            let mut total = 0u64;
+            for k in entries {
+                // Each entry lies in a direct region of this device.
+                match mr(l.t, k.key) {
+                    Some((_, e))
+                        if e.indirect == 0
+                            && k.addr >= e.base
+                            && k.addr
+                                .checked_add(k.len)
+                                .is_some_and(|x| x <= e.base + e.len) => {}
+                    _ => return Err(VerbsError::Invalid),
+                }
+                total = total.checked_add(k.len).ok_or(VerbsError::Invalid)?;
+            }
+            let idx = (1..MAX_MR)
+                .find(|&i| l.t.mrs[i].valid == 0)
+                .ok_or(VerbsError::NoMemory)?;
+            for (i, k) in entries.iter().enumerate() {
+                l.t.klms[idx][i] = KlmEnt {
+                    addr: k.addr,
+                    len: k.len,
+                    key: k.key,
+                    _pad: 0,
+                };
+            }
+            let e = &mut l.t.mrs[idx];
+            e.gen = e.gen.wrapping_add(1);
+            e.valid = 1;
+            e.access = access.bits();
+            e.indirect = 1;
+            e.base = 0;
+            e.len = total;
+            e.klm_n = entries.len() as u32;
+            (idx, e.gen)
+        };
+        // The HCA's cost of building the key (a UMR work request and its completion).
+        while ucs::time::now_ns().saturating_sub(t0) < self.mkey_ns {
+            std::hint::spin_loop();
+        }
+        self.mkeys_created += 1;
+        self.mkey_create_ns += ucs::time::now_ns() - t0;
+        Ok(key_of(slot.0, slot.1))
+    }
+
+    fn destroy_mkey(&mut self, key: u32) -> VResult<()> {
+        let l = self.lock();
+        let (idx, e) = mr(l.t, key).ok_or(VerbsError::Invalid)?;
+        if e.indirect == 0 {
+            return Err(VerbsError::Invalid);
+        }
+        l.t.mrs[idx].valid = 0;
+        Ok(())
+    }
+
+    fn create_cq(&mut self) -> VResult<u32> {
+        let l = self.lock();
+        let i = (0..MAX_CQ)
+            .find(|&i| l.t.cqs[i].valid == 0)
+            .ok_or(VerbsError::NoMemory)?;
+        let c = &mut l.t.cqs[i];
+        c.valid = 1;
+        c.head = 0;
+        c.tail = 0;
+        c.overflow = 0;
+        Ok(i as u32)
+    }
+
+    fn create_qp(&mut self, send_cq: u32, recv_cq: u32) -> VResult<u32> {
+        let l = self.lock();
+        for cq in [send_cq, recv_cq] {
+            if l.t.cqs.get(cq as usize).is_none_or(|c| c.valid == 0) {
+                return Err(VerbsError::Invalid);
+            }
+        }
+        let i = (1..MAX_QP)
+            .find(|&i| l.t.qps[i].valid == 0)
+            .ok_or(VerbsError::NoMemory)?;
+        let q = &mut l.t.qps[i];
+        q.valid = 1;
+        q.state = QpState::Reset as u32;
+        q.send_cq = send_cq;
+        q.recv_cq = recv_cq;
+        q.rpid = 0;
+        q.rfd = 0;
+        q.rlen = 0;
+        q.rqpn = 0;
+        q.rq_head = 0;
+        q.rq_tail = 0;
+        Ok(i as u32)
+    }
+
+    fn modify_qp(&mut self, qpn: u32, state: QpState, remote: Option<&QpAddr>) -> VResult<()> {
+        let to_err;
+        {
+            let l = self.lock();
+            let q =
+                l.t.qps
+                    .get_mut(qpn as usize)
+                    .filter(|q| q.valid != 0)
+                    .ok_or(VerbsError::Invalid)?;
+            let cur = QpState::from_u32(q.state);
+            match (cur, state) {
+                (QpState::Reset, QpState::Init) | (QpState::Rtr, QpState::Rts) => {
+                    q.state = state as u32;
+                }
+                (QpState::Init, QpState::Rtr) => {
+                    let r = remote.ok_or(VerbsError::Invalid)?;
+                    let d = &r.device;
+                    if d.len() != 16 {
+                        return Err(VerbsError::Invalid);
+                    }
+                    q.rpid =
+                        u32::from_le_bytes(d[0..4].try_into().map_err(|_| VerbsError::Invalid)?);
+                    q.rfd =
+                        u32::from_le_bytes(d[4..8].try_into().map_err(|_| VerbsError::Invalid)?);
+                    q.rlen =
+                        u64::from_le_bytes(d[8..16].try_into().map_err(|_| VerbsError::Invalid)?);
+                    q.rqpn = r.qpn;
+                    q.state = state as u32;
+                }
+                (_, QpState::Reset) => {
+                    q.state = QpState::Reset as u32;
+                    q.rq_head = 0;
+                    q.rq_tail = 0;
+                    q.rpid = 0;
+                    q.rqpn = 0;
+                }
+                (_, QpState::Err) => {}
+                _ => return Err(VerbsError::Invalid),
+            }
+            to_err = state == QpState::Err;
+            if to_err {
+                qp_to_err(l.t, qpn);
+            }
+        }
+        if state == QpState::Reset {
+            self.pending.remove(&qpn);
+        }
+        if to_err {
+            // Requests waiting to run are flushed.
+            self.run_pending(qpn);
+        }
+        Ok(())
+    }
+
+    fn query_qp(&self, qpn: u32) -> VResult<QpState> {
+        let l = self.lock();
+        l.t.qps
+            .get(qpn as usize)
+            .filter(|q| q.valid != 0)
+            .map(|q| QpState::from_u32(q.state))
+            .ok_or(VerbsError::Invalid)
+    }
+
+    fn destroy_qp(&mut self, qpn: u32) -> VResult<()> {
+        let l = self.lock();
+        let q =
+            l.t.qps
+                .get_mut(qpn as usize)
+                .filter(|q| q.valid != 0)
+                .ok_or(VerbsError::Invalid)?;
+        q.valid = 0;
+        drop(l);
+        self.pending.remove(&qpn);
+        Ok(())
+    }
+
+    fn post_send(&mut self, qpn: u32, wr: &SendWr) -> VResult<()> {
+        if wr.sges.len() > MAX_SGE {
+            return Err(VerbsError::Invalid);
+        }
+        let state = self.query_qp(qpn)?;
+        if !matches!(state, QpState::Rts | QpState::Err) {
+            return Err(VerbsError::Invalid);
+        }
+        let q = self.pending.entry(qpn).or_default();
+        if q.len() >= RQ_DEPTH {
+            return Err(VerbsError::NoMemory);
+        }
+        q.push_back(wr.clone());
+        self.run_pending(qpn);
+        Ok(())
+    }
+
+    fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> VResult<()> {
+        if wr.sges.len() > MAX_SGE {
+            return Err(VerbsError::Invalid);
+        }
+        let l = self.lock();
+        let q =
+            l.t.qps
+                .get_mut(qpn as usize)
+                .filter(|q| q.valid != 0)
+                .ok_or(VerbsError::Invalid)?;
+        match QpState::from_u32(q.state) {
+            QpState::Reset => return Err(VerbsError::Invalid),
+            QpState::Err => {
+                let cq = q.recv_cq;
+                cq_push(
+                    l.t,
+                    cq,
+                    WcRaw {
+                        wr_id: wr.wr_id,
+                        status: WcStatus::WrFlushErr as u32,
+                        opcode: WcOpcode::Recv as u32,
+                        byte_len: 0,
+                        qpn,
+                    },
+                );
+                return Ok(());
+            }
+            _ => {}
+        }
+        if q.rq_tail.wrapping_sub(q.rq_head) as usize >= RQ_DEPTH {
+            return Err(VerbsError::NoMemory);
+        }
+        let mut e = RqEnt {
+            wr_id: wr.wr_id,
+            nsge: wr.sges.len() as u32,
+            _pad: 0,
+            sge: [SgeRaw {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; MAX_SGE],
+        };
+        for (i, s) in wr.sges.iter().enumerate() {
+            e.sge[i] = SgeRaw {
+                addr: s.addr,
+                len: s.len,
+                lkey: s.lkey,
+            };
+        }
+        q.rq[q.rq_tail as usize % RQ_DEPTH] = e;
+        q.rq_tail = q.rq_tail.wrapping_add(1);
+        Ok(())
+    }
+
+    fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<Wc>) -> usize {
+        // The HCA retries what waited for a receive.
+        let qps: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        for q in qps {
+            self.run_pending(q);
+        }
+        let l = self.lock();
+        let Some(c) = l.t.cqs.get_mut(cq as usize).filter(|c| c.valid != 0) else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < max && c.head != c.tail {
+            let w = c.ring[c.head as usize % CQ_DEPTH];
+            c.head = c.head.wrapping_add(1);
+            out.push(Wc {
+                wr_id: w.wr_id,
+                status: WcStatus::from_u32(w.status),
+                opcode: WcOpcode::from_u32(w.opcode),
+                byte_len: w.byte_len,
+                qpn: w.qpn,
+            });
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Between two processes: the test re-runs its own binary as the responder
+    //! (`RUCX_SOFTHCA_CHILD=1`), driven by lines on its stdin.
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+    use smallvec::smallvec;
+
+    use super::*;
+
+    const NAME: &str = "tl::verbs::model::tests::verbs_between_two_processes";
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+            .collect()
+    }
+
+    fn connect(h: &mut SoftHca, qp: u32, dev: Vec<u8>, rqpn: u32) {
+        h.modify_qp(qp, QpState::Init, None).unwrap();
+        let r = QpAddr {
+            device: dev,
+            qpn: rqpn,
+        };
+        h.modify_qp(qp, QpState::Rtr, Some(&r)).unwrap();
+        h.modify_qp(qp, QpState::Rts, None).unwrap();
+    }
+
+    fn reconnect(h: &mut SoftHca, qp: u32, dev: Vec<u8>, rqpn: u32) {
+        h.modify_qp(qp, QpState::Reset, None).unwrap();
+        connect(h, qp, dev, rqpn);
+    }
+
+    /// The responder.
+    fn child() {
+        let mut h = SoftHca::open(4, 0).unwrap();
+        let cq = h.create_cq().unwrap();
+        let qp = h.create_qp(cq, cq).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        let ro = pattern(4096, 7);
+        let mut at = vec![0u64; 8];
+        at[0] = 100;
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let wkey = h
+            .reg_mr(buf.as_mut_ptr() as u64, buf.len() as u64, rw)
+            .unwrap();
+        let rkey = h
+            .reg_mr(ro.as_ptr() as u64, 4096, Access::REMOTE_READ)
+            .unwrap();
+        let akey = h
+            .reg_mr(at.as_mut_ptr() as u64, 64, Access::REMOTE_ATOMIC)
+            .unwrap();
+        println!(
+            "@@ DEV {} QP {qp} BUF {} W {wkey} RO {} R {rkey} AT {} A {akey}",
+            hex(&h.device_address()),
+            buf.as_ptr() as u64,
+            ro.as_ptr() as u64,
+            at.as_ptr() as u64
+        );
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        let l = lines.next().unwrap().unwrap();
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (pdev, pqp) = (unhex(f[1]), f[3].parse::<u32>().unwrap());
+        connect(&mut h, qp, pdev.clone(), pqp);
+        println!("@@ OK");
+        for l in lines {
+            let l = l.unwrap();
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f[0] {
+                "RECV" => {
+                    let n: usize = f[1].parse().unwrap();
+                    for i in 0..n {
+                        let addr = buf.as_ptr() as u64 + (32 << 10) + (i as u64) * 1024;
+                        let wr = RecvWr {
+                            wr_id: 1000 + i as u64,
+                            sges: smallvec![Sge {
+                                addr,
+                                len: 1024,
+                                lkey: wkey
+                            }],
+                        };
+                        h.post_recv(qp, &wr).unwrap();
+                    }
+                    println!("@@ OK");
+                }
+                "POLL" => {
+                    let mut v = Vec::new();
+                    h.poll_cq(cq, 64, &mut v);
+                    let s: Vec<String> = v
+                        .iter()
+                        .map(|w| format!("{}:{:?}:{}", w.wr_id, w.status, w.byte_len))
+                        .collect();
+                    println!("@@ WC {}", s.join(" "));
+                }
+                "CHECK" => {
+                    let (off, len, seed): (usize, usize, u8) = (
+                        f[1].parse().unwrap(),
+                        f[2].parse().unwrap(),
+                        f[3].parse().unwrap(),
+                    );
+                    let ok = buf[off..off + len] == pattern(len, seed)[..];
+                    println!("@@ {}", if ok { "OK" } else { "BAD" });
+                }
+                "UMR" => {
+                    let b = buf.as_ptr() as u64;
+                    let e = |o: u64, n: u64| Klm {
+                        addr: b + o,
+                        len: n,
+                        key: wkey,
+                    };
+                    let k = h
+                        .create_mkey(&[e(1000, 100), e(5000, 300), e(9000, 50)], rw)
+                        .unwrap();
+                    let too_many = [e(0, 1), e(1, 1), e(2, 1), e(3, 1), e(4, 1)];
+                    let refused = h.create_mkey(&too_many, rw) == Err(VerbsError::Invalid);
+                    println!("@@ MKEY {k} {refused}");
+                }
+                "STATE" => println!("@@ {:?}", h.query_qp(qp).unwrap()),
+                "RECONNECT" => {
+                    reconnect(&mut h, qp, pdev.clone(), pqp);
+                    println!("@@ OK");
+                }
+                _ => std::process::exit(0),
+            }
+        }
+        std::process::exit(0);
+    }
+
+    struct Peer {
+        child: Child,
+        stdin: ChildStdin,
+        out: BufReader<ChildStdout>,
+    }
+
+    impl Peer {
+        fn line(&mut self) -> String {
+            loop {
+                let mut l = String::new();
+                assert!(self.out.read_line(&mut l).unwrap() > 0, "responder ended");
+                // The child's test harness prints on the same stream: our lines carry a
+                // marker.
+                if let Some(i) = l.find("@@ ") {
+                    return l[i + 3..].trim().to_string();
+                }
+            }
+        }
+        fn ask(&mut self, cmd: &str) -> String {
+            writeln!(self.stdin, "{cmd}").unwrap();
+            self.line()
+        }
+    }
+
+    fn poll_all(h: &mut SoftHca, cq: u32) -> Vec<Wc> {
+        let mut v = Vec::new();
+        h.poll_cq(cq, 64, &mut v);
+        v
+    }
+
+    fn wr(id: u64, op: Opcode, sge: Sge, raddr: u64, rkey: u32) -> SendWr {
+        SendWr {
+            wr_id: id,
+            opcode: op,
+            sges: smallvec![sge],
+            remote_addr: raddr,
+            rkey,
+            signaled: true,
+        }
+    }
+
+    #[test]
+    fn verbs_between_two_processes() {
+        if std::env::var_os("RUCX_SOFTHCA_CHILD").is_some() {
+            child();
+            return;
+        }
+        let mut c = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env("RUCX_SOFTHCA_CHILD", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = c.stdin.take().unwrap();
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let mut p = Peer {
+            child: c,
+            stdin,
+            out,
+        };
+        let hello = p.line();
+        let f: Vec<&str> = hello.split_whitespace().collect();
+        let num = |i: usize| f[i].parse::<u64>().unwrap();
+        let (cdev, cqp) = (unhex(f[1]), num(3) as u32);
+        let (cbuf, wkey, cro, rkey, cat, akey) = (
+            num(5),
+            num(7) as u32,
+            num(9),
+            num(11) as u32,
+            num(13),
+            num(15) as u32,
+        );
+
+        let mut h = SoftHca::open(8, 0).unwrap();
+        let cq = h.create_cq().unwrap();
+        let qp = h.create_qp(cq, cq).unwrap();
+        let mut local = pattern(16 << 10, 3);
+        let lkey = h
+            .reg_mr(
+                local.as_mut_ptr() as u64,
+                local.len() as u64,
+                Access::LOCAL_WRITE,
+            )
+            .unwrap();
+        let lb = local.as_ptr() as u64;
+        writeln!(p.stdin, "DEV {} QP {qp}", hex(&h.device_address())).unwrap();
+        connect(&mut h, qp, cdev.clone(), cqp);
+        assert_eq!(p.line(), "OK");
+        let sge = |off: u64, len: u32| Sge {
+            addr: lb + off,
+            len,
+            lkey,
+        };
+
+        // RDMA WRITE and READ; the data checked on the other side.
+        h.post_send(qp, &wr(1, Opcode::RdmaWrite, sge(0, 4096), cbuf, wkey))
+            .unwrap();
+        let w = poll_all(&mut h, cq);
+        assert_eq!(w.len(), 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status, w[0].byte_len),
+            (1, WcStatus::Success, 4096)
+        );
+        assert_eq!(p.ask("CHECK 0 4096 3"), "OK");
+        h.post_send(qp, &wr(2, Opcode::RdmaRead, sge(8192, 2048), cro, rkey))
+            .unwrap();
+        assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::Success);
+        assert_eq!(local[8192..8192 + 2048], pattern(4096, 7)[..2048]);
+
+        // Atomics: the old value comes back; a failed compare swaps nothing.
+        h.post_send(
+            qp,
+            &wr(3, Opcode::FetchAdd { add: 5 }, sge(0, 8), cat, akey),
+        )
+        .unwrap();
+        assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::Success);
+        assert_eq!(u64::from_ne_bytes(local[0..8].try_into().unwrap()), 100);
+        let cs = |c, s| Opcode::CompSwap {
+            compare: c,
+            swap: s,
+        };
+        h.post_send(qp, &wr(4, cs(105, 1), sge(0, 8), cat, akey))
+            .unwrap();
+        h.post_send(qp, &wr(5, cs(7, 9), sge(8, 8), cat, akey))
+            .unwrap();
+        assert!(poll_all(&mut h, cq)
+            .iter()
+            .all(|w| w.status == WcStatus::Success));
+        assert_eq!(u64::from_ne_bytes(local[0..8].try_into().unwrap()), 105);
+        assert_eq!(
+            u64::from_ne_bytes(local[8..16].try_into().unwrap()),
+            1,
+            "no swap"
+        );
+
+        // Receive not ready: the SEND waits (and the WRITE behind it) until a receive is
+        // posted; then both complete, in order.
+        local[..512].copy_from_slice(&pattern(512, 9));
+        h.post_send(qp, &wr(6, Opcode::Send, sge(0, 512), 0, 0))
+            .unwrap();
+        h.post_send(qp, &wr(7, Opcode::RdmaWrite, sge(0, 16), cbuf + 100, wkey))
+            .unwrap();
+        assert!(
+            poll_all(&mut h, cq).is_empty(),
+            "a SEND with no receive completed"
+        );
+        assert_eq!(p.ask("RECV 2"), "OK");
+        let w = poll_all(&mut h, cq);
+        assert_eq!(
+            w.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            vec![(6, WcStatus::Success), (7, WcStatus::Success)]
+        );
+        assert_eq!(p.ask("POLL"), "WC 1000:Success:512");
+        assert_eq!(p.ask("CHECK 32768 512 9"), "OK");
+        // A message longer than the receive: the responder's receive fails, both QPs go
+        // to Err, and what follows is flushed.
+        h.post_send(qp, &wr(8, Opcode::Send, sge(0, 2048), 0, 0))
+            .unwrap();
+        h.post_send(qp, &wr(9, Opcode::RdmaWrite, sge(0, 8), cbuf, wkey))
+            .unwrap();
+        let w = poll_all(&mut h, cq);
+        assert_eq!(
+            w.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            vec![(8, WcStatus::RemInvReqErr), (9, WcStatus::WrFlushErr)]
+        );
+        assert_eq!(h.query_qp(qp), Ok(QpState::Err));
+        assert_eq!(p.ask("POLL"), "WC 1001:LocLenErr:0");
+        assert_eq!(p.ask("STATE"), "Err");
+        h.post_send(qp, &wr(10, Opcode::RdmaWrite, sge(0, 8), cbuf, wkey))
+            .unwrap();
+        assert_eq!(
+            poll_all(&mut h, cq)[0].status,
+            WcStatus::WrFlushErr,
+            "posted in Err"
+        );
+
+        // UMR: an indirect key over three pieces of the responder's buffer, written in one
+        // request; an access past its length is refused; more than max_klm entries too.
+        reconnect(&mut h, qp, cdev.clone(), cqp);
+        assert_eq!(p.ask("RECONNECT"), "OK");
+        let m = p.ask("UMR");
+        let mf: Vec<&str> = m.split_whitespace().collect();
+        let mkey: u32 = mf[1].parse().unwrap();
+        assert_eq!(mf[2], "true", "more than max_klm entries accepted");
+        local[..450].copy_from_slice(&pattern(450, 11));
+        h.post_send(qp, &wr(11, Opcode::RdmaWrite, sge(0, 450), 0, mkey))
+            .unwrap();
+        assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::Success);
+        assert_eq!(p.ask("CHECK 1000 100 11"), "OK");
+        // The second and third pieces hold bytes 100.. and 400.. of the message: the same
+        // pattern, its seed moved on by 100 * 13 and 400 * 13 (mod 256).
+        assert_eq!(p.ask("CHECK 5000 300 31"), "OK");
+        assert_eq!(p.ask("CHECK 9000 50 91"), "OK");
+        h.post_send(qp, &wr(12, Opcode::RdmaWrite, sge(0, 100), 400, mkey))
+            .unwrap();
+        assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::RemAccessErr);
+
+        // Access rules: write to a read-only region, past a region, a bad local key.
+        for (id, op, s, addr, key, want) in [
+            (
+                13,
+                Opcode::RdmaWrite,
+                sge(0, 8),
+                cro,
+                rkey,
+                WcStatus::RemAccessErr,
+            ),
+            (
+                14,
+                Opcode::RdmaWrite,
+                sge(0, 64),
+                cbuf + (64 << 10) - 32,
+                wkey,
+                WcStatus::RemAccessErr,
+            ),
+            (
+                15,
+                Opcode::RdmaRead,
+                Sge {
+                    addr: lb,
+                    len: 8,
+                    lkey: lkey + 1,
+                },
+                cbuf,
+                wkey,
+                WcStatus::LocProtErr,
+            ),
+            (
+                16,
+                Opcode::FetchAdd { add: 1 },
+                sge(0, 8),
+                cat + 4,
+                akey,
+                WcStatus::RemAccessErr,
+            ),
+        ] {
+            reconnect(&mut h, qp, cdev.clone(), cqp);
+            assert_eq!(p.ask("RECONNECT"), "OK");
+            h.post_send(qp, &wr(id, op, s, addr, key)).unwrap();
+            let w = poll_all(&mut h, cq);
+            assert_eq!((w[0].wr_id, w[0].status), (id, want));
+            assert_eq!(h.query_qp(qp), Ok(QpState::Err));
+        }
+
+        // A dead responder: retries exceeded.
+        reconnect(&mut h, qp, cdev.clone(), cqp);
+        assert_eq!(p.ask("RECONNECT"), "OK");
+        writeln!(p.stdin, "EXIT").unwrap();
+        p.child.wait().unwrap();
+        h.post_send(qp, &wr(17, Opcode::RdmaWrite, sge(0, 8), cbuf, wkey))
+            .unwrap();
+        assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::RetryExcErr);
+    }
+
+    /// One process: the state machine, key lifetimes, the UMR limit and creation cost.
+    #[test]
+    fn state_machine_keys_and_umr_cost() {
+        let mut h = SoftHca::open(2, 200_000).unwrap();
+        assert!(SoftHca::open(MAX_KLM + 1, 0).is_err());
+        let cq = h.create_cq().unwrap();
+        let qp = h.create_qp(cq, cq).unwrap();
+        assert_eq!(h.create_qp(cq, 99), Err(VerbsError::Invalid));
+        let r = QpAddr {
+            device: h.device_address(),
+            qpn: qp,
+        };
+        // Transitions out of order are refused; posting needs the right state.
+        assert_eq!(
+            h.modify_qp(qp, QpState::Rts, None),
+            Err(VerbsError::Invalid)
+        );
+        assert_eq!(
+            h.modify_qp(qp, QpState::Rtr, Some(&r)),
+            Err(VerbsError::Invalid)
+        );
+        let mut b = vec![0u8; 4096];
+        let k = h
+            .reg_mr(b.as_mut_ptr() as u64, 4096, Access::LOCAL_WRITE)
+            .unwrap();
+        let s = Sge {
+            addr: b.as_ptr() as u64,
+            len: 8,
+            lkey: k,
+        };
+        let w = wr(1, Opcode::RdmaWrite, s, 0, 0);
+        assert_eq!(
+            h.post_send(qp, &w),
+            Err(VerbsError::Invalid),
+            "send in Reset"
+        );
+        let rw = RecvWr {
+            wr_id: 1,
+            sges: smallvec![s],
+        };
+        assert_eq!(
+            h.post_recv(qp, &rw),
+            Err(VerbsError::Invalid),
+            "receive in Reset"
+        );
+        h.modify_qp(qp, QpState::Init, None).unwrap();
+        h.post_recv(qp, &rw).unwrap();
+        assert_eq!(
+            h.modify_qp(qp, QpState::Rtr, None),
+            Err(VerbsError::Invalid),
+            "no remote"
+        );
+        // Unmapped memory cannot be registered; keys die with deregistration.
+        assert_eq!(
+            h.reg_mr(8, 4096, Access::LOCAL_WRITE),
+            Err(VerbsError::Fault)
+        );
+        h.dereg_mr(k).unwrap();
+        assert_eq!(h.dereg_mr(k), Err(VerbsError::Invalid));
+        let k2 = h
+            .reg_mr(b.as_mut_ptr() as u64, 4096, Access::LOCAL_WRITE)
+            .unwrap();
+        assert_ne!(k, k2, "a new registration in the same slot has a new key");
+        // UMR: at most max_klm entries, each inside a region; creation costs what it was
+        // configured to.
+        let e = |o: u64| Klm {
+            addr: b.as_ptr() as u64 + o,
+            len: 16,
+            key: k2,
+        };
+        assert_eq!(
+            h.create_mkey(&[e(0), e(16), e(32)], Access::REMOTE_READ),
+            Err(VerbsError::Invalid)
+        );
+        let bad = Klm {
+            addr: b.as_ptr() as u64 + 4090,
+            len: 16,
+            key: k2,
+        };
+        assert_eq!(
+            h.create_mkey(&[bad], Access::REMOTE_READ),
+            Err(VerbsError::Invalid)
+        );
+        let t0 = ucs::time::now_ns();
+        let m = h.create_mkey(&[e(0), e(64)], Access::REMOTE_READ).unwrap();
+        assert!(ucs::time::now_ns() - t0 >= 200_000);
+        assert_eq!(
+            (h.mkeys_created, h.dereg_mr(m)),
+            (1, Err(VerbsError::Invalid))
+        );
+        h.destroy_mkey(m).unwrap();
+        // To Err: the posted receive is flushed.
+        h.modify_qp(qp, QpState::Err, None).unwrap();
+        let w = poll_all(&mut h, cq);
+        assert_eq!(
+            (w[0].wr_id, w[0].status, w[0].opcode),
+            (1, WcStatus::WrFlushErr, WcOpcode::Recv)
+        );
+        h.destroy_qp(qp).unwrap();
+        assert_eq!(h.query_qp(qp), Err(VerbsError::Invalid));
+    }
+}
