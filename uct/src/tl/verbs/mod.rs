@@ -14,6 +14,7 @@
 //! so the transport's logic tested on the model is the logic a real HCA runs.
 
 pub mod model;
+pub mod umr;
 
 use bitflags::bitflags;
 use smallvec::SmallVec;
