@@ -129,6 +129,11 @@ fn cc(src: &Path, exe: &Path, args: &[String]) {
 /// Runs `exe` with a time limit, `RUCX_ANNOUNCE=1` and without `LD_LIBRARY_PATH` (the
 /// pkg-config flags carry an rpath to our library).
 fn run_limited(exe: &Path, limit: Duration) -> (bool, String, String) {
+    run_limited_env(exe, limit, &[])
+}
+
+/// [`run_limited`] with extra environment.
+fn run_limited_env(exe: &Path, limit: Duration, env: &[(&str, &str)]) -> (bool, String, String) {
     let dir = scratch();
     let name = exe.file_name().unwrap().to_string_lossy().to_string();
     let (o, e) = (
@@ -138,6 +143,7 @@ fn run_limited(exe: &Path, limit: Duration) -> (bool, String, String) {
     let mut child = Command::new(exe)
         .env_remove("LD_LIBRARY_PATH")
         .env("RUCX_ANNOUNCE", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&o).unwrap())
         .stderr(std::fs::File::create(&e).unwrap())
@@ -235,6 +241,43 @@ fn mpix_queue_example_runs_a_ring_through_enqueued_operations() {
         "mpix_queue failed:\n{out}\n{err}"
     );
     assert_eq!(announcements(&err), 4, "every rank on Rucx:\n{err}");
+}
+
+/// The GPU layouts example (`contrib/c-example/gpu_layouts.c`: a vector and 3D faces
+/// sent from device memory with `ucpx_dt_*` layouts, into host and into another layout in
+/// device memory) builds, and runs where there is a GPU; without one it says it skipped.
+#[test]
+fn gpu_layouts_example_builds_and_runs_or_skips() {
+    if !have("cc") || !have("pkg-config") {
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
+    }
+    let exe = scratch().join("gpu_layouts");
+    cc(
+        &crate_dir().join("../contrib/c-example/gpu_layouts.c"),
+        &exe,
+        &rucx_flags(),
+    );
+    // The example's own steps, on host memory, everywhere.
+    let (ok, out, err) = run_limited_env(
+        &exe,
+        Duration::from_secs(120),
+        &[("GPU_LAYOUTS_ON_HOST", "1")],
+    );
+    assert!(
+        ok && out.contains("gpu_layouts: OK"),
+        "gpu_layouts on host memory:\n{out}\n{err}"
+    );
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(120));
+    if out.contains("skipped") {
+        return common::say_skipped(&format!(
+            "gpu_layouts: {}",
+            out.lines().next().unwrap_or("")
+        ));
+    }
+    assert!(
+        ok && out.contains("gpu_layouts: OK"),
+        "gpu_layouts failed:\n{out}\n{err}"
+    );
 }
 
 /// Tag schemes, the wrap-safe generator and channels from C (`tests/c/channels.c`): two

@@ -56,6 +56,7 @@ for tls in posix,cma tcp; do
     "$BIN/rucx-perftest" --loopback --validate -t tag_lat -m cuda -s 1m -n 50 -w 5
 done
 step "C example: GPU buffers through ucp.h" bash -c "cc -O2 -Ibindings-c/include -o /tmp/gpu_pingpong contrib/c-example/gpu_pingpong.c -L$BIN -l:libucp.so.0 -Wl,-rpath,$PWD/$BIN && /tmp/gpu_pingpong"
+step "C example: GPU layouts through ucp.h and rucx.h" bash -c "cc -O2 -Ibindings-c/include -o /tmp/gpu_layouts contrib/c-example/gpu_layouts.c -L$BIN -l:libucp.so.0 -Wl,-rpath,$PWD/$BIN && /tmp/gpu_layouts"
 step "ucp_put_bw -m cuda -s 64m" timeout 300 "$BIN/rucx-perftest" --loopback -t ucp_put_bw -m cuda -s 64m -n 40 -w 4
 if [ "$ngpu" -ge 2 ]; then
   step "tag_lat -a cuda:0,cuda:1 -s 8" pt -t tag_lat -m cuda -a cuda:0,cuda:1 -s 8 -n 200 -w 20
