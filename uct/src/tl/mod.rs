@@ -28,9 +28,6 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
         }
         .to_string(),
     ));
-    let hca = std::fs::read_dir("/sys/class/infiniband")
-        .map(|d| d.count())
-        .unwrap_or(0);
     // libfabric is loaded only where a Slingshot NIC exists: listing its providers costs
     // ~0.3 s, too much for every process that opens a context (`rucx-info -d` asks it
     // anyway, `uct::trigger::cxi_presence`).
@@ -48,15 +45,7 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
             }
         },
     ));
-    v.push((
-        "rc_verbs",
-        if hca == 0 {
-            "no RDMA device in /sys/class/infiniband"
-        } else {
-            "an RDMA device exists, but Rucx has no rc_verbs transport yet"
-        }
-        .to_string(),
-    ));
+    v.push(("rc_verbs", verbs::real::absent_reason()));
     #[cfg(not(feature = "cuda"))]
     for tl in ["cuda_copy", "cuda_ipc"] {
         v.push((tl, "built without the `cuda` feature".to_string()));

@@ -6,14 +6,15 @@
 //!   and access flags, the RC queue pair state machine, receive-not-ready, QP errors that
 //!   flush outstanding work, UMR indirect keys of at most `max_klm` entries, a configurable
 //!   key creation cost). It is a model: it is never chosen by default, and always says so.
-//! * The real provider (libibverbs and mlx5dv loaded at run time) is where an HCA exists;
-//!   no machine here has one, so discovery lists `rc_verbs` as absent with the reason
-//!   (`tl::absent_hardware`).
+//! * The real provider (libibverbs and mlx5dv loaded at run time) is not built yet; [`real`]
+//!   loads libibverbs and lists its devices, so that discovery says why `rc_verbs` is
+//!   absent (`tl::absent_hardware`). No machine here has an HCA.
 //!
 //! The interface follows the verbs closely (protection domain implied: one per device),
 //! so the transport's logic tested on the model is the logic a real HCA runs.
 
 pub mod model;
+pub mod real;
 pub mod umr;
 
 use bitflags::bitflags;
