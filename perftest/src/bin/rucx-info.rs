@@ -152,12 +152,15 @@ fn print_gpus() {
             ucs::cuda::absent_reason().unwrap_or("no CUDA driver")
         ),
     }
+    if ucs::cuda::driver().is_none() {
+        return;
+    }
     match ucs::cuda::nvrtc::describe() {
         Some((path, (maj, min))) => {
             println!("# GPU layout kernels: compiled at run time by NVRTC {maj}.{min} ({path})")
         }
         None => println!(
-            "# GPU layout kernels: none; device layouts move by copies ({})",
+            "# GPU layout kernels: none ({})",
             ucs::cuda::nvrtc::absent_reason().unwrap_or("no NVRTC")
         ),
     }
