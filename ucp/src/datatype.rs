@@ -579,12 +579,16 @@ impl DataState {
         }
     }
 
-    /// When a receive completes: unpacks what landed in a device layout's scratch buffer.
-    pub(crate) fn finish_recv(&mut self) -> UcsResult<()> {
+    /// When a receive of a `len`-byte message completes: unpacks what landed in a device
+    /// layout's scratch buffer.
+    pub(crate) fn finish_recv(&mut self, len: usize) -> UcsResult<()> {
         match self {
             #[cfg(feature = "cuda")]
-            DataState::DeviceLayout(g) => g.finish_recv(),
-            _ => Ok(()),
+            DataState::DeviceLayout(g) => g.finish_recv(len),
+            _ => {
+                let _ = len;
+                Ok(())
+            }
         }
     }
 

@@ -1318,8 +1318,9 @@ impl Core {
         };
         if let (Op::Recv(rv), Status::Ok) = (&mut r.state, status) {
             // Bytes that landed packed (a device layout's scratch buffer) are unpacked
-            // before the receive is reported.
-            if let Err(s) = rv.data.finish_recv() {
+            // before the receive is reported: the message's bytes, not the whole layout.
+            let len = info.map_or(rv.expect, |i| i.length);
+            if let Err(s) = rv.data.finish_recv(len) {
                 status = s;
             }
         }

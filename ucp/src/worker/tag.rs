@@ -1183,7 +1183,10 @@ pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u
         }
         // Others unpack; a device layout's bytes then go from its scratch buffer into
         // the layout (`finish_recv`).
-        d => match d.unpack(0, payload).and_then(|()| d.finish_recv()) {
+        d => match d
+            .unpack(0, payload)
+            .and_then(|()| d.finish_recv(payload.len()))
+        {
             Ok(()) => Status::Ok,
             Err(s) => s,
         },

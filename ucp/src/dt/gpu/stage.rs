@@ -172,13 +172,27 @@ impl GpuLayout {
         (self.scratch.ptr() + off as u64, n)
     }
 
-    /// Unpacks what a receive wrote into the scratch buffer (once).
-    pub(crate) fn finish_recv(&mut self) -> UcsResult<()> {
-        if self.dirty {
-            self.dirty = false;
-            let s = stream(self.dev)?;
-            run_local(&s, &self.scratch_side(), &self.side())?;
+    /// Unpacks the `len` bytes a receive wrote into the scratch buffer (once). A message
+    /// shorter than the layout fills the layout's first `len` packed bytes only (as MPI
+    /// fills a receive of a larger count), piece by piece.
+    pub(crate) fn finish_recv(&mut self, len: usize) -> UcsResult<()> {
+        if !self.dirty {
+            return Ok(());
         }
-        Ok(())
+        self.dirty = false;
+        let s = stream(self.dev)?;
+        let n = len.min(self.len());
+        if n == self.len() {
+            return run_local(&s, &self.scratch_side(), &self.side());
+        }
+        let (span, scratch) = (self.lb.span.addr(), self.scratch.ptr());
+        let mut r = Ok(());
+        self.lb.walk(0, n, |at, pos, l| {
+            if r.is_ok() {
+                r = crate::buf::gpu_copy(&s, span + at as u64, scratch + pos as u64, l);
+            }
+        })?;
+        r?;
+        s.synchronize()
     }
 }
