@@ -492,9 +492,9 @@ impl Worker {
                 tag,
                 mask,
             } => {
-                if let Some(s) = self.ep_failure(src) {
-                    return (Err(s), Some(src));
-                }
+                // Posted even when the source endpoint failed: a peer that sent and then
+                // closed has delivered its messages, which stay receivable. One that is
+                // not here never comes: `reap` cancels the receive with the failure.
                 let r = self.tag_recv(&data, tag, mask, RecvParams::default());
                 (r.map(Some), Some(src))
             }
