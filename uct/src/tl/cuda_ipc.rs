@@ -18,6 +18,10 @@
 //! taken in turn so that operations in flight overlap on the copy engines, each with an
 //! event of its own, and reported through `Handler::completion` once that event fired.
 //!
+//! `device_rma` (capability `DEVICE_RMA`) maps a peer's range the same way and runs the
+//! caller's own device work on it, on one of these streams: `ucp` moves a layout from the
+//! peer's buffer straight into its own (or back) with one kernel.
+//!
 //! There is no active-message path: `ucp` pairs this transport with one that has one
 //! (posix) and uses it for the memory lane of device memory.
 
