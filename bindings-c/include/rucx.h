@@ -150,8 +150,9 @@ ucs_status_t ucpx_tag_gen_destroy(ucpx_tag_gen_h gen);
 /*
  * Channels (the Channel API): two endpoints joined under an id both sides choose. Sends
  * and receives take the channel's next counter and derive their tags from it, so messages
- * match in order with no metadata message; host or GPU memory, any datatype (the
- * ucp_request_param_t's datatype and memory type), completion by request or callback as
+ * match in order with no metadata message; any memory type and datatype a tag operation
+ * takes (the ucp_request_param_t's; Rucx's channel tests use host memory), completion by
+ * request or callback as
  * for ucp_tag_send_nbx / ucp_tag_recv_nbx. Wrap-safe: the first send of each half of the
  * counter space goes synchronously, and entering a half again waits (or, with `wait` 0,
  * fails with UCS_ERR_BUSY) until the marker of the other half was matched. If the

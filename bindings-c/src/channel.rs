@@ -286,7 +286,6 @@ const CH_MAGIC: u64 = 0x5275_6378_4368_616e;
 struct CChannel {
     magic: u64,
     worker: *const CWorker,
-    ep: ucp::EpHandle,
     h: ChannelHandle,
 }
 
@@ -347,7 +346,6 @@ pub unsafe extern "C" fn ucpx_channel_open(
                 let b = Box::new(CChannel {
                     magic: CH_MAGIC,
                     worker: w,
-                    ep: h,
                     h: ch,
                 });
                 // SAFETY: checked non-NULL; writable per the contract.
@@ -357,6 +355,30 @@ pub unsafe extern "C" fn ucpx_channel_open(
             Err(s) => code(s),
         }
     })
+}
+
+/// The channel, its worker, the posting of `param` (callback `kind`) and the data of
+/// `count` elements at `buffer`: what a channel send and receive start from.
+///
+/// # Safety
+/// `ch` from `ucpx_channel_open`; `param` and the data as for `ucp_tag_send_nbx`.
+unsafe fn start<'a>(
+    ch: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+    kind: CbKind,
+) -> Result<(ChannelHandle, &'a CWorker, Post, ucp::Data), Status> {
+    // SAFETY: per the contract.
+    let c = unsafe { channel(ch) }.ok_or(Status::InvalidParam)?;
+    // SAFETY: the application passes a readable ucp_request_param_t.
+    let post = unsafe { Post::nbx(param, kind) }?;
+    // SAFETY: ucp.h's contract: the data stays valid until the operation completes.
+    let d = unsafe { crate::dt::data(buffer, count, post.datatype) }?;
+    let post = post.with_mem(&d);
+    // SAFETY: the channel's worker outlives it (closed before the worker is destroyed).
+    let w = unsafe { &*c.worker };
+    Ok((c.h, w, post, d))
 }
 
 /// Sends `count` elements at `buffer` (`param`'s datatype and memory type, as for
@@ -373,30 +395,18 @@ pub unsafe extern "C" fn ucpx_channel_send_nbx(
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
         // SAFETY: per the contract.
-        let Some(c) = (unsafe { channel(ch) }) else {
-            return status_ptr(Status::InvalidParam);
-        };
-        // SAFETY: the application passes a readable ucp_request_param_t.
-        let post = match unsafe { Post::nbx(param, CbKind::Send) } {
-            Ok(p) => p,
-            Err(s) => return status_ptr(s),
-        };
-        // SAFETY: ucp.h's contract: the data stays valid until the operation completes.
-        let d = match unsafe { crate::dt::data(buffer, count, post.datatype) } {
-            Ok(d) => d,
-            Err(s) => return status_ptr(s),
-        };
-        let post = post.with_mem(&d);
-        let p = SendParams {
-            sync: false,
-            user_data: 0,
-            notify: false,
-            force_imm: post.force_imm,
-        };
-        let h = c.h;
-        // SAFETY: the channel's worker outlives it (closed before the worker is destroyed).
-        let w = unsafe { &*c.worker };
-        post.run(w, |wk| wk.channel_send(h, &d, p))
+        match unsafe { start(ch, buffer, count, param, CbKind::Send) } {
+            Ok((h, w, post, d)) => {
+                let p = SendParams {
+                    sync: false,
+                    user_data: 0,
+                    notify: false,
+                    force_imm: post.force_imm,
+                };
+                post.run(w, |wk| wk.channel_send(h, &d, p))
+            }
+            Err(s) => status_ptr(s),
+        }
     })
 }
 
@@ -414,29 +424,17 @@ pub unsafe extern "C" fn ucpx_channel_recv_nbx(
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
         // SAFETY: per the contract.
-        let Some(c) = (unsafe { channel(ch) }) else {
-            return status_ptr(Status::InvalidParam);
-        };
-        // SAFETY: the application passes a readable ucp_request_param_t.
-        let post = match unsafe { Post::nbx(param, CbKind::TagRecv) } {
-            Ok(p) => p,
-            Err(s) => return status_ptr(s),
-        };
-        // SAFETY: ucp.h's contract: the buffer stays valid until the operation completes.
-        let d = match unsafe { crate::dt::data(buffer, count, post.datatype) } {
-            Ok(d) => d,
-            Err(s) => return status_ptr(s),
-        };
-        let post = post.with_mem(&d);
-        let p = RecvParams {
-            user_data: 0,
-            notify: false,
-            force_imm: post.force_imm,
-        };
-        let h = c.h;
-        // SAFETY: as for ucpx_channel_send_nbx.
-        let w = unsafe { &*c.worker };
-        post.run(w, |wk| wk.channel_recv(h, &d, p).map(Some))
+        match unsafe { start(ch, buffer, count, param, CbKind::TagRecv) } {
+            Ok((h, w, post, d)) => {
+                let p = RecvParams {
+                    user_data: 0,
+                    notify: false,
+                    force_imm: post.force_imm,
+                };
+                post.run(w, |wk| wk.channel_recv(h, &d, p).map(Some))
+            }
+            Err(s) => status_ptr(s),
+        }
     })
 }
 
@@ -452,7 +450,6 @@ pub unsafe extern "C" fn ucpx_channel_close(ch: *mut c_void) -> ucs_status_t {
         let Some(c) = (unsafe { channel(ch) }) else {
             return code(Status::InvalidParam);
         };
-        let _ = c.ep;
         // SAFETY: as for ucpx_channel_send_nbx.
         let w = unsafe { &*c.worker };
         let h = c.h;

@@ -315,17 +315,31 @@ pub fn case(relation: Relation, src: &Side, dst: &Side) -> Case {
 }
 
 /// The cost terms of `dev` for `relation`: calibrated ones when `rucx-info --calibrate`
-/// left them in the cache file ([`costs_file`]), else the defaults.
+/// left them in the cache file ([`costs_file`]), else the defaults. The file is read once
+/// per process and resolved per device then, so a transfer asks with no allocation.
 pub fn costs(dev: i32, relation: Relation) -> Costs {
-    static LOADED: OnceLock<HashMap<(String, String), Costs>> = OnceLock::new();
-    let table = LOADED.get_or_init(|| load_costs().unwrap_or_default());
-    let name = cuda::driver()
-        .and_then(|d| d.devices().get(dev as usize).map(|x| x.name.clone()))
-        .unwrap_or_default();
+    const RELATIONS: [Relation; 3] = [Relation::SameGpu, Relation::PeerGpu, Relation::Staged];
+    static PER_DEVICE: OnceLock<Vec<[Costs; 3]>> = OnceLock::new();
+    let table = PER_DEVICE.get_or_init(|| {
+        let file = load_costs().unwrap_or_default();
+        let names: Vec<String> = cuda::driver()
+            .map(|d| d.devices().iter().map(|x| x.name.clone()).collect())
+            .unwrap_or_default();
+        names
+            .into_iter()
+            .map(|n| {
+                RELATIONS.map(|r| {
+                    file.get(&(n.clone(), format!("{r:?}")))
+                        .copied()
+                        .unwrap_or_else(|| Costs::default_for(r))
+                })
+            })
+            .collect()
+    });
+    let i = RELATIONS.iter().position(|r| *r == relation).unwrap_or(0);
     table
-        .get(&(name, format!("{relation:?}")))
-        .copied()
-        .unwrap_or_else(|| Costs::default_for(relation))
+        .get(dev as usize)
+        .map_or_else(|| Costs::default_for(relation), |c| c[i])
 }
 
 /// Where calibrated costs are kept: `$RUCX_GPU_MODEL`, else
