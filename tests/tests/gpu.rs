@@ -255,6 +255,38 @@ fn layouts_on_one_gpu_through_every_method() {
     }
 }
 
+/// The same pairs, partial receives included, in host memory on both sides: the test's own
+/// checks and the host layout paths, on every machine (CI has no GPU).
+#[test]
+fn layouts_on_host_between_processes() {
+    for tls in ["all", "tcp"] {
+        let (ra, rb) = run_env("layouts:host:host:0:0", tls, &[]);
+        assert!(ra.contains("27 layout pairs"), "{tls}: {ra} / {rb}");
+        let (_, rb) = run_env("layout_ops:host:host:0:0", tls, &[]);
+        assert!(!rb.contains("AM rendezvous 0"), "{tls}: {rb}");
+    }
+}
+
+/// Device layouts through put and get (into a device or host region, over `cuda_ipc`
+/// and through messages), active messages (eager, and rendezvous into a device layout)
+/// and the stream API, every byte checked (`rucx-gpu-peer layout_ops`).
+#[test]
+fn layouts_through_rma_am_and_stream() {
+    if gpus().is_none() {
+        return;
+    }
+    for (m, tls) in [
+        ("cuda:cuda", "all"),
+        ("cuda:host", "all"),
+        ("host:cuda", "all"),
+        ("cuda:cuda", "posix,cma"),
+        ("cuda:cuda", "tcp"),
+    ] {
+        let (_, rb) = run_env(&format!("layout_ops:{m}:0:0"), tls, &[]);
+        assert!(!rb.contains("AM rendezvous 0"), "{m} {tls}: {rb}");
+    }
+}
+
 /// The same between two GPUs (peer access over NVLink or PCIe): the kernel of the copying
 /// side reads or writes the other GPU's memory through the mapping.
 #[test]
@@ -275,4 +307,5 @@ fn layouts_between_two_gpus() {
         &[("RUCX_GPU_DT_METHOD", "pack-unpack")],
     );
     run_env("layouts:cuda:cuda:0:1", "posix,cma", &[]);
+    run_env("layout_ops:cuda:cuda:0:1", "all", &[]);
 }

@@ -1316,13 +1316,21 @@ impl Core {
         let Some(r) = self.reqs.get_mut(id) else {
             return;
         };
-        if let (Op::Recv(rv), Status::Ok) = (&mut r.state, status) {
-            // Bytes that landed packed (a device layout's scratch buffer) are unpacked
-            // before the receive is reported: the message's bytes, not the whole layout.
-            let len = info.map_or(rv.expect, |i| i.length);
-            if let Err(s) = rv.data.finish_recv(len) {
-                status = s;
+        // Bytes that landed packed (a device layout's scratch buffer) are unpacked before
+        // the receive or get is reported: the message's bytes, not the whole layout.
+        match (&mut r.state, status) {
+            (Op::Recv(rv), Status::Ok) => {
+                let len = info.map_or(rv.expect, |i| i.length);
+                if let Err(s) = rv.data.finish_recv(len) {
+                    status = s;
+                }
             }
+            (Op::Rma(o), Status::Ok) => {
+                if let Err(s) = o.finish() {
+                    status = s;
+                }
+            }
+            _ => {}
         }
         let ep = match &r.state {
             Op::Send(s) => Some(s.ep),

@@ -203,6 +203,17 @@ pub(crate) struct RmaOp {
     comps: u32,
 }
 
+impl RmaOp {
+    /// When the operation completes: a get into a device layout unpacks the bytes that
+    /// landed in its scratch buffer.
+    pub(crate) fn finish(&mut self) -> UcsResult<()> {
+        match self.kind {
+            RmaKind::Get => self.data.finish_recv(self.total),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RmaKind {
     Put,
@@ -681,10 +692,15 @@ impl Worker {
                         Err(Status::InvalidParam)
                     }
                 }),
-                _ => buf::with_raw(at, total, |src| st.unpack(0, src)),
+                _ => buf::with_raw(at, total, |src| st.unpack(0, src))
+                    .and_then(|()| st.finish_recv(total)),
             };
             core.stats.rma_mapped += 1;
             return r.map(|()| None);
+        }
+        if kind == RmaKind::Put {
+            // A device layout's bytes leave from its scratch buffer, packed by a kernel.
+            st.prepare_device()?;
         }
         // The memory lane, for put and get of data with addresses: the one for device
         // memory when the region is device memory (it takes local memory of any type),

@@ -20,11 +20,11 @@ use ucs::memtype::MemoryType;
 use super::{parse_mem, Mem, Peer};
 use std::time::Duration;
 
-const SENTINEL: u8 = 0xEE;
+pub(super) const SENTINEL: u8 = 0xEE;
 
 /// How a side hands its data to `ucp`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum As {
+pub(super) enum As {
     Layout,
     /// An iov list of the layout's segments.
     Iov,
@@ -34,19 +34,22 @@ struct Pair {
     name: String,
     send: (Layout, As),
     recv: (Layout, As),
+    /// What `b` sends back with, when its receive layout is larger than the message (a
+    /// partial receive): a layout over the first bytes of `recv`'s, as many as `send` has.
+    back: Option<(Layout, As)>,
 }
 
-fn bytes(n: u64) -> Layout {
+pub(super) fn bytes(n: u64) -> Layout {
     Layout::bytes(n)
 }
 
-fn contig(n: u64) -> Layout {
+pub(super) fn contig(n: u64) -> Layout {
     Layout::contiguous(n, &bytes(1)).expect("contiguous")
 }
 
 /// A seeded random hindexed layout of `blocks` blocks (lengths 1..=300, gaps 0..=100)
 /// holding exactly `total` bytes when given (the last block adjusted).
-fn random(seed: u64, blocks: usize, total: Option<u64>) -> Layout {
+pub(super) fn random(seed: u64, blocks: usize, total: Option<u64>) -> Layout {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = |m: u64| {
         x ^= x << 13;
@@ -81,7 +84,7 @@ fn random(seed: u64, blocks: usize, total: Option<u64>) -> Layout {
     Layout::hindexed(&lens, &displs, &bytes(1)).expect("random layout")
 }
 
-fn named(spec: &str) -> Layout {
+pub(super) fn named(spec: &str) -> Layout {
     apps::named(spec).expect("named layout").layout
 }
 
@@ -96,6 +99,7 @@ fn pairs() -> Vec<Pair> {
             name: name.to_string(),
             send: s,
             recv: r,
+            back: None,
         });
     };
     let vec128 = Layout::hvector(128, 1, 2048, &bytes(1024)).expect("vector");
@@ -196,11 +200,36 @@ fn pairs() -> Vec<Pair> {
             l(random(seed + 100, 150, Some(t))),
         );
     }
+    // Partial receives: the message fills the first packed bytes of a larger layout, and
+    // the rest of it must keep the sentinel. One eager-sized, one rendezvous-sized.
+    let partial = |name: &str, s: Layout, r: Layout, back: Layout| {
+        assert!(s.size() < r.size() && back.size() == s.size(), "{name}");
+        Pair {
+            name: name.to_string(),
+            send: (s, As::Layout),
+            recv: (r, As::Layout),
+            back: Some((back, As::Layout)),
+        }
+    };
+    let blk12 = |n| Layout::hvector(n, 1, 20, &bytes(12)).expect("vector");
+    v.push(partial(
+        "partial: 100x12B into 500x12B",
+        Layout::hvector(100, 1, 16, &bytes(12)).expect("vector"),
+        blk12(500),
+        blk12(100),
+    ));
+    let kib = |n| Layout::hvector(n, 1, 2048, &bytes(1024)).expect("vector");
+    v.push(partial(
+        "partial: contig 64KiB into vector 128x1KiB",
+        contig(64 << 10),
+        kib(128),
+        kib(64),
+    ));
     v
 }
 
 /// Byte offsets (from the origin) of the layout's packed bytes, in order.
-fn positions(l: &Layout) -> Vec<i64> {
+pub(super) fn positions(l: &Layout) -> Vec<i64> {
     let c = l.canonical().expect("canonical");
     c.segments(1 << 22)
         .expect("segments")
@@ -210,18 +239,18 @@ fn positions(l: &Layout) -> Vec<i64> {
 }
 
 /// A buffer holding one side's layout.
-struct Side {
-    mem: Mem,
+pub(super) struct Side {
+    pub(super) mem: Mem,
     /// Offset of the buffer's first byte from the layout's origin.
-    lo: i64,
-    span: usize,
-    pos: Vec<i64>,
-    layout: Layout,
+    pub(super) lo: i64,
+    pub(super) span: usize,
+    pub(super) pos: Vec<i64>,
+    pub(super) layout: Layout,
     how: As,
 }
 
 impl Side {
-    fn new(mem: MemoryType, dev: i32, layout: &Layout, how: As) -> Result<Side, String> {
+    pub(super) fn new(mem: MemoryType, dev: i32, layout: &Layout, how: As) -> Result<Side, String> {
         let (lo, hi) = layout.true_bounds().ok_or("empty layout")?;
         let span = (hi - lo) as usize;
         Ok(Side {
@@ -238,7 +267,7 @@ impl Side {
         self.mem.ptr().wrapping_offset(-self.lo as isize)
     }
 
-    fn data(&mut self) -> Result<Data, String> {
+    pub(super) fn data(&mut self) -> Result<Data, String> {
         let origin = self.origin();
         Ok(match self.how {
             As::Layout => {
@@ -268,8 +297,9 @@ impl Side {
     }
 
     /// Checks that packed byte `k` sits at this layout's `k`-th position with the
-    /// sender's value, and that every other byte of the buffer is the sentinel.
-    fn check(
+    /// sender's value, for every byte the sender sent, and that every other byte of the
+    /// buffer is the sentinel.
+    pub(super) fn check(
         &mut self,
         what: &str,
         seq: u64,
@@ -278,16 +308,25 @@ impl Side {
     ) -> Result<(), String> {
         let got = self.mem.read(self.span);
         let mut inside = vec![false; self.span];
-        for (k, &p) in self.pos.iter().enumerate() {
+        // A partial receive fills the first `sender.len()` positions; the rest must keep
+        // the sentinel like the gaps.
+        let mut wrong = Vec::new();
+        for (k, &p) in self.pos.iter().take(sender.len()).enumerate() {
             let at = (p - self.lo) as usize;
             inside[at] = true;
-            let want = Side::expected(seq, sender, sender_lo, k);
-            if got[at] != want {
-                return Err(format!(
-                    "{what}: packed byte {k} (offset {p}) is {:#x}, expected {want:#x}",
-                    got[at]
-                ));
+            if got[at] != Side::expected(seq, sender, sender_lo, k) {
+                wrong.push(k);
             }
+        }
+        if let (Some(&k), Some(&last)) = (wrong.first(), wrong.last()) {
+            let p = self.pos[k];
+            return Err(format!(
+                "{what}: {} of {} packed bytes wrong, {k}..={last}; byte {k} (offset {p}) is {:#x}, expected {:#x}",
+                wrong.len(),
+                sender.len().min(self.pos.len()),
+                got[(p - self.lo) as usize],
+                Side::expected(seq, sender, sender_lo, k)
+            ));
         }
         if let Some(i) = (0..self.span).find(|&i| !inside[i] && got[i] != SENTINEL) {
             return Err(format!(
@@ -323,6 +362,8 @@ pub(super) fn run(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String
             } else {
                 (&pair.recv, &pair.send)
             };
+            // The layout b's data goes back in: its own (a prefix of it when partial).
+            let back = pair.back.as_ref().unwrap_or(&pair.recv);
             let mut side = Side::new(mem, dev, &mine.0, mine.1)?;
             let their_pos = positions(&theirs.0);
             let their_lo = theirs.0.true_bounds().map_or(0, |b| b.0);
@@ -339,11 +380,10 @@ pub(super) fn run(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String
                 let id =
                     p.w.tag_recv(&d, seq + 1, u64::MAX, RecvParams::default())
                         .map_err(|e| format!("{what}: recv: {e}"))?;
-                p.wait(
-                    Some(id),
-                    &format!("{what}: receive back"),
-                    Duration::from_secs(60),
-                )?;
+                let len = p.wait_len(id, &format!("{what}: receive back"))?;
+                if len != Some(n) {
+                    return Err(format!("{what}: received back {len:?} bytes, sent {n}"));
+                }
                 // Back from b: b's layout held our bytes in packed order; we get them
                 // back in ours.
                 let own = side.pos.clone();
@@ -355,19 +395,25 @@ pub(super) fn run(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String
                 let id =
                     p.w.tag_recv(&d, seq, u64::MAX, RecvParams::default())
                         .map_err(|e| format!("{what}: recv: {e}"))?;
-                p.wait(
-                    Some(id),
-                    &format!("{what}: receive"),
-                    Duration::from_secs(60),
-                )?;
+                let len = p.wait_len(id, &format!("{what}: receive"))?;
+                if len != Some(their_pos.len()) {
+                    return Err(format!(
+                        "{what}: received {len:?} bytes, the sender sent {}",
+                        their_pos.len()
+                    ));
+                }
                 side.check(&what, seq, &their_pos, their_lo)?;
+                if !std::ptr::eq(back, &pair.recv) {
+                    // Partial: send back the received prefix only.
+                    side.layout = back.0.clone();
+                }
                 let d = side.data()?;
                 let id =
                     p.w.tag_send(p.ep, &d, seq + 1, SendParams::default())
                         .map_err(|e| format!("{what}: send back: {e}"))?;
                 p.wait(id, &format!("{what}: send back"), Duration::from_secs(60))?;
             }
-            moved += 2 * n as u64;
+            moved += 2 * n.min(their_pos.len()) as u64;
         }
     }
     let st = p.w.stats();

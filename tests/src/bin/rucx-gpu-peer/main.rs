@@ -26,9 +26,12 @@
 //!   survivor prints `DONE ERR <status>` when its operation fails.
 //! * `layouts:<A-MEM>:<B-MEM>:<A-GPU>:<B-GPU>`: noncontiguous data, a different layout
 //!   on each side, both ways, every byte checked (see `layouts.rs`).
+//! * `layout_ops:<A-MEM>:<B-MEM>:<A-GPU>:<B-GPU>`: layouts through put, get, active
+//!   messages and the stream API, every byte checked (see `ops.rs`).
 #![allow(unsafe_code)] // describes its buffers to ucp, as an application does
 
 mod layouts;
+mod ops;
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -147,6 +150,27 @@ impl Peer {
             }
             if start.elapsed() > limit {
                 return Err(format!("{what}: not done after {limit:?}"));
+            }
+        }
+    }
+
+    /// Waits (60 s at most) for a receive, and returns the length its message had.
+    fn wait_len(&mut self, id: ReqId, what: &str) -> Result<Option<usize>, String> {
+        let start = Instant::now();
+        loop {
+            if let Some((s, info)) = self.w.request_test(id) {
+                return if s == Status::Ok {
+                    Ok(info.map(|i| i.length))
+                } else {
+                    Err(format!("{what}: {s}"))
+                };
+            }
+            self.w.progress();
+            if let Some((_, s)) = self.w.poll_ep_error() {
+                return Err(format!("{what}: the endpoint failed: {s}"));
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(format!("{what}: not done after 60 s"));
             }
         }
     }
@@ -483,6 +507,7 @@ fn main() {
         "queue" => queue(&mut p, a, &parts[1..]),
         "queue_kill" => queue_kill(&mut p, a),
         "layouts" => layouts::run(&mut p, a, &parts[1..]),
+        "layout_ops" => ops::run(&mut p, a, &parts[1..]),
         other => Err(format!("unknown case {other}")),
     };
     match r {
