@@ -13,7 +13,8 @@
 # bytes, on one GPU: the ratio layout / contiguous.
 # Part 3: the model against each method forced (RUCX_GPU_DT_METHOD) for the same cases:
 # the pick's time over the best method's.
-# PARTS: which parts to run (default 123).
+# PARTS: which parts to run (default 123). GPU_LAYOUT_ONLY=<text>: only the part 2 and 3
+# cases whose arguments hold the text (a regular expression for grep -E).
 set -uo pipefail
 rounds=3
 parts=123
@@ -79,10 +80,13 @@ done
 
 fi
 p2=(stencil3d_face:256,x stencil3d_face:256,y stencil3d_face:256,z milc_su3_zd:16 nas_mg_x:128 nas_mg_y:128 nas_mg_z:128 specfem3d_cm)
+only=${GPU_LAYOUT_ONLY:-}
+keep() { [ -z "$only" ] || grep -Eq -- "$only" <<<"$1"; }
 if [[ $parts == *2* ]]; then
 echo "## Part 2: layouts against a contiguous device message of the same bytes, one GPU"
 printf '%-24s %9s %10s %10s %8s\n' layout bytes layout contig ratio
 for l in "${p2[@]}"; do
+  keep "$l" || continue
   bytes=$("$BIN/rucx-info" --layout "$l" 2>/dev/null | awk '/^size/ {print $2}')
   r=() c=()
   for _ in $(seq "$rounds"); do
@@ -101,6 +105,7 @@ printf '%-24s %9s %9s %9s %9s %9s %8s\n' case model direct 2d-copy per-block pac
 p3=("-D iov,iov -s $(list 128 1024) -i 1024" "-D iov,iov -s $(list 1024 128) -i 128")
 for l in "${p2[@]}"; do p3+=("-D $l"); done
 for args in "${p3[@]}"; do
+  keep "$args" || continue
   # shellcheck disable=SC2206
   a=($args)
   row=()

@@ -132,6 +132,16 @@ pub const TABLE: &[ConfigVar] = &[
               bytes.",
     },
     ConfigVar {
+        name: "RNDV_LAYOUT_PARTS",
+        default: "auto",
+        doc: "A layout whose description does not fit one rendezvous request: y: its \
+              description goes first in as many messages as it needs, and the data moves \
+              zero-copy by the layout, as for any other; n: its bytes go packed (device \
+              memory: a kernel packs them into a scratch buffer; host memory: the active \
+              message pipeline); auto: y for device memory, n for host memory. (Rucx \
+              only.)",
+    },
+    ConfigVar {
         name: "PROTO_INFO",
         default: "n",
         doc: "y: print each new endpoint's protocol table (which protocol serves which \
@@ -315,6 +325,8 @@ pub struct Config {
     pub rndv_scheme: RndvScheme,
     pub rndv_layout_cache: usize,
     pub rndv_split_thresh: usize,
+    /// `RNDV_LAYOUT_PARTS`: `None` for auto.
+    pub rndv_layout_parts: Option<bool>,
     pub proto_info: bool,
     pub memtype_cache: bool,
     pub rndv_frag_size: usize,
@@ -530,6 +542,11 @@ impl Config {
         };
         let rndv_layout_cache = size("RNDV_LAYOUT_CACHE")?;
         let rndv_split_thresh = size("RNDV_SPLIT_THRESH")?;
+        let (lp, lp_n) = get("RNDV_LAYOUT_PARTS");
+        let rndv_layout_parts = match lp.trim().to_ascii_lowercase().as_str() {
+            "auto" => None,
+            v => Some(parse_bool(v).ok_or_else(|| bad(lp_n, &lp, "expected auto, y or n"))?),
+        };
         let (pi, pi_n) = get("PROTO_INFO");
         let proto_info = parse_bool(&pi).ok_or_else(|| bad(pi_n, &pi, "expected y or n"))?;
 
@@ -562,6 +579,7 @@ impl Config {
             rndv_scheme,
             rndv_layout_cache,
             rndv_split_thresh,
+            rndv_layout_parts,
             proto_info,
             memtype_cache,
             rndv_frag_size,
@@ -613,6 +631,12 @@ impl Config {
                 usize::MAX => "inf".to_string(),
                 n => n.to_string(),
             },
+            "RNDV_LAYOUT_PARTS" => match self.rndv_layout_parts {
+                None => "auto",
+                Some(true) => "y",
+                Some(false) => "n",
+            }
+            .to_string(),
             "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),
             "MEMTYPE_CACHE" => if self.memtype_cache { "y" } else { "n" }.to_string(),
             "RNDV_FRAG_SIZE" => self.rndv_frag_size.to_string(),

@@ -638,6 +638,16 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
             let c: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v}")).collect();
             eprintln!("rucx-perftest {side}: {tl}: {}", c.join(", "));
         }
+        #[cfg(feature = "cuda")]
+        {
+            let (p, pns, u, uns) = ucp::dt::gpu::stage::step_times();
+            let avg = |ns: u64, n: u64| ns as f64 / 1e3 / n.max(1) as f64;
+            eprintln!(
+                "rucx-perftest {side}: gpu layouts: {p} packs ({:.2} us each), {u} unpacks ({:.2} us each)",
+                avg(pns, p),
+                avg(uns, u)
+            );
+        }
     }
     s.barrier(oob)
 }

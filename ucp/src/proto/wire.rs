@@ -17,9 +17,15 @@
 //! RTR_PUT      ep:u32 sreq:u64 rreq:u64 rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}
 //! FIN          ep:u32 rreq:u64 status:i8          (put rendezvous: the data is in place)
 //! LAYOUT_MISS  ep:u32 sreq:u64 rreq:u64           (the receiver no longer knows the layout)
-//! LAYOUT       ep:u32 rreq:u64 layout             (the layout, resent)
+//! LAYOUT       ep:u32 rreq:u64 layout             (the layout, resent; empty: it went
+//!              before in LAYOUT_PART messages)
+//! LAYOUT_PART  ep:u32 hash:u128 total:u32 offset:u32 bytes
+//!              (a piece of a layout's encoding too large for one message; the last piece
+//!              completes it, and the receiver learns it as if an RTS had carried it)
 //! RTR_SPLIT    ep:u32 sreq:u64 rreq:u64 offset:u64 rkey_len:u16 rkey nseg:u32 (addr:u64 len:u64){nseg}
 //! RTR_SPLIT_LAYOUT ep:u32 sreq:u64 rreq:u64 offset:u64 rkey_len:u16 rkey origin:u64 len:u32 layout
+//!              (len u32::MAX: `hash:u128` follows instead, naming a layout sent just
+//!              before in LAYOUT_PART messages)
 //!
 //! An RTS of mode GET_HELP (5) is a GET whose sender offers to write part of the data
 //! itself: the receiver may answer RTR_SPLIT with its segments for the bytes from `offset`
@@ -72,6 +78,33 @@ pub const AM_LAYOUT_MISS: u8 = 19;
 pub const AM_LAYOUT: u8 = 20;
 pub const AM_RTR_SPLIT: u8 = 21;
 pub const AM_RTR_SPLIT_LAYOUT: u8 = 22;
+pub const AM_LAYOUT_PART: u8 = 24;
+
+/// Header bytes of a LAYOUT_PART.
+pub const LAYOUT_PART_HDR: usize = 4 + 16 + 4 + 4;
+/// The largest layout encoding a peer may send in parts (a malformed total is refused
+/// before anything is allocated).
+pub const MAX_LAYOUT_BYTES: usize = 16 << 20;
+
+/// Writes the LAYOUT_PART header into `buf`.
+pub fn write_layout_part_hdr(buf: &mut [u8], ep: u32, hash: u128, total: u32, offset: u32) {
+    buf[..4].copy_from_slice(&ep.to_le_bytes());
+    buf[4..20].copy_from_slice(&hash.to_le_bytes());
+    buf[20..24].copy_from_slice(&total.to_le_bytes());
+    buf[24..28].copy_from_slice(&offset.to_le_bytes());
+}
+
+/// A LAYOUT_PART: `(ep, hash, total, offset, bytes)`; `None` when short, or when the piece
+/// does not lie inside `total` bytes of at most [`MAX_LAYOUT_BYTES`].
+pub fn decode_layout_part(buf: &[u8]) -> Option<(u32, u128, usize, usize, &[u8])> {
+    let mut r = Reader::new(buf);
+    let ep = r.u32()?;
+    let hash = u128::from_le_bytes(r.bytes(16)?.try_into().ok()?);
+    let (total, offset) = (r.u32()? as usize, r.u32()? as usize);
+    let bytes = r.rest();
+    (total <= MAX_LAYOUT_BYTES && offset.checked_add(bytes.len())? <= total)
+        .then_some((ep, hash, total, offset, bytes))
+}
 
 /// Header bytes in front of the data of each message kind.
 pub const EAGER_HDR: usize = 8;
@@ -472,23 +505,30 @@ pub struct RtrSplitLayout {
     pub offset: u64,
     pub rkey: KeyBytes,
     pub origin: u64,
+    /// The layout's encoding, or (empty) its hash when it went before in parts.
     pub layout: Vec<u8>,
+    pub hash: Option<u128>,
 }
 
 impl RtrSplitLayout {
     pub fn encode(&self) -> Vec<u8> {
-        let n = 28 + 2 + self.rkey.len() + 8 + 4 + self.layout.len();
-        Writer::with_capacity(n)
+        let body = match self.hash {
+            Some(_) => 16,
+            None => self.layout.len(),
+        };
+        let n = 28 + 2 + self.rkey.len() + 8 + 4 + body;
+        let w = Writer::with_capacity(n)
             .u32(self.ep)
             .u64(self.sreq)
             .u64(self.rreq)
             .u64(self.offset)
             .u16(self.rkey.len() as u16)
             .bytes(&self.rkey)
-            .u64(self.origin)
-            .u32(self.layout.len() as u32)
-            .bytes(&self.layout)
-            .buf
+            .u64(self.origin);
+        match self.hash {
+            Some(h) => w.u32(u32::MAX).bytes(&h.to_le_bytes()).buf,
+            None => w.u32(self.layout.len() as u32).bytes(&self.layout).buf,
+        }
     }
 
     pub fn decode(buf: &[u8]) -> Option<RtrSplitLayout> {
@@ -497,8 +537,13 @@ impl RtrSplitLayout {
         let n = r.u16()? as usize;
         let rkey = KeyBytes::from_slice(r.bytes(n)?);
         let origin = r.u64()?;
-        let n = r.u32()? as usize;
-        let layout = r.bytes(n)?.to_vec();
+        let (layout, hash) = match r.u32()? {
+            u32::MAX => (
+                Vec::new(),
+                Some(u128::from_le_bytes(r.bytes(16)?.try_into().ok()?)),
+            ),
+            n => (r.bytes(n as usize)?.to_vec(), None),
+        };
         r.is_empty().then_some(RtrSplitLayout {
             ep,
             sreq,
@@ -507,6 +552,7 @@ impl RtrSplitLayout {
             rkey,
             origin,
             layout,
+            hash,
         })
     }
 }
@@ -674,16 +720,39 @@ mod tests {
             rkey: smallvec::smallvec![7; 9],
             origin: 0x1000,
             layout: vec![1, 2, 3, 4, 5],
+            hash: None,
         };
-        let b = m.encode();
-        assert_eq!(b.len(), b.capacity(), "sized up front");
-        assert_eq!(RtrSplitLayout::decode(&b), Some(m));
-        for n in 0..b.len() {
-            assert_eq!(RtrSplitLayout::decode(&b[..n]), None, "{n} bytes");
+        let by_hash = RtrSplitLayout {
+            layout: Vec::new(),
+            hash: Some(u128::MAX - 7),
+            ..m.clone()
+        };
+        for m in [m, by_hash] {
+            let b = m.encode();
+            assert_eq!(b.len(), b.capacity(), "sized up front");
+            assert_eq!(RtrSplitLayout::decode(&b), Some(m));
+            for n in 0..b.len() {
+                assert_eq!(RtrSplitLayout::decode(&b[..n]), None, "{n} bytes");
+            }
+            let mut long = b;
+            long.push(0);
+            assert_eq!(RtrSplitLayout::decode(&long), None);
         }
-        let mut long = b;
-        long.push(0);
-        assert_eq!(RtrSplitLayout::decode(&long), None);
+    }
+
+    #[test]
+    fn layout_parts_lie_inside_their_total() {
+        let mut b = vec![0u8; LAYOUT_PART_HDR + 5];
+        write_layout_part_hdr(&mut b, 3, 99, 20, 15);
+        assert_eq!(decode_layout_part(&b), Some((3, 99, 20, 15, &[0u8; 5][..])));
+        // Past the total, an offset that overflows, a total over the limit, short.
+        write_layout_part_hdr(&mut b, 3, 99, 20, 16);
+        assert_eq!(decode_layout_part(&b), None);
+        write_layout_part_hdr(&mut b, 3, 99, u32::MAX, u32::MAX);
+        assert_eq!(decode_layout_part(&b), None);
+        write_layout_part_hdr(&mut b, 3, 99, MAX_LAYOUT_BYTES as u32 + 1, 0);
+        assert_eq!(decode_layout_part(&b), None);
+        assert_eq!(decode_layout_part(&b[..LAYOUT_PART_HDR - 1]), None);
     }
 
     fn plain_bytes() -> Vec<u8> {

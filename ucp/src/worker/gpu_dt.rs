@@ -254,25 +254,17 @@ fn ask_push_layout(
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return false;
     };
+    // A layout too large for one control message goes before it in parts (`send_ctrl`).
     let (lo, len, origin, layout) = match &r.data {
         DataState::DeviceLayout(g) => (
             g.lb.span.addr(),
             g.lb.span.len(),
             g.lb.origin_addr,
-            Some(g.lb.dt.encoded().to_vec()),
+            Some((g.lb.dt.encoded().to_vec(), g.lb.dt.hash())),
         ),
         DataState::Device(b) => (b.addr(), b.len(), b.addr(), None),
         _ => return false,
     };
-    // The layout must fit one control message (as for a split request); a larger one
-    // (an irregular layout of many blocks) is received packed instead.
-    let seg_max = core
-        .eps
-        .get(ep)
-        .map_or(0, |e| core.info[e.am.iface].attr.am.max_bcopy);
-    if layout.as_ref().is_some_and(|l| 64 + l.len() > seg_max) {
-        return false;
-    }
     let md = ifaces[lane.iface].md();
     let Ok(m) = crate::buf::register_span(md, lo, len) else {
         return false;
@@ -288,13 +280,14 @@ fn ask_push_layout(
     }
     r.rndv().memh = Some((lane.iface, m));
     let c = match layout {
-        Some(layout) => Ctrl::RtrSplitLayout {
+        Some((layout, hash)) => Ctrl::RtrSplitLayout {
             sreq,
             rreq: id.0,
             offset: 0,
             rkey,
             origin,
             layout,
+            hash,
         },
         None => Ctrl::RtrPut {
             sreq,

@@ -116,6 +116,7 @@ impl Core {
             wire::AM_RTR_SPLIT_LAYOUT => self.on_rtr_split_layout(data),
             wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
             wire::AM_LAYOUT => self.on_layout(data),
+            wire::AM_LAYOUT_PART => self.on_layout_part(data),
             wire::AM_FIN => self.on_fin(data),
             wire::AM_WIREUP => self.on_wireup(data),
             super::am::AM_USER => self.on_am_user(id, data),
@@ -442,10 +443,13 @@ impl Core {
         let m = wire::RtrSplitLayout::decode(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(m.ep)?;
         let id = ReqId(m.sreq);
-        let canon = crate::dt::Canon::decode(&m.layout)
-            .ok()
-            .filter(crate::dt::Canon::is_ordered)
-            .ok_or(Bad::Malformed(Some(ep)))?;
+        let canon = match m.hash {
+            // Sent just before in LAYOUT_PART messages.
+            Some(h) => self.cached_layout(ep, h).map(|d| d.canon().clone()),
+            None => crate::dt::Canon::decode(&m.layout).ok(),
+        }
+        .filter(crate::dt::Canon::is_ordered)
+        .ok_or(Bad::Malformed(Some(ep)))?;
         match self.reqs.get_mut(id).map(|r| &mut r.state) {
             // Offset 0: a receiver of device data asks us to move all of it into its
             // layout (`gpu_dt`): no ACK comes, a FIN goes once the data landed.
@@ -484,15 +488,44 @@ impl Core {
     fn on_layout_miss(&mut self, data: &[u8]) -> Res {
         let (ep, sreq, rreq) = wire::decode_rtr(data).ok_or(Bad::Malformed(None))?;
         let ep = self.live_ep(ep)?;
-        let bytes = match self.reqs.get(ReqId(sreq)).map(|r| &r.state) {
+        let (hash, bytes) = match self.reqs.get(ReqId(sreq)).map(|r| &r.state) {
             Some(Op::Send(s)) if s.ep == ep && s.proto == Proto::RndvGet => match s.data.layout() {
-                Some(l) => l.dt.encoded().to_vec(),
+                Some(l) => (l.dt.hash(), l.dt.encoded().to_vec()),
                 None => return Err(Bad::Malformed(Some(ep))),
             },
             _ => return Err(Bad::Malformed(Some(ep))),
         };
         self.stats.layout_bytes_sent += bytes.len() as u64;
-        self.queue_ctrl(ep, super::Ctrl::Layout { rreq, bytes });
+        self.queue_ctrl(ep, super::Ctrl::Layout { rreq, hash, bytes });
+        Ok(())
+    }
+
+    /// A piece of a layout too large for one message: kept until the last one, then
+    /// learned as if an RTS had carried it. A piece at offset 0 starts over (a sender that
+    /// ran out of resources sends the whole layout again).
+    fn on_layout_part(&mut self, data: &[u8]) -> Res {
+        let (ep, hash, total, offset, bytes) =
+            wire::decode_layout_part(data).ok_or(Bad::Malformed(None))?;
+        let ep = self.live_ep(ep)?;
+        let e = &mut self.eps[ep];
+        if offset == 0 {
+            let mut v = Vec::new();
+            v.try_reserve_exact(total)
+                .map_err(|_| Bad::Malformed(Some(ep)))?;
+            e.layout_in = Some(Box::new((hash, total, v)));
+        }
+        let done = match e.layout_in.as_deref_mut() {
+            Some((h, t, v)) if *h == hash && *t == total && v.len() == offset => {
+                v.extend_from_slice(bytes);
+                v.len() == total
+            }
+            _ => return Err(Bad::Malformed(Some(ep))),
+        };
+        if done {
+            let (_, _, v) = *e.layout_in.take().expect("a layout in parts");
+            self.learn_layout(ep, hash, &v)
+                .map_err(|_| Bad::Malformed(Some(ep)))?;
+        }
         Ok(())
     }
 
@@ -514,8 +547,15 @@ impl Core {
             }
             _ => return Err(Bad::Malformed(Some(ep))),
         };
-        self.learn_layout(ep, hash, r.rest())
-            .map_err(|_| Bad::Malformed(Some(ep)))?;
+        if r.rest().is_empty() {
+            // It came in LAYOUT_PART messages just before.
+            if self.cached_layout(ep, hash).is_none() {
+                return Err(Bad::Malformed(Some(ep)));
+            }
+        } else {
+            self.learn_layout(ep, hash, r.rest())
+                .map_err(|_| Bad::Malformed(Some(ep)))?;
+        }
         self.gets.push_back(id);
         self.work = true;
         Ok(())

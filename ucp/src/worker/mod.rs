@@ -219,6 +219,9 @@ pub(crate) struct Ep {
     /// most recent first (an LRU of `Core::layout_cache_size`).
     pub(crate) layouts_sent: std::collections::HashSet<u128>,
     pub(crate) layout_cache: VecDeque<(u128, Arc<crate::datatype::DtLayout>)>,
+    /// A layout arriving in LAYOUT_PART messages: its hash, total bytes, and the bytes so
+    /// far.
+    pub(crate) layout_in: Option<Box<(u128, usize, Vec<u8>)>>,
     /// Measured eager-versus-rendezvous choice (same-host endpoints with an automatic
     /// rendezvous threshold, see `proto::tune`).
     pub(crate) tuner: Option<Box<crate::proto::tune::Tuner>>,
@@ -252,6 +255,8 @@ pub(crate) enum Ctrl {
     },
     /// Split rendezvous of a receiver whose data is a layout: the sender writes the bytes
     /// from `offset` on into that layout (`layout`, encoded, placed at `origin`).
+    /// A layout too large for one message goes first in LAYOUT_PART messages, and the
+    /// request names it by `hash`.
     RtrSplitLayout {
         sreq: u64,
         rreq: u64,
@@ -259,6 +264,7 @@ pub(crate) enum Ctrl {
         rkey: crate::proto::wire::KeyBytes,
         origin: u64,
         layout: Vec<u8>,
+        hash: u128,
     },
     RmaReply {
         req: u64,
@@ -274,8 +280,11 @@ pub(crate) enum Ctrl {
         sreq: u64,
         rreq: u64,
     },
+    /// A layout resent after the peer's miss (in LAYOUT_PART messages first when it is
+    /// too large for one).
     Layout {
         rreq: u64,
+        hash: u128,
         bytes: Vec<u8>,
     },
     WireupRep {
@@ -541,6 +550,8 @@ pub(crate) struct Core {
     /// Smallest same-host get rendezvous shared between receiver and sender
     /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never).
     pub(crate) split_thresh: usize,
+    /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only).
+    pub(crate) layout_parts: Option<bool>,
     pub(crate) proto_info: bool,
     pub(crate) eps: Slab<Ep>,
     pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
@@ -789,6 +800,7 @@ impl Worker {
             rndv_scheme: ctx.config.rndv_scheme,
             layout_cache_size: ctx.config.rndv_layout_cache,
             split_thresh: ctx.config.rndv_split_thresh,
+            layout_parts: ctx.config.rndv_layout_parts,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
             uct_eps: HashMap::new(),

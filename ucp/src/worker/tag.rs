@@ -116,9 +116,22 @@ impl Worker {
         let mem = st.mem_type();
         let mut proto = e.thresh.select(sop, mem, data.class(), total);
         if matches!(proto, Proto::RndvGet | Proto::RndvPut) && !rts_fits(core, idx, data) {
-            // A device layout too large to describe in one RTS still goes by the device
-            // lane, packed: its scratch buffer is the contiguous message.
-            if !st.send_packed() {
+            // A layout too large to describe in one RTS: its description goes first in
+            // parts where the AM lane keeps the order and `RNDV_LAYOUT_PARTS` allows (by
+            // default device layouts: the receiver then maps the layout and moves it with
+            // one kernel, as any other); otherwise a device layout goes by the device lane
+            // packed (its scratch buffer is the contiguous message), a host one by the AM
+            // pipeline.
+            let ordered = core.info[e.am.iface]
+                .attr
+                .flags
+                .contains(IfaceFlags::EP_ORDERED);
+            let wanted = core
+                .layout_parts
+                .unwrap_or(st.mem_type() == MemoryType::Cuda);
+            let parts =
+                proto == Proto::RndvGet && ordered && wanted && matches!(data, Data::Layout(_));
+            if !parts && !st.send_packed() {
                 proto = Proto::RndvAm;
             }
         }
@@ -713,7 +726,27 @@ pub(super) fn push_send(
             let hash = l.dt.hash();
             let e = &mut eps[s.ep];
             let first = !e.layouts_sent.contains(&hash);
-            let layout = first.then(|| l.dt.encoded().to_vec());
+            // A description too large for the RTS goes before it in LAYOUT_PART messages
+            // (a device layout, on an ordered lane: `tag_send`). Until the RTS is out,
+            // `s.offset` counts the description's bytes sent.
+            let in_parts = l.dt.encoded().len() + 160 > seg;
+            if first && in_parts {
+                let mut from = s.offset;
+                let r = super::wireup::send_layout_parts(
+                    ifaces[lane.iface].as_mut(),
+                    lane.ep,
+                    rid,
+                    hash,
+                    l.dt.encoded(),
+                    seg,
+                    &mut from,
+                );
+                s.offset = from;
+                if !r? {
+                    return Ok(false);
+                }
+            }
+            let layout = (first && !in_parts).then(|| l.dt.encoded().to_vec());
             let msg = wire::encode_rts(
                 &FirstHdr {
                     tag,
@@ -1716,7 +1749,7 @@ fn start_split_layout(
     };
     let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
     let shm = rma::shm_window(&core.mems, core.shm_regions, lo, hi)?;
-    let (origin, layout) = (l.origin_addr, l.dt.encoded().to_vec());
+    let (origin, layout, hash) = (l.origin_addr, l.dt.encoded().to_vec(), l.dt.hash());
     let seg_max = core.info[core.eps.get(ep)?.am.iface].attr.am.max_bcopy;
     if 64 + layout.len() > seg_max {
         return None;
@@ -1736,6 +1769,7 @@ fn start_split_layout(
         rkey,
         origin,
         layout,
+        hash,
     };
     send_split(ifaces, core, id, lane, ep, m, c).then_some(head)
 }

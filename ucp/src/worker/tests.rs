@@ -2017,6 +2017,132 @@ fn repeated_layout_transfers_send_no_layout_bytes() {
     assert_eq!(a.stats().rndv_get, 20);
 }
 
+/// Every message kind has its own active-message id.
+#[test]
+fn protocol_message_ids_are_distinct() {
+    use crate::proto::wire as w;
+    let ids = [
+        w::AM_WIREUP,
+        w::AM_EAGER,
+        w::AM_EAGER_SYNC,
+        w::AM_EAGER_FIRST,
+        w::AM_EAGER_MIDDLE,
+        w::AM_RTS,
+        w::AM_RTR,
+        w::AM_RNDV_DATA,
+        w::AM_ACK,
+        w::AM_RTR_PUT,
+        w::AM_FIN,
+        w::AM_LAYOUT_MISS,
+        w::AM_LAYOUT,
+        w::AM_RTR_SPLIT,
+        w::AM_RTR_SPLIT_LAYOUT,
+        w::AM_LAYOUT_PART,
+        super::am::AM_USER,
+        super::am::AM_USER_RTS,
+        super::am::AM_USER_SHORT,
+        super::rma::AM_RMA_PUT,
+        super::rma::AM_RMA_GET,
+        super::rma::AM_RMA_ATOMIC,
+        super::rma::AM_RMA_REPLY,
+        super::stream::AM_STREAM,
+    ];
+    let set: std::collections::HashSet<u8> = ids.iter().copied().collect();
+    assert_eq!(set.len(), ids.len(), "{ids:?}");
+    assert!(ids.iter().all(|&i| i < uct::iface::AM_ID_MAX));
+}
+
+/// Layouts whose description does not fit one RTS (irregular, thousands of blocks): with
+/// `RNDV_LAYOUT_PARTS=y` the description goes first in LAYOUT_PART messages and the data
+/// moves zero-copy by the layout; with a one-entry cache on the receiver, alternating two
+/// such layouts makes every RTS miss, and the resent description comes in parts too.
+/// Every byte checked, into a contiguous buffer and into a layout of its own.
+#[test]
+fn layouts_too_large_for_an_rts_travel_in_parts() {
+    use crate::datatype::{DtLayout, LayoutBuf};
+    use crate::dt::Layout;
+    // Blocks of 1..=24 bytes at irregular gaps: an encoding of tens of kilobytes.
+    let irregular = |seed: u64, n: usize| {
+        let mut x = seed | 1;
+        let (mut lens, mut displs, mut at) = (Vec::new(), Vec::new(), 0i64);
+        for _ in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let l = 1 + x % 24;
+            at += (x >> 8) as i64 % 40;
+            displs.push(at);
+            lens.push(l);
+            at += l as i64;
+        }
+        DtLayout::new(&Layout::hindexed(&lens, &displs, &Layout::bytes(1)).unwrap()).unwrap()
+    };
+    for cache in [64, 1] {
+        let tls = format!("posix,cma;RNDV_THRESH=1k;RNDV_LAYOUT_PARTS=y;RNDV_LAYOUT_CACHE={cache}");
+        let (mut a, mut b, ab, _) = pair(&tls);
+        let layouts = [irregular(7, 6000), irregular(11, 5000)];
+        for l in &layouts {
+            assert!(l.encoded().len() > 16 << 10, "{} bytes", l.encoded().len());
+        }
+        for round in 0..6u8 {
+            let sl = &layouts[round as usize % 2];
+            let total = sl.size();
+            let (_, hi) = sl.canon().bounds();
+            let src = pattern(hi as usize, round);
+            let want: Vec<u8> = {
+                let c = sl.canon();
+                c.segments(1 << 20)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|g| src[g.offset as usize..g.end() as usize].to_vec())
+                    .collect()
+            };
+            // The receiver's layout: one byte in three.
+            let rl = DtLayout::new(&Layout::vector(total as u64, 1, 3, &Layout::bytes(1)).unwrap())
+                .unwrap();
+            assert_eq!(rl.size(), total);
+            let mut flat = vec![0u8; total];
+            let mut dst = vec![0u8; 3 * total];
+            for k in 0..2 {
+                // SAFETY: src, flat and dst outlive each transfer, waited for below.
+                let (sd, rd) = unsafe {
+                    (
+                        Data::Layout(LayoutBuf::new(src.as_ptr().cast_mut(), Arc::clone(sl))),
+                        if k == 0 {
+                            Data::Contig(Buf::from_mut_slice(&mut flat))
+                        } else {
+                            Data::Layout(LayoutBuf::new(dst.as_mut_ptr(), Arc::clone(&rl)))
+                        },
+                    )
+                };
+                let r = b.tag_recv(&rd, 9, u64::MAX, RecvParams::default()).unwrap();
+                let s = a.tag_send(ab, &sd, 9, SendParams::default()).unwrap();
+                drive(&mut a, &mut b, |a, b| {
+                    b.request_status(r) != Status::InProgress
+                        && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+                });
+                assert_eq!(b.wait(r).0, Status::Ok, "{tls} round {round}");
+            }
+            assert!(flat == want, "{tls} round {round}: contiguous receive");
+            let got: Vec<u8> = dst.iter().step_by(3).copied().collect();
+            assert!(got == want, "{tls} round {round}: layout receive");
+        }
+        let (sa, sb) = (a.stats(), b.stats());
+        assert_eq!(sa.rndv_get, 12, "{tls}: by the layout, not packed: {sa:?}");
+        assert_eq!(sa.rndv_am, 0, "{tls}: {sa:?}");
+        if cache == 1 {
+            assert!(sb.layout_misses >= 4, "{tls}: {sb:?}");
+        } else {
+            // Learned from the parts before each first RTS: every RTS names a known layout,
+            // and each description went once.
+            assert_eq!(sb.layout_hits, 12, "{tls}: {sb:?}");
+            assert_eq!(sb.layout_misses, 0, "{tls}: {sb:?}");
+            let both: usize = layouts.iter().map(|l| l.encoded().len()).sum();
+            assert_eq!(sa.layout_bytes_sent, both as u64, "{tls}: {sa:?}");
+        }
+    }
+}
+
 /// A receive posted after a synchronous message arrived sends the acknowledgement before
 /// the posting call returns: the sender completes while the receiver never progresses
 /// again (UCX does the same; a receiver that blocks outside the library must not stall

@@ -175,6 +175,7 @@ pub(super) fn new_ep(
         stream_queued: false,
         layouts_sent: Default::default(),
         layout_cache: VecDeque::new(),
+        layout_in: None,
         // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
         tuner: (rma.is_some()
             && core.rndv_cfg == ucs::config::AutoSize::Auto
@@ -532,18 +533,31 @@ pub(super) fn send_ctrl(
             ref rkey,
             origin,
             ref layout,
+            hash,
         } => {
-            let m = wire::RtrSplitLayout {
-                ep: peer_id?,
+            let rid = peer_id?;
+            let mut m = wire::RtrSplitLayout {
+                ep: rid,
                 sreq,
                 rreq,
                 offset,
                 rkey: rkey.clone(),
                 origin,
                 layout: layout.clone(),
+                hash: None,
+            };
+            let max = core.info[lane.iface].attr.am.max_bcopy;
+            if m.encode().len() > max {
+                // The layout goes first, in parts; the request names it.
+                let mut from = 0;
+                if !send_layout_parts(iface.as_mut(), lane.ep, rid, hash, layout, max, &mut from)? {
+                    return Err(Status::NoResource);
+                }
+                m.layout = Vec::new();
+                m.hash = Some(hash);
             }
-            .encode();
-            if m.len() > core.info[lane.iface].attr.am.max_bcopy {
+            let m = m.encode();
+            if m.len() > max {
                 return Err(Status::ExceedsLimit);
             }
             bcopy(iface, wire::AM_RTR_SPLIT_LAYOUT, &m)
@@ -566,12 +580,26 @@ pub(super) fn send_ctrl(
                 &wire::encode_rtr(rid, sreq, rreq),
             )
         }
-        Ctrl::Layout { rreq, ref bytes } => {
+        Ctrl::Layout {
+            rreq,
+            hash,
+            ref bytes,
+        } => {
             let rid = peer_id?;
-            let mut m = Vec::with_capacity(12 + bytes.len());
+            let max = core.info[lane.iface].attr.am.max_bcopy;
+            let mut body = &bytes[..];
+            if 12 + bytes.len() > max {
+                // In parts first; the LAYOUT itself then carries none of it.
+                let mut from = 0;
+                if !send_layout_parts(iface.as_mut(), lane.ep, rid, hash, bytes, max, &mut from)? {
+                    return Err(Status::NoResource);
+                }
+                body = &[];
+            }
+            let mut m = Vec::with_capacity(12 + body.len());
             m.extend_from_slice(&rid.to_le_bytes());
             m.extend_from_slice(&rreq.to_le_bytes());
-            m.extend_from_slice(bytes);
+            m.extend_from_slice(body);
             bcopy(iface, wire::AM_LAYOUT, &m)
         }
         Ctrl::Fin { rreq, status } => {
@@ -583,6 +611,40 @@ pub(super) fn send_ctrl(
             )
         }
     }
+}
+
+/// Sends `layout` (the encoding of the layout `hash`) from byte `*from` on in LAYOUT_PART
+/// messages of at most `max` bytes to the peer's endpoint `rid`, advancing `*from`.
+/// `Ok(false)`: the transport ran out of resources; call again to go on. The AM lane keeps
+/// the order, so the peer has learned the layout before the message that names it.
+pub(super) fn send_layout_parts(
+    iface: &mut dyn Iface,
+    ep: uct::EpId,
+    rid: u32,
+    hash: u128,
+    layout: &[u8],
+    max: usize,
+    from: &mut usize,
+) -> UcsResult<bool> {
+    let room = max.saturating_sub(wire::LAYOUT_PART_HDR);
+    if room == 0 || layout.len() > wire::MAX_LAYOUT_BYTES {
+        return Err(Status::ExceedsLimit);
+    }
+    while *from < layout.len() {
+        let (at, n) = (*from, room.min(layout.len() - *from));
+        let r = iface.am_bcopy(ep, wire::AM_LAYOUT_PART, &mut |buf| {
+            wire::write_layout_part_hdr(buf, rid, hash, layout.len() as u32, at as u32);
+            buf[wire::LAYOUT_PART_HDR..wire::LAYOUT_PART_HDR + n]
+                .copy_from_slice(&layout[at..at + n]);
+            wire::LAYOUT_PART_HDR + n
+        });
+        match r {
+            Ok(_) => *from += n,
+            Err(Status::NoResource) => return Ok(false),
+            Err(s) => return Err(s),
+        }
+    }
+    Ok(true)
 }
 
 /// Moves flush requests along; returns how many completed. Allocates nothing in the

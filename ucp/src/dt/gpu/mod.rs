@@ -21,7 +21,7 @@ pub mod kernel;
 pub mod launch;
 pub mod model;
 #[cfg(feature = "cuda")]
-pub(crate) mod stage;
+pub mod stage;
 
 use smallvec::SmallVec;
 

@@ -7,6 +7,7 @@
 //! Scratch buffers come from a pool per device (power-of-two classes, up to
 //! [`POOL_BYTES`] kept), so a steady stream of messages allocates nothing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use ucs::cuda::{self, DeviceAlloc, Stream, StreamRef};
@@ -101,6 +102,22 @@ pub(crate) fn run_local(stream: &StreamRef, src: &Side, dst: &Side) -> UcsResult
     stream.synchronize()
 }
 
+/// Packs and unpacks run by this process, and the time the host spent in them (the
+/// kernel and the wait for it), for `RUCX_PERFTEST_STATS` and measurements.
+static PACKS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// `(packs, ns in packs, unpacks, ns in unpacks)` of this process so far.
+pub fn step_times() -> (u64, u64, u64, u64) {
+    let l = |i: usize| PACKS[i].load(Ordering::Relaxed);
+    (l(0), l(1), l(2), l(3))
+}
+
+fn count(unpack: bool, t0: u64) {
+    let i = if unpack { 2 } else { 0 };
+    PACKS[i].fetch_add(1, Ordering::Relaxed);
+    PACKS[i + 1].fetch_add(ucs::time::now_ns().saturating_sub(t0), Ordering::Relaxed);
+}
+
 /// A layout over device memory, with its scratch buffer.
 pub(crate) struct GpuLayout {
     pub(crate) lb: LayoutBuf,
@@ -159,9 +176,11 @@ impl GpuLayout {
     /// Packs the layout into the scratch buffer (once).
     pub(crate) fn pack_all(&mut self) -> UcsResult<()> {
         if !self.packed {
+            let t0 = ucs::time::now_ns();
             let s = stream(self.dev)?;
             run_local(&s, &self.side(), &self.scratch_side())?;
             self.packed = true;
+            count(false, t0);
         }
         Ok(())
     }
@@ -180,10 +199,13 @@ impl GpuLayout {
             return Ok(());
         }
         self.dirty = false;
+        let t0 = ucs::time::now_ns();
         let s = stream(self.dev)?;
         let n = len.min(self.len());
         if n == self.len() {
-            return run_local(&s, &self.scratch_side(), &self.side());
+            run_local(&s, &self.scratch_side(), &self.side())?;
+            count(true, t0);
+            return Ok(());
         }
         let (span, scratch) = (self.lb.span.addr(), self.scratch.ptr());
         let mut r = Ok(());
@@ -193,6 +215,8 @@ impl GpuLayout {
             }
         })?;
         r?;
-        s.synchronize()
+        s.synchronize()?;
+        count(true, t0);
+        Ok(())
     }
 }
