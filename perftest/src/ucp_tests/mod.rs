@@ -647,6 +647,13 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
                 avg(pns, p),
                 avg(uns, u)
             );
+            let (n, cns, qns) = ucp::dt::gpu::stage::direct_times();
+            eprintln!(
+                "rucx-perftest {side}: gpu layouts: {n} direct ({:.2} us choosing, {:.2} us queueing each), {} plans built",
+                avg(cns, n),
+                avg(qns, n),
+                ucp::dt::gpu::launch::plans_built()
+            );
         }
     }
     s.barrier(oob)

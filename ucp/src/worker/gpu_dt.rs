@@ -123,12 +123,22 @@ fn run(stream: &ucs::cuda::StreamRef, local_dev: i32, src: &Side, dst: &Side) ->
         Relation::SameGpu
     };
     let allowed = [Method::Direct, Method::CopyEngine, Method::PerBlock];
+    let t0 = ucs::time::now_ns();
     let method = match forced() {
         Some(m) if m != Method::CopyEngine || launch::box_rows(src, dst).is_some() => m,
         _ => launch::choose(local_dev, relation, src, dst, &allowed)
             .map_or(Method::Direct, |c| c.method),
     };
-    match launch::copy(stream, src, dst, method) {
+    let t1 = ucs::time::now_ns();
+    let r = launch::copy(stream, src, dst, method);
+    {
+        use crate::dt::gpu::stage::DIRECT_NS;
+        use std::sync::atomic::Ordering::Relaxed;
+        DIRECT_NS[0].fetch_add(1, Relaxed);
+        DIRECT_NS[1].fetch_add(t1.saturating_sub(t0), Relaxed);
+        DIRECT_NS[2].fetch_add(ucs::time::now_ns().saturating_sub(t1), Relaxed);
+    }
+    match r {
         // No kernel (no NVRTC, or one that did not compile, logged): copies.
         Err(e) if method == Method::Direct => {
             ucs::warn_limited!("ucp: a layout kernel could not run ({e}); copying piece by piece");

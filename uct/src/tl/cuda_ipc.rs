@@ -251,6 +251,8 @@ struct InFlight {
     event: Event,
     comp: Comp,
     ep: EpId,
+    /// When a `device_rma` was posted (0 for copies): its time to completion is counted.
+    t0: u64,
 }
 
 /// The `cuda_ipc` interface.
@@ -278,8 +280,11 @@ pub struct CudaIpcIface {
     sync_copies: u64,
     async_copies: u64,
     sync_ns: u64,
-    /// `device_rma` operations (device work of the caller's on a mapping).
+    /// `device_rma` operations (device work of the caller's on a mapping), the host time
+    /// spent posting them (mapping, the caller's launch), and from posting to completion.
     kernel_ops: u64,
+    kernel_post_ns: u64,
+    kernel_done_ns: u64,
     tick: u64,
     check_every_ns: u64,
     last_check: u64,
@@ -338,6 +343,8 @@ impl CudaIpcIface {
             async_copies: 0,
             sync_ns: 0,
             kernel_ops: 0,
+            kernel_post_ns: 0,
+            kernel_done_ns: 0,
             tick: 0,
             check_every_ns: cfg.error_check_interval_ns,
             last_check: ucs::time::now_ns(),
@@ -520,6 +527,7 @@ impl CudaIpcIface {
             event,
             comp,
             ep,
+            t0: 0,
         });
         Ok(Done::Later)
     }
@@ -626,6 +634,7 @@ impl Iface for CudaIpcIface {
             return Err(s);
         }
         let pid = peer.pid;
+        let t0 = ucs::time::now_ns();
         let (mapped, map_dev) = self.translate(pid, rkey, remote_addr, len as u64, local_dev)?;
         let dev = if map_dev >= 0 {
             map_dev
@@ -642,9 +651,12 @@ impl Iface for CudaIpcIface {
             return Err(e);
         }
         self.kernel_ops += 1;
+        let posted = ucs::time::now_ns();
+        self.kernel_post_ns += posted.saturating_sub(t0);
         if len <= SYNC_MAX {
             // As for small copies: waiting here answers sooner than a polled event.
             let r = event.synchronize();
+            self.kernel_done_ns += ucs::time::now_ns().saturating_sub(t0);
             self.streams.give_back(dev, event);
             return r.map(|()| Done::Now);
         }
@@ -653,6 +665,7 @@ impl Iface for CudaIpcIface {
             event,
             comp,
             ep,
+            t0,
         });
         Ok(Done::Later)
     }
@@ -677,6 +690,8 @@ impl Iface for CudaIpcIface {
             ("ipc_async_copies", self.async_copies),
             ("ipc_sync_ns", self.sync_ns),
             ("ipc_kernel_ops", self.kernel_ops),
+            ("ipc_kernel_post_ns", self.kernel_post_ns),
+            ("ipc_kernel_done_ns", self.kernel_done_ns),
         ]
     }
 
@@ -692,6 +707,9 @@ impl Iface for CudaIpcIface {
                 continue;
             }
             let f = self.inflight.remove(i).expect("index in range");
+            if f.t0 > 0 {
+                self.kernel_done_ns += ucs::time::now_ns().saturating_sub(f.t0);
+            }
             let status = match r {
                 Ok(_) if f.ep == EpId(u32::MAX) => Status::Canceled,
                 Ok(_) => Status::Ok,

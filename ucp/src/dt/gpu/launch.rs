@@ -108,6 +108,7 @@ struct Cache {
     plans: HashMap<PlanKey, DevPlan>,
     tick: u64,
     compiled: u64,
+    plans_built: u64,
 }
 
 fn cache() -> &'static Mutex<Cache> {
@@ -138,6 +139,11 @@ fn compile(dev: i32, src: &str, name: &str) -> UcsResult<Arc<Compiled>> {
 /// Kernels compiled so far in this process (for tests and statistics).
 pub fn kernels_compiled() -> u64 {
     lock().compiled
+}
+
+/// Plans built and copied to a device so far in this process (cache misses).
+pub fn plans_built() -> u64 {
+    lock().plans_built
 }
 
 fn strided_fn(dev: i32, src: &Shape, dst: &Shape, word: u32) -> UcsResult<Arc<Compiled>> {
@@ -184,6 +190,7 @@ fn device_plan(dev: i32, src: &Side, dst: &Side) -> UcsResult<(u64, u64)> {
         d.copy(mem.ptr(), plan.pieces.as_ptr() as u64, bytes)?;
     }
     let mut g = lock();
+    g.plans_built += 1;
     if g.plans.len() >= PLAN_CACHE {
         if let Some(old) = g
             .plans

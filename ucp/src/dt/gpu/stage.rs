@@ -112,6 +112,15 @@ pub fn step_times() -> (u64, u64, u64, u64) {
     (l(0), l(1), l(2), l(3))
 }
 
+/// Host time of direct transfers: choosing the method, and queueing the copy.
+pub(crate) static DIRECT_NS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+
+/// `(direct transfers, ns choosing, ns queueing)` of this process so far.
+pub fn direct_times() -> (u64, u64, u64) {
+    let l = |i: usize| DIRECT_NS[i].load(Ordering::Relaxed);
+    (l(0), l(1), l(2))
+}
+
 fn count(unpack: bool, t0: u64) {
     let i = if unpack { 2 } else { 0 };
     PACKS[i].fetch_add(1, Ordering::Relaxed);
