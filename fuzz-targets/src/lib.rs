@@ -36,7 +36,7 @@ pub fn wire_headers(data: &[u8]) {
     let Some((&which, rest)) = data.split_first() else {
         return;
     };
-    match which % 10 {
+    match which % 11 {
         0 => {
             let _ = wire::decode_rts(rest);
         }
@@ -63,6 +63,9 @@ pub fn wire_headers(data: &[u8]) {
         }
         8 => {
             let _ = wire::FragHdr::read(&mut Reader::new(rest));
+        }
+        9 => {
+            let _ = wire::decode_layout_part(rest);
         }
         _ => {
             let _ = wire::RndvKey::decode(rest);

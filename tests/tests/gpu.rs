@@ -245,6 +245,14 @@ fn layouts_on_one_gpu_through_every_method() {
     for (am, bm) in [("cuda", "host"), ("host", "cuda"), ("cuda-managed", "cuda")] {
         run_env(&format!("layouts:{am}:{bm}:0:0"), "all", &[]);
     }
+    // Descriptions too large for one RTS (SPECFEM3D, the random layouts) sent in parts,
+    // so that those layouts move direct too.
+    let (ra, rb) = run_env(
+        "layouts:cuda:cuda:0:0",
+        "all",
+        &[("UCX_RNDV_LAYOUT_PARTS", "y")],
+    );
+    assert!(counter(&ra, "rndv_device_direct") + counter(&rb, "rndv_device_direct") > 0);
     for tls in ["posix,cma", "tcp"] {
         let (ra, rb) = run_env("layouts:cuda:cuda:0:0", tls, &[]);
         assert_eq!(

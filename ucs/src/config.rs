@@ -133,13 +133,14 @@ pub const TABLE: &[ConfigVar] = &[
     },
     ConfigVar {
         name: "RNDV_LAYOUT_PARTS",
-        default: "auto",
+        default: "n",
         doc: "A layout whose description does not fit one rendezvous request: y: its \
               description goes first in as many messages as it needs, and the data moves \
               zero-copy by the layout, as for any other; n: its bytes go packed (device \
               memory: a kernel packs them into a scratch buffer; host memory: the active \
-              message pipeline); auto: y for device memory, n for host memory. (Rucx \
-              only.)",
+              message pipeline); auto: y for device memory, n for host memory. n by \
+              default: measured on a GPU, the direct path is slower for such layouts \
+              today (docs/benchmarks.md). (Rucx only.)",
     },
     ConfigVar {
         name: "PROTO_INFO",

@@ -550,7 +550,7 @@ pub(crate) struct Core {
     /// Smallest same-host get rendezvous shared between receiver and sender
     /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never).
     pub(crate) split_thresh: usize,
-    /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only).
+    /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only; off by default).
     pub(crate) layout_parts: Option<bool>,
     pub(crate) proto_info: bool,
     pub(crate) eps: Slab<Ep>,

@@ -117,11 +117,11 @@ impl Worker {
         let mut proto = e.thresh.select(sop, mem, data.class(), total);
         if matches!(proto, Proto::RndvGet | Proto::RndvPut) && !rts_fits(core, idx, data) {
             // A layout too large to describe in one RTS: its description goes first in
-            // parts where the AM lane keeps the order and `RNDV_LAYOUT_PARTS` allows (by
-            // default device layouts: the receiver then maps the layout and moves it with
-            // one kernel, as any other); otherwise a device layout goes by the device lane
-            // packed (its scratch buffer is the contiguous message), a host one by the AM
-            // pipeline.
+            // parts where the AM lane keeps the order and `RNDV_LAYOUT_PARTS` asks for it
+            // (off by default; `auto`: device layouts, which the receiver then maps and
+            // moves with one kernel, as any other); otherwise a device layout goes by the
+            // device lane packed (its scratch buffer is the contiguous message), a host one
+            // by the AM pipeline.
             let ordered = core.info[e.am.iface]
                 .attr
                 .flags
