@@ -166,6 +166,26 @@ fn print_gpus() {
     }
 }
 
+/// With `--layout` on a GPU machine: the host time of queueing the layout's pack and
+/// unpack kernels on GPU 0, and their time with the wait, in this one process.
+#[cfg(feature = "cuda")]
+fn time_layout(l: &ucp::dt::Layout) {
+    if ucs::cuda::driver().is_none() {
+        return;
+    }
+    let Ok(c) = l.canonical() else { return };
+    match ucp::dt::gpu::launch::time_layout(0, &c, 201) {
+        Ok([(pl, pt), (ul, ut)]) => {
+            println!("gpu0 pack {pl:.2} us to queue, {pt:.2} us with the wait");
+            println!("gpu0 unpack {ul:.2} us to queue, {ut:.2} us with the wait");
+        }
+        Err(e) => println!("gpu0 timing failed: {e}"),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn time_layout(_l: &ucp::dt::Layout) {}
+
 /// `--calibrate`: the layout model's terms per GPU and relation.
 #[cfg(feature = "cuda")]
 fn calibrate() -> bool {
@@ -255,6 +275,7 @@ fn main() {
                 println!("buffer {}", l.buf_len);
                 println!("pieces {}", l.layout.canonical().map_or(0, |c| c.pieces()));
                 println!("# {}", l.description);
+                time_layout(&l.layout);
             }
             Err(e) => {
                 eprintln!("rucx-info: --layout {spec}: {e}");

@@ -165,6 +165,9 @@ pub struct Canon {
     pub(crate) hi: i64,
     pub(crate) ordered: bool,
     pub(crate) hash: u128,
+    /// `root.pieces()`, kept: the GPU model asks for it per transfer, and walking a tree
+    /// of thousands of blocks costs microseconds.
+    pub(crate) pieces: u64,
 }
 
 impl Canon {
@@ -189,7 +192,9 @@ impl Canon {
             hi: hi as i64,
             ordered,
             hash: 0,
+            pieces: 0,
         };
+        c.pieces = if size == 0 { 0 } else { c.root.pieces() };
         c.hash = layout_hash(&c.serialize());
         Ok(c)
     }
@@ -204,6 +209,7 @@ impl Canon {
             hi: 0,
             ordered: true,
             hash: 0,
+            pieces: 0,
         };
         c.hash = layout_hash(&c.serialize());
         c
@@ -222,6 +228,7 @@ impl Canon {
             hi: self.hi - delta,
             ordered: self.ordered,
             hash: 0,
+            pieces: self.pieces,
         };
         c.hash = layout_hash(&c.serialize());
         c
@@ -254,11 +261,7 @@ impl Canon {
 
     /// Number of merged segments is at most this (dense pieces of the tree).
     pub fn pieces(&self) -> u64 {
-        if self.size == 0 {
-            0
-        } else {
-            self.root.pieces()
-        }
+        self.pieces
     }
 
     /// XXH3-128 of the encoding: the memoization key. Stable across builds and hosts.
@@ -268,7 +271,7 @@ impl Canon {
 
     /// All merged segments, materialized (bounded by `limit`); for tests and small layouts.
     pub fn segments(&self, limit: usize) -> Result<Vec<Segment>, DtError> {
-        if self.root.pieces() > limit as u64 {
+        if self.pieces > limit as u64 {
             return Err(DtError::TooManyPieces { limit });
         }
         let mut out = Vec::new();

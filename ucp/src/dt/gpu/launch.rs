@@ -391,6 +391,53 @@ fn load_costs() -> Option<HashMap<(String, String), Costs>> {
     Some(m)
 }
 
+/// Host and total time of packing and unpacking one layout on `dev` in this process
+/// (`rucx-info --layout SPEC` on a GPU machine): `[(pack launch, pack with its wait),
+/// (unpack launch, unpack with its wait)]`, medians of `n` runs, µs. The launch figure is
+/// the host time of queueing the kernel (plan lookup and `cuLaunchKernel`).
+pub fn time_layout(dev: i32, dt: &Canon, n: usize) -> UcsResult<[(f64, f64); 2]> {
+    let d = cuda::driver().ok_or(Status::Unsupported)?;
+    let (lo, hi) = dt.bounds();
+    let span = (hi - lo).max(1) as usize;
+    let buf = DeviceAlloc::new(dev, span, false)?;
+    let dense = DeviceAlloc::new(dev, dt.size().max(1) as usize, false)?;
+    let s = d.stream(dev)?;
+    let sr = StreamRef::of(&s);
+    let layout = Side::Layout {
+        addr: buf.ptr().wrapping_sub(lo as u64),
+        dt,
+    };
+    let packed = Side::Dense {
+        addr: dense.ptr(),
+        len: dt.size(),
+    };
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut out = [(0.0, 0.0); 2];
+    for (k, (src, dst)) in [(&layout, &packed), (&packed, &layout)]
+        .into_iter()
+        .enumerate()
+    {
+        // The buffers are ours and outlive every synchronize below.
+        copy(&sr, src, dst, Method::Direct)?;
+        sr.synchronize()?;
+        let (mut launch, mut total) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n.max(1) {
+            let t0 = ucs::time::now_ns();
+            copy(&sr, src, dst, Method::Direct)?;
+            let t1 = ucs::time::now_ns();
+            sr.synchronize()?;
+            let t2 = ucs::time::now_ns();
+            launch.push((t1 - t0) as f64 / 1e3);
+            total.push((t2 - t0) as f64 / 1e3);
+        }
+        out[k] = (median(&mut launch), median(&mut total));
+    }
+    Ok(out)
+}
+
 /// The methods that apply to this pair, and the model's choice among them (logged at
 /// debug level with every prediction: `UCX_LOG_LEVEL=debug` or `RUST_LOG=ucp=debug`).
 pub fn choose(
