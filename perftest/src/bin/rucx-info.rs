@@ -174,7 +174,7 @@ fn time_layout(l: &ucp::dt::Layout) {
         return;
     }
     let Ok(c) = l.canonical() else { return };
-    match ucp::dt::gpu::launch::time_layout(0, &c, 201) {
+    match ucp::dt::gpu::launch::time_layout(0, c, 201) {
         Ok([(pl, pt), (ul, ut)]) => {
             println!("gpu0 pack {pl:.2} us to queue, {pt:.2} us with the wait");
             println!("gpu0 unpack {ul:.2} us to queue, {ut:.2} us with the wait");
