@@ -779,11 +779,28 @@ fn more_bad_input_is_one_error_line() {
 #[test]
 fn unreachable_server_is_one_error_line() {
     // Nothing listens on the port: the client says so after a second, retries for 10 s,
-    // then gives up with one error line.
-    let port = {
-        let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
-        l.local_addr().unwrap().port().to_string()
+    // then gives up with one error line. The port stays bound, without listening, for the
+    // whole test: a port merely freed could be taken meanwhile by a server of a test
+    // running beside this one (it was, once).
+    use nix::sys::socket::{
+        bind, getsockname, socket, AddressFamily, SockFlag, SockType, SockaddrIn,
     };
+    let held = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&held),
+        &SockaddrIn::new(127, 0, 0, 1, 0),
+    )
+    .expect("bind");
+    let port = getsockname::<SockaddrIn>(std::os::fd::AsRawFd::as_raw_fd(&held))
+        .expect("getsockname")
+        .port()
+        .to_string();
     for host in ["127.0.0.1", "no-such-host.invalid"] {
         let start = Instant::now();
         let out = perftest()
