@@ -264,7 +264,14 @@ fn ask_push_layout(
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return false;
     };
-    // A layout too large for one control message goes before it in parts (`send_ctrl`).
+    // A layout too large for one control message goes before it in parts (`send_ctrl`)
+    // where `UCX_RNDV_LAYOUT_PARTS` allows (auto: yes, this is device memory); otherwise
+    // it is received packed.
+    let seg_max = core
+        .eps
+        .get(ep)
+        .map_or(0, |e| core.info[e.am.iface].attr.am.max_bcopy);
+    let parts = core.layout_parts.unwrap_or(true);
     let (lo, len, origin, layout) = match &r.data {
         DataState::DeviceLayout(g) => (
             g.lb.span.addr(),
@@ -275,6 +282,9 @@ fn ask_push_layout(
         DataState::Device(b) => (b.addr(), b.len(), b.addr(), None),
         _ => return false,
     };
+    if !parts && layout.as_ref().is_some_and(|(l, _)| 64 + l.len() > seg_max) {
+        return false;
+    }
     let md = ifaces[lane.iface].md();
     let Ok(m) = crate::buf::register_span(md, lo, len) else {
         return false;

@@ -521,9 +521,9 @@ impl Core {
             }
             _ => return Err(Bad::Malformed(Some(ep))),
         };
-        if done {
-            let (_, _, v) = *e.layout_in.take().expect("a layout in parts");
-            self.learn_layout(ep, hash, &v)
+        let whole = if done { e.layout_in.take() } else { None };
+        if let Some(whole) = whole {
+            self.learn_layout(ep, hash, &whole.2)
                 .map_err(|_| Bad::Malformed(Some(ep)))?;
         }
         Ok(())
