@@ -265,13 +265,13 @@ fn ask_push_layout(
         return false;
     };
     // A layout too large for one control message goes before it in parts (`send_ctrl`)
-    // where `UCX_RNDV_LAYOUT_PARTS` allows (auto: yes, this is device memory); otherwise
-    // it is received packed.
-    let seg_max = core
-        .eps
-        .get(ep)
-        .map_or(0, |e| core.info[e.am.iface].attr.am.max_bcopy);
-    let parts = core.layout_parts.unwrap_or(true);
+    // where `UCX_RNDV_LAYOUT_PARTS` allows (auto: yes, this is device memory) and the AM
+    // lane keeps the order; otherwise it is received packed.
+    let Some(am) = core.eps.get(ep).map(|e| &core.info[e.am.iface].attr) else {
+        return false;
+    };
+    let seg_max = am.am.max_bcopy;
+    let parts = core.layout_parts.unwrap_or(true) && am.flags.contains(IfaceFlags::EP_ORDERED);
     let (lo, len, origin, layout) = match &r.data {
         DataState::DeviceLayout(g) => (
             g.lb.span.addr(),

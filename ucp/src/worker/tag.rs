@@ -727,8 +727,8 @@ pub(super) fn push_send(
             let e = &mut eps[s.ep];
             let first = !e.layouts_sent.contains(&hash);
             // A description too large for the RTS goes before it in LAYOUT_PART messages
-            // (a device layout, on an ordered lane: `tag_send`). Until the RTS is out,
-            // `s.offset` counts the description's bytes sent.
+            // (where `tag_send` chose so: an ordered lane, `UCX_RNDV_LAYOUT_PARTS`). Until
+            // the RTS is out, `s.offset` counts the description's bytes sent.
             let in_parts = l.dt.encoded().len() + 160 > seg;
             if first && in_parts {
                 let mut from = s.offset;
