@@ -223,6 +223,10 @@ enum RmaKind {
 
 const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 
+/// Gets of at most this many bytes of a peer's host memory go by messages, not by the
+/// memory lane (see `Worker::rma`).
+const SMALL_GET: usize = 1024;
+
 /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
 pub(crate) type MappingCache = HashMap<(u32, u32, u64), Arc<Segment>>;
 
@@ -711,6 +715,10 @@ impl Worker {
                 .map(|v| smallvec::smallvec![v])
                 .or_else(|| st.iovs(0, total))
                 .map(|iov| (l, k, iov)),
+            // A small get of host memory goes as a request and a reply on the AM lane:
+            // two messages cost less than a cross-memory-attach call, which pins the
+            // peer's pages (UCX 1.13 over posix,cma makes no such call for them either).
+            (_, _, Some(_), Some(_)) if kind == RmaKind::Get && total <= SMALL_GET => None,
             (_, _, Some(l), Some(k)) if st.host_only() => st.iovs(0, total).map(|iov| (l, k, iov)),
             _ => None,
         };

@@ -1715,6 +1715,29 @@ fn rma_put_get_atomics_and_bounds() {
             own[10..1010] == p1[..] && own[1010..4010] == p2[..],
             "{tls} iov put"
         );
+        // Gets from the user-provided region: a small one by messages (no cma call), a
+        // larger one through the memory lane where there is one.
+        let cma_bytes = |w: &Worker| {
+            w.transport_counters()
+                .iter()
+                .filter(|(tl, _)| *tl == "cma")
+                .flat_map(|(_, c)| c.iter())
+                .find(|(k, _)| *k == "cma_bytes")
+                .map_or(0, |(_, v)| *v)
+        };
+        for (n, by_lane) in [(100usize, false), (4000, true)] {
+            let before = cma_bytes(&a);
+            let mut back = vec![0u8; n];
+            let r = a
+                .get(ab, &contig_mut(&mut back), own_base + 10, &rk_own, sp)
+                .unwrap();
+            assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls} get {n}");
+            assert!(back[..] == own[10..10 + n], "{tls} get {n}");
+            let moved = cma_bytes(&a) - before;
+            if tls == "posix,cma" {
+                assert_eq!(moved, if by_lane { n as u64 } else { 0 }, "{tls} get {n}");
+            }
+        }
         // Out of bounds: refused at the initiator, nothing written.
         let src = [9u8; 16];
         assert_eq!(
