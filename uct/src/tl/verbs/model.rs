@@ -304,29 +304,23 @@ fn cma(pid: u32, local: &[(u64, u64)], remote: &[(u64, u64)], to_remote: bool) -
     let total: u64 = local.iter().map(|p| p.1).sum();
     // Batches of at most 1024 entries on each side (IOV_MAX) would need splitting; the
     // model's requests have at most MAX_SGE local and MAX_KLM remote pieces.
+    let call = if to_remote {
+        libc::process_vm_writev
+    } else {
+        libc::process_vm_readv
+    };
     // SAFETY: the iovecs describe memory of this process (checked against its regions by
     // the caller) and of `pid` (checked against the responder's regions); the kernel
     // checks both mappings and fails with EFAULT rather than touching anything else.
     let n = unsafe {
-        if to_remote {
-            libc::process_vm_writev(
-                pid as i32,
-                l.as_ptr(),
-                l.len() as _,
-                r.as_ptr(),
-                r.len() as _,
-                0,
-            )
-        } else {
-            libc::process_vm_readv(
-                pid as i32,
-                l.as_ptr(),
-                l.len() as _,
-                r.as_ptr(),
-                r.len() as _,
-                0,
-            )
-        }
+        call(
+            pid as i32,
+            l.as_ptr(),
+            l.len() as _,
+            r.as_ptr(),
+            r.len() as _,
+            0,
+        )
     };
     if n < 0 {
         return Err(std::io::Error::last_os_error()
