@@ -39,7 +39,28 @@ pub fn transports() -> Vec<(String, String)> {
         }
         v.push((r.tl.to_string(), r.device.clone()));
     }
+    if !v.iter().any(|(tl, _)| tl == "rc_verbs") {
+        // No HCA here: rc_verbs runs on the software HCA model, which is a model of an HCA
+        // and is opened only by name (`open_iface`), never discovered unless configured.
+        skipped("rc_verbs on an HCA: none here; its cases run on the software HCA model");
+        v.push((
+            "rc_verbs".to_string(),
+            uct::tl::rc_verbs::MODEL_DEVICE.to_string(),
+        ));
+    }
     v
+}
+
+/// Opens transport `tl` on `dev` as the two-process tests do: by discovery, or for
+/// `rc_verbs` on the software HCA model, opened directly (discovery offers the model only
+/// with `RUCX_SOFTHCA=1`).
+pub fn open_iface(tl: &str, dev: &str, cfg: &Config) -> Result<Box<dyn uct::Iface>, String> {
+    if tl == "rc_verbs" && dev == uct::tl::rc_verbs::MODEL_DEVICE {
+        return uct::tl::rc_verbs::RcIface::open(cfg, dev)
+            .map(|i| Box::new(i) as Box<dyn uct::Iface>)
+            .map_err(|e| e.to_string());
+    }
+    uct::component::open_by_name(tl, Some(dev), cfg).map_err(|e| e.to_string())
 }
 
 /// Transports that carry active messages (everything but cma).

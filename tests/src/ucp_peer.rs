@@ -11,6 +11,9 @@ pub const CONFIGS: &[(&str, &str, &str, &str)] = &[
     ("shm", "posix,cma", "all", "auto"),
     ("shm-put", "posix,cma", "all", "put_zcopy"),
     ("tcp", "tcp", "lo", "auto"),
+    // rc_verbs on the software HCA model (a model of an HCA; `RUCX_SOFTHCA=1` is set for
+    // the peers of this configuration), with self for a worker's own endpoints.
+    ("rc-model", "rc_verbs,self", "all", "auto"),
 ];
 
 /// One `rucx-ucp-peer` process and its stdout lines.
@@ -36,6 +39,10 @@ impl Proc {
             .env("UCX_TLS", tls)
             .env("UCX_NET_DEVICES", dev)
             .env("UCX_RNDV_SCHEME", scheme)
+            .env(
+                "RUCX_SOFTHCA",
+                if tls.contains("rc_verbs") { "1" } else { "0" },
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -107,6 +107,10 @@ pub fn discover(cfg: &Config) -> Discovery {
         "tcp",
         tl::tcp::devices(cfg).map(|v| v.into_iter().map(|n| (n, DeviceKind::Network)).collect()),
     );
+    offer(
+        "rc_verbs",
+        tl::rc_verbs::devices().map(|v| v.into_iter().map(|n| (n, DeviceKind::Network)).collect()),
+    );
     #[cfg(feature = "cuda")]
     offer(
         "cuda_copy",
@@ -140,6 +144,7 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
         "posix" => Ok(Box::new(tl::posix::PosixIface::open(cfg)?)),
         "cma" => Ok(Box::new(tl::cma::CmaIface::open(cfg)?)),
         "tcp" => Ok(Box::new(tl::tcp::TcpIface::open(cfg, &res.device)?)),
+        "rc_verbs" => Ok(Box::new(tl::rc_verbs::RcIface::open(cfg, &res.device)?)),
         #[cfg(feature = "cuda")]
         "cuda_copy" => tl::cuda_copy::CudaCopyIface::open()
             .map(|i| Box::new(i) as Box<dyn Iface>)

@@ -48,6 +48,10 @@ bitflags! {
         /// `device_rma`: the interface maps a peer's device memory into this process and
         /// runs the caller's own device work (a kernel, say) on it, on its streams.
         const DEVICE_RMA = 1 << 12;
+        /// Put and get are one-sided: the device (or the kernel) moves the bytes without
+        /// the peer's CPU, as RDMA and cross-memory attach do. A network transport without
+        /// it emulates them over its own messages.
+        const RMA_ONE_SIDED = 1 << 13;
     }
 }
 

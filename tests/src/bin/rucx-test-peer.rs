@@ -107,7 +107,7 @@ fn main() {
         };
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
-            ["open", tl, dev] => match uct::component::open_by_name(tl, Some(dev), &cfg) {
+            ["open", tl, dev] => match rucx_tests::open_iface(tl, dev, &cfg) {
                 Ok(i) => {
                     println!(
                         "addr {} {}",

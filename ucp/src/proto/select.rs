@@ -92,6 +92,9 @@ pub struct LaneAttrs<'a> {
     pub am: &'a IfaceAttr,
     pub rma: Option<&'a IfaceAttr>,
     pub rma_dev: Option<&'a IfaceAttr>,
+    /// The AM lane sends from and receives into bounce buffers of a network device
+    /// (rc_verbs): an eager byte is copied at both ends, where a rendezvous reads it once.
+    pub am_bounce: bool,
 }
 
 impl Thresholds {
@@ -250,7 +253,7 @@ fn auto_rndv(l: LaneAttrs) -> usize {
         Some(rma) => (
             rma.perf.overhead_ns + 2.0 * am.latency_ns + am.overhead_ns,
             1e9 / rma.perf.bandwidth,
-            1e9 / am.bandwidth.min(COPY_BW),
+            1e9 / am.bandwidth.min(COPY_BW) + if l.am_bounce { 1e9 / COPY_BW } else { 0.0 },
         ),
         None => (
             2.0 * (am.latency_ns + am.overhead_ns),
@@ -328,6 +331,7 @@ mod tests {
                 am: &posix,
                 rma: Some(&cma),
                 rma_dev: None,
+                am_bounce: false,
             },
             AutoSize::Auto,
             AutoSize::Auto,
@@ -383,6 +387,7 @@ mod tests {
                     am: &posix,
                     rma: Some(&cma),
                     rma_dev: dev.then_some(&ipc),
+                    am_bounce: false,
                 },
                 AutoSize::Auto,
                 AutoSize::Auto,
@@ -442,6 +447,7 @@ mod tests {
             am: &tcp,
             rma: None,
             rma_dev: None,
+            am_bounce: false,
         };
         let t = Thresholds::new(
             l,

@@ -303,7 +303,8 @@ impl Worker {
             let a = &self.core.info[i].attr;
             if a.flags
                 .intersects(IfaceFlags::PUT_ZCOPY | IfaceFlags::GET_ZCOPY)
-                && self.core.info[i].kind != uct::component::DeviceKind::Network
+                && (self.core.info[i].kind != uct::component::DeviceKind::Network
+                    || a.flags.contains(IfaceFlags::RMA_ONE_SIDED))
                 && iface.md().reg_mem_types().has(mem)
             {
                 regs.push((i, buf::register_span(iface.md(), base, len)?));

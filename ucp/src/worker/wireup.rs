@@ -87,9 +87,12 @@ fn select_lanes(
                     am = Some((cost, i, j));
                 }
             }
-            // Rendezvous reads through a memory transport; tcp's get is emulated over its
-            // own AM and is no better than the pipeline.
-            if !a.flags.contains(IfaceFlags::GET_ZCOPY) || info.kind == DeviceKind::Network {
+            // Rendezvous reads through a memory transport or RDMA; a network transport
+            // whose get is emulated over its own AM (tcp) is no better than the pipeline.
+            if !a.flags.contains(IfaceFlags::GET_ZCOPY)
+                || (info.kind == DeviceKind::Network
+                    && !a.flags.contains(IfaceFlags::RMA_ONE_SIDED))
+            {
                 continue;
             }
             let cost = a.perf.time_ns(1 << 20);
@@ -152,6 +155,7 @@ pub(super) fn new_ep(
             am: &core.info[am.iface].attr,
             rma: rma.map(|l| &core.info[l.iface].attr),
             rma_dev: rma_dev.map(|l| &core.info[l.iface].attr),
+            am_bounce: core.info[am.iface].kind == DeviceKind::Network,
         },
         core.rndv_cfg,
         core.zcopy_cfg,

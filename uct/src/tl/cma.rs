@@ -113,6 +113,7 @@ impl CmaIface {
             attr: IfaceAttr {
                 flags: IfaceFlags::PUT_ZCOPY
                     | IfaceFlags::GET_ZCOPY
+                    | IfaceFlags::RMA_ONE_SIDED
                     | IfaceFlags::CONNECT_TO_IFACE
                     | IfaceFlags::ERRHANDLE_PEER_FAILURE
                     | IfaceFlags::EP_ORDERED,

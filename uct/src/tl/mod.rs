@@ -9,6 +9,7 @@ pub mod cuda_ipc;
 #[cfg(feature = "mock")]
 pub mod mock_dev;
 pub mod posix;
+pub mod rc_verbs;
 pub mod self_;
 pub mod tcp;
 pub mod verbs;
@@ -45,7 +46,6 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
             }
         },
     ));
-    v.push(("rc_verbs", verbs::real::absent_reason()));
     #[cfg(not(feature = "cuda"))]
     for tl in ["cuda_copy", "cuda_ipc"] {
         v.push((tl, "built without the `cuda` feature".to_string()));

@@ -199,6 +199,45 @@ pub struct QpAddr {
     pub qpn: u32,
 }
 
+/// Most private bytes a connection-manager message carries (`rdma_cm`'s limit for an RC
+/// connect request).
+pub const CM_PRIVATE: usize = 56;
+
+/// What a connection-manager message asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum CmKind {
+    /// Connect to the QP in `from` (`rdma_connect`'s request).
+    Request = 1,
+    /// The request was accepted: `from` is the accepting QP (`rdma_accept`).
+    Reply = 2,
+    /// The request was refused (`rdma_reject`).
+    Reject = 3,
+    /// The QP in `from` is gone (`rdma_disconnect`).
+    Disconnect = 4,
+}
+
+impl CmKind {
+    pub(crate) fn from_u32(v: u32) -> Option<CmKind> {
+        Some(match v {
+            1 => CmKind::Request,
+            2 => CmKind::Reply,
+            3 => CmKind::Reject,
+            4 => CmKind::Disconnect,
+            _ => return None,
+        })
+    }
+}
+
+/// A connection-manager message: the QP that sends it and up to [`CM_PRIVATE`] bytes of
+/// the transport's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CmMsg {
+    pub kind: CmKind,
+    pub from: QpAddr,
+    pub private: Vec<u8>,
+}
+
 /// Why a verb failed (the errno a real verb would return).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerbsError {
@@ -246,4 +285,10 @@ pub trait Provider: Send {
     fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> VResult<()>;
     /// Appends up to `max` completions of `cq` to `out`; returns how many.
     fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<Wc>) -> usize;
+    /// Sends a connection-manager message to the device at `to_device` (what `rdma_cm`
+    /// does for a real device: its connect request, accept, reject, disconnect). A device
+    /// that cannot be reached gives `Fault`, a full mailbox `NoMemory`.
+    fn cm_send(&mut self, to_device: &[u8], msg: &CmMsg) -> VResult<()>;
+    /// Appends the connection-manager messages that arrived; returns how many.
+    fn cm_poll(&mut self, out: &mut Vec<CmMsg>) -> usize;
 }

@@ -34,7 +34,9 @@
 //!   Creating one costs `mkey_ns` (configurable: `RUCX_SOFTHCA_MKEY_NS`, default 30 µs,
 //!   the order of a UMR work request plus its completion on ConnectX-class HCAs), so that
 //!   caching shows in measurements as it would on hardware.
-//! * **A dead responder**: its memory cannot be reached: `RetryExcErr`, QP to Err.
+//! * **A dead responder** (exited, or a zombie not reaped yet): its memory cannot be reached,
+//!   and a request that finds no receive or moves no bytes finds it gone: `RetryExcErr`,
+//!   QP to Err.
 //! * **Atomics** (8 bytes, aligned, remote atomic access) are atomic with respect to the
 //!   other atomics of the responder's device (they run under its table lock), which is the
 //!   guarantee IB gives between HCA atomics.
@@ -45,8 +47,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ucs::shm::Segment;
 
 use super::{
-    Access, Caps, Klm, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge, VResult, VerbsError,
-    Wc, WcOpcode, WcStatus,
+    Access, Caps, CmKind, CmMsg, Klm, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge,
+    VResult, VerbsError, Wc, WcOpcode, WcStatus, CM_PRIVATE,
 };
 
 const MAGIC: u64 = 0x5275_6378_5368_6361; // "RucxShca"
@@ -58,6 +60,8 @@ const RQ_DEPTH: usize = 256;
 const MAX_CQ: usize = 32;
 const CQ_DEPTH: usize = 2048;
 const MAX_SGE: usize = 4;
+/// Connection-manager messages a device's mailbox holds.
+const CM_DEPTH: usize = 128;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -133,6 +137,17 @@ struct CqEnt {
     ring: [WcRaw; CQ_DEPTH],
 }
 
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CmRaw {
+    kind: u32,
+    qpn: u32,
+    dev: [u8; 16],
+    plen: u32,
+    _pad: u32,
+    private: [u8; CM_PRIVATE],
+}
+
 /// The device table. Zero-filled is the empty device.
 #[repr(C)]
 struct Table {
@@ -145,6 +160,10 @@ struct Table {
     klms: [[KlmEnt; MAX_KLM]; MAX_MR],
     qps: [QpEnt; MAX_QP],
     cqs: [CqEnt; MAX_CQ],
+    /// The connection manager's mailbox: messages peers sent to this device.
+    cm_head: u32,
+    cm_tail: u32,
+    cm: [CmRaw; CM_DEPTH],
 }
 
 /// The table under its lock: plain access to every field.
@@ -159,9 +178,8 @@ impl Drop for Locked<'_> {
 }
 
 fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid as i32, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    // A killed process that is not reaped yet is a zombie: dead for the model.
+    ucs::sys::process_alive(pid as i32)
 }
 
 /// Locks the table at `t` (mapped, at least `size_of::<Table>()` bytes).
@@ -188,7 +206,12 @@ unsafe fn lock<'a>(t: *mut Table) -> Locked<'a> {
                         break;
                     }
                 }
-                std::hint::spin_loop();
+                if spins > 256 {
+                    // The holder may be off its CPU (more processes than cores): let it run.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
             }
         }
     }
@@ -474,9 +497,6 @@ impl SoftHca {
         let Some(rt) = self.peer_table(rpid, rfd, rlen) else {
             return Outcome::Done(WcStatus::RetryExcErr, 0);
         };
-        if !pid_alive(rpid) {
-            return Outcome::Done(WcStatus::RetryExcErr, 0);
-        }
         let me = std::process::id();
         let my_fd = self.seg.fd() as u32;
         // SAFETY: a peer table attached above (or ours), mapped while `self` lives.
@@ -501,6 +521,11 @@ impl SoftHca {
             Opcode::Send => {
                 let q = &mut t.qps[rqpn as usize];
                 if q.rq_head == q.rq_tail {
+                    // A live responder answers "receiver not ready"; a dead one does not
+                    // answer at all, and the retries run out.
+                    if !pid_alive(rpid) {
+                        return Outcome::Done(WcStatus::RetryExcErr, 0);
+                    }
                     return Outcome::Rnr;
                 }
                 let e = q.rq[q.rq_head as usize % RQ_DEPTH];
@@ -564,6 +589,14 @@ impl SoftHca {
                 } else {
                     Access::REMOTE_READ
                 };
+                if bytes == 0 {
+                    // A zero-length RDMA operation checks no key (IB's rule): it only
+                    // proves the responder is there.
+                    if !pid_alive(rpid) {
+                        return Outcome::Done(WcStatus::RetryExcErr, 0);
+                    }
+                    return Outcome::Done(WcStatus::Success, 0);
+                }
                 let Some(remote) = resolve(t, wr.rkey, wr.remote_addr, bytes, need) else {
                     qp_to_err(t, rqpn);
                     return Outcome::Done(WcStatus::RemAccessErr, 0);
@@ -661,6 +694,18 @@ impl SoftHca {
                 );
             }
         }
+    }
+
+    /// The peer table at a device address (16 bytes: pid, descriptor, length).
+    fn table_at(&mut self, dev: &[u8]) -> Option<*mut Table> {
+        let d: &[u8; 16] = dev.try_into().ok()?;
+        let pid = u32::from_le_bytes(d[0..4].try_into().ok()?);
+        let fd = u32::from_le_bytes(d[4..8].try_into().ok()?);
+        let len = u64::from_le_bytes(d[8..16].try_into().ok()?);
+        if !pid_alive(pid) {
+            return None;
+        }
+        self.peer_table(pid, fd, len)
     }
 
     /// CQ overruns so far (a real HCA raises a fatal event).
@@ -964,6 +1009,54 @@ impl Provider for SoftHca {
         q.rq[q.rq_tail as usize % RQ_DEPTH] = e;
         q.rq_tail = q.rq_tail.wrapping_add(1);
         Ok(())
+    }
+
+    fn cm_send(&mut self, to_device: &[u8], msg: &CmMsg) -> VResult<()> {
+        if msg.private.len() > CM_PRIVATE || msg.from.device.len() != 16 {
+            return Err(VerbsError::Invalid);
+        }
+        let t = self.table_at(to_device).ok_or(VerbsError::Fault)?;
+        let mut raw = CmRaw {
+            kind: msg.kind as u32,
+            qpn: msg.from.qpn,
+            dev: [0; 16],
+            plen: msg.private.len() as u32,
+            _pad: 0,
+            private: [0; CM_PRIVATE],
+        };
+        raw.dev.copy_from_slice(&msg.from.device);
+        raw.private[..msg.private.len()].copy_from_slice(&msg.private);
+        // SAFETY: a device table attached by `table_at` (or ours), mapped while `self` lives.
+        let l = unsafe { lock(t) };
+        if l.t.cm_tail.wrapping_sub(l.t.cm_head) as usize >= CM_DEPTH {
+            return Err(VerbsError::NoMemory);
+        }
+        let at = l.t.cm_tail as usize % CM_DEPTH;
+        l.t.cm[at] = raw;
+        l.t.cm_tail = l.t.cm_tail.wrapping_add(1);
+        Ok(())
+    }
+
+    fn cm_poll(&mut self, out: &mut Vec<CmMsg>) -> usize {
+        let l = self.lock();
+        let mut n = 0;
+        while l.t.cm_head != l.t.cm_tail {
+            let r = l.t.cm[l.t.cm_head as usize % CM_DEPTH];
+            l.t.cm_head = l.t.cm_head.wrapping_add(1);
+            let Some(kind) = CmKind::from_u32(r.kind) else {
+                continue;
+            };
+            out.push(CmMsg {
+                kind,
+                from: QpAddr {
+                    device: r.dev.to_vec(),
+                    qpn: r.qpn,
+                },
+                private: r.private[..(r.plen as usize).min(CM_PRIVATE)].to_vec(),
+            });
+            n += 1;
+        }
+        n
     }
 
     fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<Wc>) -> usize {

@@ -1,0 +1,1296 @@
+//! `rc_verbs`: reliable-connected queue pairs on a verbs [`Provider`].
+//!
+//! The transport is written against the provider interface of [`super::verbs`]; where no
+//! HCA exists it runs on the software HCA model (`RUCX_SOFTHCA=1`, device `softhca`, listed
+//! as "software HCA model"), and nowhere is it chosen by default. What it does is what an
+//! RC transport does on an HCA:
+//!
+//! * **Connection**: an endpoint is an RC QP. `ep_connect` creates it (Reset → Init) and
+//!   sends a connection request through the provider's connection manager (the model's
+//!   mailbox; `rdma_cm` on a device). The peer interface accepts in its `progress`: it
+//!   creates a QP of its own, connects it to ours (Rtr, Rts) and replies; ours is then
+//!   connected. Until then operations return `NoResource` (and `pending_add` waits for the
+//!   connection). The accepted QP only receives (one connection per direction), and goes
+//!   away on the initiator's disconnect message or when it finds its peer dead.
+//! * **Active messages** are SENDs from registered bounce buffers (the id in the first
+//!   byte), received into bounce buffers posted on the accepted QP and re-posted after the
+//!   handler ran. A SEND that finds no receive posted waits at the HCA (receive-not-ready,
+//!   retried), holding its bounce buffer; when all are held, sends return `NoResource`.
+//! * **Put and get** are RDMA WRITE and READ straight from and into the caller's buffers,
+//!   registered on first use and kept in a registration cache (at most `RCACHE_MAX`
+//!   regions, least recently used ones dropped when not in flight). At most `max_sge`
+//!   entries go in one work request; only the last of an operation is signalled (an error
+//!   in an earlier one flushes the last). Remote keys are the peer's memory region keys.
+//! * **Flush** waits for every signalled request of the endpoint; RC runs the requests of
+//!   a QP in order, so an operation after another never overtakes it on the model. (A real
+//!   HCA may let a READ pass an earlier WRITE; `fence` would then set `IBV_SEND_FENCE` on
+//!   the next request — the model executes in order, so `fence` has nothing to do.)
+//! * **Peer failure**: a work request that fails moves the QP to Err; the endpoint fails
+//!   with it (`EndpointTimeout` when the peer did not answer, `ConnectionReset` otherwise),
+//!   every outstanding operation completes with that status, and `ep_error` is reported
+//!   once. Idle endpoints are probed every `UCX_ERROR_CHECK_INTERVAL` with a zero-length
+//!   RDMA WRITE, which needs no key and only proves the peer is there.
+//!
+//! Registration of the caller's buffers assumes what is registered stays mapped at the same
+//! address with the same pages; on the model the copy resolves addresses when it runs, so a
+//! region that was freed fails the request (`LocProtErr`) instead of touching stale pages,
+//! where a real HCA would need memory hooks (UCX's `ucm`) to drop such registrations.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use slab::Slab;
+use smallvec::SmallVec;
+use ucs::wire::{Reader, Writer};
+use ucs::{Config, Status, UcsResult};
+
+use crate::component::OpenError;
+use crate::ep::{iov_total, Comp, Done, EpId, Iov};
+use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
+use crate::md::{pack_rkey, unpack_rkey, Md, MemH, MemTypes, RemoteKey};
+use crate::tl::verbs::{
+    model::SoftHca, Access, CmKind, CmMsg, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge,
+    Wc, WcOpcode, WcStatus,
+};
+
+const MAGIC: [u8; 4] = *b"RCV1";
+/// Bytes of one bounce buffer: the AM id and the message.
+const SEG: usize = 8192;
+/// Send bounce buffers of an interface.
+const TX_SLOTS: usize = 128;
+/// Receive buffers posted on each accepted QP.
+const RX_PER_QP: usize = 32;
+/// RMA operations in flight per interface.
+const MAX_OPS: usize = 512;
+/// Local regions the registration cache keeps.
+const RCACHE_MAX: usize = 256;
+const ACCESS_ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
+/// Kinds of send work requests, in the top byte of `wr_id`.
+const WR_AM: u64 = 1;
+const WR_OP: u64 = 2;
+const WR_PROBE: u64 = 3;
+const WR_PASSIVE_PROBE: u64 = 4;
+
+fn wr_id(kind: u64, v: u64) -> u64 {
+    (kind << 56) | v
+}
+
+/// Whether the software HCA model is enabled in this process (`RUCX_SOFTHCA=1`).
+pub fn softhca_enabled() -> bool {
+    std::env::var("RUCX_SOFTHCA").is_ok_and(|v| v == "1")
+}
+
+/// The name a device of this transport is listed under.
+pub const MODEL_DEVICE: &str = "softhca";
+
+type Hca = Arc<Mutex<Box<dyn Provider>>>;
+
+fn lock(h: &Hca) -> MutexGuard<'_, Box<dyn Provider>> {
+    h.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The memory domain: registrations are the provider's memory regions.
+pub struct RcMd {
+    hca: Hca,
+}
+
+impl std::fmt::Debug for RcMd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RcMd({})", lock(&self.hca).name())
+    }
+}
+
+impl Md for RcMd {
+    fn name(&self) -> &str {
+        "rc_verbs"
+    }
+
+    fn reg_mem_types(&self) -> MemTypes {
+        MemTypes::HOST_ACCESSIBLE
+    }
+
+    unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> UcsResult<MemH> {
+        if addr.is_null() && len != 0 {
+            return Err(Status::InvalidParam);
+        }
+        if len == 0 {
+            return Ok(MemH {
+                base: addr as u64,
+                len: 0,
+                key: 0,
+            });
+        }
+        let key = lock(&self.hca).reg_mr(addr as u64, len as u64, ACCESS_ALL)?;
+        Ok(MemH {
+            base: addr as u64,
+            len: len as u64,
+            key: u64::from(key),
+        })
+    }
+
+    fn mem_dereg(&self, memh: &MemH) -> UcsResult<()> {
+        if memh.len == 0 {
+            return Ok(());
+        }
+        let key = u32::try_from(memh.key).map_err(|_| Status::InvalidParam)?;
+        Ok(lock(&self.hca).dereg_mr(key)?)
+    }
+
+    fn mkey_pack(&self, memh: &MemH) -> Vec<u8> {
+        pack_rkey(MAGIC, memh)
+    }
+
+    fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey> {
+        unpack_rkey(MAGIC, buf)
+    }
+}
+
+/// A registered buffer of `n` bounce segments.
+struct Bounce {
+    mem: Box<[u8]>,
+    key: u32,
+}
+
+impl Bounce {
+    fn new(hca: &mut dyn Provider, n: usize) -> UcsResult<Bounce> {
+        let mem = vec![0u8; n * SEG].into_boxed_slice();
+        let key = hca.reg_mr(mem.as_ptr() as u64, mem.len() as u64, Access::LOCAL_WRITE)?;
+        Ok(Bounce { mem, key })
+    }
+
+    fn sge(&self, i: usize, len: usize) -> Sge {
+        Sge {
+            addr: self.mem.as_ptr() as u64 + (i * SEG) as u64,
+            len: len as u32,
+            lkey: self.key,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The request is not sent yet (the peer's mailbox was full).
+    Unsent,
+    /// Waiting for the peer's reply.
+    Connecting,
+    Ready,
+    Failed(Status),
+}
+
+#[derive(Debug)]
+struct RcEp {
+    qp: u32,
+    /// The peer's device (provider part) and its connection serial.
+    peer_dev: Vec<u8>,
+    peer_nonce: u64,
+    serial: u32,
+    state: State,
+    reported: bool,
+    /// Signalled requests in flight.
+    outstanding: u32,
+    flushes: Vec<Comp>,
+    pending: VecDeque<u64>,
+}
+
+/// A QP this interface accepted: it receives the initiator's messages.
+struct Passive {
+    peer: QpAddr,
+    rx: Bounce,
+    /// Probes sent since it was accepted (the first tick is skipped while the initiator
+    /// may still be connecting its side).
+    ticks: u32,
+    probing: bool,
+}
+
+/// A cached registration of local memory.
+struct Reg {
+    end: u64,
+    uses: u32,
+    last: u64,
+}
+
+/// An RMA operation in flight.
+struct Op {
+    ep: EpId,
+    comp: Comp,
+    regs: SmallVec<[(u64, u32); 4]>,
+}
+
+/// The `rc_verbs` interface.
+pub struct RcIface {
+    attr: IfaceAttr,
+    hca: Hca,
+    md: RcMd,
+    model: bool,
+    dev_addr: Vec<u8>,
+    iface_addr: Vec<u8>,
+    nonce: u64,
+    /// Our device address as the provider gives it (the part after the host id).
+    hw_addr: Vec<u8>,
+    send_cq: u32,
+    recv_cq: u32,
+    eps: Slab<RcEp>,
+    passive: HashMap<u32, Passive>,
+    tx: Bounce,
+    tx_free: Vec<u16>,
+    /// Which endpoint each send slot is in flight for.
+    tx_ep: Vec<Option<EpId>>,
+    ops: Slab<Op>,
+    rcache: BTreeMap<(u64, u32), Reg>,
+    tick: u64,
+    /// Events found outside `progress` (completions of destroyed endpoints, errors).
+    done: VecDeque<(Comp, Status)>,
+    errors: VecDeque<(EpId, Status)>,
+    all_flushes: Vec<Comp>,
+    total_outstanding: u32,
+    serial: u32,
+    /// Endpoints not connected yet.
+    connecting: usize,
+    wcs: Vec<Wc>,
+    cms: Vec<CmMsg>,
+    check_interval_ns: u64,
+    next_check: u64,
+    progress_calls: u32,
+    counters: Counters,
+}
+
+#[derive(Default, Debug)]
+struct Counters {
+    sends: u64,
+    recvs: u64,
+    writes: u64,
+    reads: u64,
+    rma_bytes: u64,
+    reg_hits: u64,
+    reg_misses: u64,
+    connects: u64,
+    accepts: u64,
+}
+
+impl std::fmt::Debug for RcIface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RcIface({}, {} eps)", self.device_name(), self.eps.len())
+    }
+}
+
+/// Where the transport can run here: the model's device when it is enabled, else why not.
+pub fn devices() -> Result<Vec<String>, String> {
+    if softhca_enabled() {
+        return Ok(vec![MODEL_DEVICE.to_string()]);
+    }
+    Err(super::verbs::real::absent_reason())
+}
+
+impl RcIface {
+    /// Opens the interface on `device` (only the model's device exists so far).
+    pub fn open(cfg: &Config, device: &str) -> Result<RcIface, OpenError> {
+        if device != MODEL_DEVICE {
+            return Err(OpenError::NoDevice {
+                tl: "rc_verbs",
+                device: device.to_string(),
+            });
+        }
+        let unavailable = |s: Status| OpenError::Unavailable {
+            tl: "rc_verbs",
+            reason: format!("software HCA model: {s}"),
+        };
+        let mut p: Box<dyn Provider> =
+            Box::new(SoftHca::from_env().map_err(|e| unavailable(e.into()))?);
+        let (send_cq, recv_cq) = (
+            p.create_cq().map_err(|e| unavailable(e.into()))?,
+            p.create_cq().map_err(|e| unavailable(e.into()))?,
+        );
+        let tx = Bounce::new(p.as_mut(), TX_SLOTS).map_err(unavailable)?;
+        let hw_addr = p.device_address();
+        let nonce = ucs::time::now_ns() ^ (u64::from(std::process::id()) << 32);
+        let dev_addr = Writer::default()
+            .u64(ucs::sys::host_id())
+            .bytes(&hw_addr)
+            .buf;
+        let iface_addr = Writer::default().u64(nonce).buf;
+        let hca: Hca = Arc::new(Mutex::new(p));
+        let rma = OpLimits {
+            min_zcopy: 0,
+            max_zcopy: u32::MAX as usize,
+            max_iov: usize::MAX,
+            ..Default::default()
+        };
+        Ok(RcIface {
+            attr: IfaceAttr {
+                flags: IfaceFlags::AM_SHORT
+                    | IfaceFlags::AM_BCOPY
+                    | IfaceFlags::PUT_ZCOPY
+                    | IfaceFlags::GET_ZCOPY
+                    | IfaceFlags::RMA_ONE_SIDED
+                    | IfaceFlags::PENDING
+                    | IfaceFlags::CONNECT_TO_IFACE
+                    | IfaceFlags::ERRHANDLE_PEER_FAILURE
+                    | IfaceFlags::EP_ORDERED,
+                am: OpLimits {
+                    max_short: SEG - 1 - 8,
+                    max_bcopy: SEG - 1,
+                    max_iov: 1,
+                    ..Default::default()
+                },
+                put: rma,
+                get: rma,
+                // The model as measured on the project machine (docs/benchmarks.md): a
+                // work request is a lock, a table lookup and a cross-memory copy; 8-byte
+                // round trips take 4.3 µs, 4 MiB RDMA READs stream at 11 GB/s. A real
+                // HCA's figures replace these when the real provider exists.
+                perf: PerfEstimate {
+                    overhead_ns: 300.0,
+                    latency_ns: 2000.0,
+                    bandwidth: 11e9,
+                },
+                mem: crate::iface::MemCaps::HOST,
+                device_addr_len: dev_addr.len(),
+                iface_addr_len: iface_addr.len(),
+            },
+            md: RcMd { hca: hca.clone() },
+            hca,
+            model: true,
+            dev_addr,
+            iface_addr,
+            nonce,
+            hw_addr,
+            send_cq,
+            recv_cq,
+            eps: Slab::new(),
+            passive: HashMap::new(),
+            tx,
+            tx_free: (0..TX_SLOTS as u16).rev().collect(),
+            tx_ep: vec![None; TX_SLOTS],
+            ops: Slab::new(),
+            rcache: BTreeMap::new(),
+            tick: 0,
+            done: VecDeque::new(),
+            errors: VecDeque::new(),
+            all_flushes: Vec::new(),
+            total_outstanding: 0,
+            serial: 0,
+            connecting: 0,
+            wcs: Vec::with_capacity(64),
+            cms: Vec::new(),
+            check_interval_ns: cfg.error_check_interval_ns.max(1_000_000),
+            next_check: 0,
+            progress_calls: 0,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The peer's host id and provider device address.
+    fn parse_dev(dev: &[u8]) -> Option<(u64, &[u8])> {
+        let mut r = Reader::new(dev);
+        let host = r.u64()?;
+        let rest = &dev[8..];
+        (!rest.is_empty()).then_some((host, rest))
+    }
+
+    fn parse_iface(iface: &[u8]) -> Option<u64> {
+        let mut r = Reader::new(iface);
+        let n = r.u64()?;
+        r.is_empty().then_some(n)
+    }
+
+    fn my_qp(&self, qpn: u32) -> QpAddr {
+        QpAddr {
+            device: self.hw_addr.clone(),
+            qpn,
+        }
+    }
+
+    /// Sends `ep`'s connection request, if it is not sent yet.
+    fn send_request(&mut self, ep: EpId) {
+        let Some(e) = self.eps.get(ep.index()) else {
+            return;
+        };
+        if e.state != State::Unsent {
+            return;
+        }
+        let msg = CmMsg {
+            kind: CmKind::Request,
+            from: self.my_qp(e.qp),
+            private: Writer::default()
+                .u32(ep.0)
+                .u32(e.serial)
+                .u64(e.peer_nonce)
+                .u64(self.nonce)
+                .buf,
+        };
+        let dev = e.peer_dev.clone();
+        let r = lock(&self.hca).cm_send(&dev, &msg);
+        match r {
+            Ok(()) => self.eps[ep.index()].state = State::Connecting,
+            Err(crate::tl::verbs::VerbsError::NoMemory) => {}
+            Err(_) => {
+                self.fail(ep, Status::Unreachable);
+            }
+        }
+    }
+
+    /// Marks `ep` failed (once) and queues its error report.
+    fn fail(&mut self, ep: EpId, st: Status) {
+        if let Some(e) = self.eps.get_mut(ep.index()) {
+            if !matches!(e.state, State::Failed(_)) {
+                if e.state != State::Ready {
+                    self.connecting = self.connecting.saturating_sub(1);
+                }
+                e.state = State::Failed(st);
+                if !e.reported {
+                    e.reported = true;
+                    self.errors.push_back((ep, st));
+                }
+                let qp = e.qp;
+                // Whatever is queued behind the failure is flushed by the HCA.
+                let _ = lock(&self.hca).modify_qp(qp, QpState::Err, None);
+            }
+        }
+    }
+
+    /// The endpoint, when it can post now.
+    #[inline]
+    fn ready(&self, ep: EpId) -> UcsResult<&RcEp> {
+        let e = self.eps.get(ep.index()).ok_or(Status::InvalidParam)?;
+        match e.state {
+            State::Ready => Ok(e),
+            State::Failed(s) => Err(s),
+            State::Unsent | State::Connecting => Err(Status::NoResource),
+        }
+    }
+
+    /// Posts a SEND of what `fill` writes after the id byte (returns its length).
+    fn send_am(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        fill: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> UcsResult<usize> {
+        check_am_id(id)?;
+        let qp = self.ready(ep)?.qp;
+        let slot = *self.tx_free.last().ok_or(Status::NoResource)? as usize;
+        let seg = &mut self.tx.mem[slot * SEG..(slot + 1) * SEG];
+        seg[0] = id;
+        let n = fill(&mut seg[1..]);
+        let wr = SendWr {
+            wr_id: wr_id(WR_AM, slot as u64),
+            opcode: Opcode::Send,
+            sges: smallvec::smallvec![self.tx.sge(slot, n + 1)],
+            remote_addr: 0,
+            rkey: 0,
+            signaled: true,
+        };
+        let r = lock(&self.hca).post_send(qp, &wr);
+        match r {
+            Ok(()) => {}
+            Err(crate::tl::verbs::VerbsError::NoMemory) => return Err(Status::NoResource),
+            Err(e) => return Err(e.into()),
+        }
+        self.tx_free.pop();
+        self.tx_ep[slot] = Some(ep);
+        self.eps[ep.index()].outstanding += 1;
+        self.total_outstanding += 1;
+        self.counters.sends += 1;
+        Ok(n)
+    }
+
+    /// The local key of `[addr, addr + len)`, registering it (whole pages) on a miss.
+    fn local_key(&mut self, addr: u64, len: u64) -> UcsResult<(u64, u32)> {
+        self.tick += 1;
+        let end = addr.checked_add(len).ok_or(Status::InvalidParam)?;
+        let hit = self
+            .rcache
+            .range(..=(addr, u32::MAX))
+            .rev()
+            .take(8)
+            .find(|(_, r)| r.end >= end)
+            .map(|(k, _)| *k);
+        if let Some(k) = hit {
+            let r = self.rcache.get_mut(&k).expect("found above");
+            r.uses += 1;
+            r.last = self.tick;
+            self.counters.reg_hits += 1;
+            return Ok(k);
+        }
+        self.counters.reg_misses += 1;
+        if self.rcache.len() >= RCACHE_MAX {
+            let victim = self
+                .rcache
+                .iter()
+                .filter(|(_, r)| r.uses == 0)
+                .min_by_key(|(_, r)| r.last)
+                .map(|(k, _)| *k);
+            if let Some(k) = victim {
+                self.rcache.remove(&k);
+                let _ = lock(&self.hca).dereg_mr(k.1);
+            }
+        }
+        let page = 4096u64;
+        let start = addr & !(page - 1);
+        let stop = end.div_ceil(page) * page;
+        let key = lock(&self.hca)
+            .reg_mr(start, (stop - start).max(page), ACCESS_ALL)
+            .map_err(|_| Status::InvalidAddr)?;
+        self.rcache.insert(
+            (start, key),
+            Reg {
+                end: stop.max(start + page),
+                uses: 1,
+                last: self.tick,
+            },
+        );
+        Ok((start, key))
+    }
+
+    fn unref(&mut self, regs: &[(u64, u32)]) {
+        for k in regs {
+            if let Some(r) = self.rcache.get_mut(k) {
+                r.uses = r.uses.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Posts RDMA WRITEs or READs of `iov` against the contiguous remote range.
+    ///
+    /// # Safety
+    /// The iov entries satisfy the zcopy contract of `put_zcopy`/`get_zcopy`.
+    unsafe fn rdma(
+        &mut self,
+        ep: EpId,
+        write: bool,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let qp = self.ready(ep)?.qp;
+        let total = iov_total(iov) as u64;
+        rkey.check_range(remote_addr, total)?;
+        let rk = u32::try_from(rkey.key).map_err(|_| Status::InvalidParam)?;
+        if self.ops.len() >= MAX_OPS {
+            return Err(Status::NoResource);
+        }
+        let max_sge = lock(&self.hca).caps().max_sge.max(1);
+        // Keys first, so that a buffer that cannot be registered posts nothing.
+        let mut sges: Vec<Sge> = Vec::with_capacity(iov.len());
+        let mut regs: SmallVec<[(u64, u32); 4]> = SmallVec::new();
+        for v in iov.iter().filter(|v| v.length > 0) {
+            let k = match self.local_key(v.buffer as u64, v.length as u64) {
+                Ok(k) => k,
+                Err(s) => {
+                    self.unref(&regs);
+                    return Err(s);
+                }
+            };
+            regs.push(k);
+            // A work request moves at most 2^31 bytes per SGE on real HCAs; the limit on
+            // `max_zcopy` keeps each entry below 4 GiB, and longer entries split here.
+            let mut at = v.buffer as u64;
+            let mut left = v.length as u64;
+            while left > 0 {
+                let n = left.min(1 << 30);
+                sges.push(Sge {
+                    addr: at,
+                    len: n as u32,
+                    lkey: k.1,
+                });
+                at += n;
+                left -= n;
+            }
+        }
+        let op = self.ops.insert(Op { ep, comp, regs });
+        let chunks: Vec<&[Sge]> = if sges.is_empty() {
+            vec![&[][..]]
+        } else {
+            sges.chunks(max_sge).collect()
+        };
+        let last = chunks.len() - 1;
+        let mut raddr = remote_addr;
+        let mut h = lock(&self.hca);
+        for (i, c) in chunks.iter().enumerate() {
+            let wr = SendWr {
+                wr_id: wr_id(WR_OP, op as u64),
+                opcode: if write {
+                    Opcode::RdmaWrite
+                } else {
+                    Opcode::RdmaRead
+                },
+                sges: c.iter().copied().collect(),
+                remote_addr: raddr,
+                rkey: rk,
+                signaled: i == last,
+            };
+            if let Err(e) = h.post_send(qp, &wr) {
+                drop(h);
+                let o = self.ops.remove(op);
+                self.unref(&o.regs);
+                if i == 0 && e == crate::tl::verbs::VerbsError::NoMemory {
+                    // Nothing posted: the caller may retry.
+                    return Err(Status::NoResource);
+                }
+                // Part of the operation is posted and cannot be taken back: the endpoint
+                // fails, so that the caller never sees half a transfer as done.
+                self.fail(ep, Status::IoError);
+                return Err(Status::IoError);
+            }
+            raddr += c.iter().map(|s| u64::from(s.len)).sum::<u64>();
+        }
+        drop(h);
+        if write {
+            self.counters.writes += 1;
+        } else {
+            self.counters.reads += 1;
+        }
+        self.counters.rma_bytes += total;
+        self.eps[ep.index()].outstanding += 1;
+        self.total_outstanding += 1;
+        Ok(Done::Later)
+    }
+
+    /// Accepts, refuses or ends connections as the connection manager tells. An accepted
+    /// QP whose initiator disconnected is dropped after the messages it had received are
+    /// handed over.
+    fn handle_cm(&mut self, h: &mut dyn Handler) -> usize {
+        let mut n = 0;
+        let mut cms = std::mem::take(&mut self.cms);
+        cms.clear();
+        lock(&self.hca).cm_poll(&mut cms);
+        for m in cms.drain(..) {
+            match m.kind {
+                CmKind::Request => self.accept(m),
+                CmKind::Reply | CmKind::Reject => self.connected(m),
+                CmKind::Disconnect => {
+                    let gone: Vec<u32> = self
+                        .passive
+                        .iter()
+                        .filter(|(_, p)| p.peer == m.from)
+                        .map(|(q, _)| *q)
+                        .collect();
+                    if !gone.is_empty() {
+                        n += self.poll_recv(h, usize::MAX);
+                    }
+                    for q in gone {
+                        self.drop_passive(q);
+                    }
+                }
+            }
+        }
+        self.cms = cms;
+        n
+    }
+
+    /// Hands received messages to `h` (at most `max` completions) and re-posts their
+    /// buffers.
+    fn poll_recv(&mut self, h: &mut dyn Handler, max: usize) -> usize {
+        let mut n = 0;
+        let mut wcs = std::mem::take(&mut self.wcs);
+        let mut polled = 0;
+        while polled < max {
+            wcs.clear();
+            let got = lock(&self.hca).poll_cq(self.recv_cq, 32.min(max - polled), &mut wcs);
+            if got == 0 {
+                break;
+            }
+            polled += got;
+            for w in wcs.drain(..) {
+                let qp = (w.wr_id >> 32) as u32;
+                let i = (w.wr_id & 0xffff_ffff) as usize;
+                if w.status != WcStatus::Success || w.opcode != WcOpcode::Recv {
+                    // The QP failed (a request of its peer was refused, or it is being
+                    // flushed).
+                    if w.status != WcStatus::WrFlushErr {
+                        self.drop_passive(qp);
+                    }
+                    continue;
+                }
+                let Some(p) = self.passive.get(&qp) else {
+                    continue;
+                };
+                let len = (w.byte_len as usize).min(SEG);
+                let seg = &p.rx.mem[i * SEG..i * SEG + len];
+                if let Some((&id, data)) = seg.split_first() {
+                    h.am(id, data);
+                    n += 1;
+                }
+                let wr = RecvWr {
+                    wr_id: w.wr_id,
+                    sges: smallvec::smallvec![p.rx.sge(i, SEG)],
+                };
+                self.counters.recvs += 1;
+                if lock(&self.hca).post_recv(qp, &wr).is_err() {
+                    self.drop_passive(qp);
+                }
+            }
+        }
+        self.wcs = wcs;
+        n
+    }
+
+    fn accept(&mut self, m: CmMsg) {
+        let mut r = Reader::new(&m.private);
+        let (Some(ep), Some(serial), Some(target), Some(_from_nonce)) =
+            (r.u32(), r.u32(), r.u64(), r.u64())
+        else {
+            return;
+        };
+        let reply = |kind, qpn| CmMsg {
+            kind,
+            from: QpAddr {
+                device: self.hw_addr.clone(),
+                qpn,
+            },
+            private: Writer::default().u32(ep).u32(serial).buf,
+        };
+        if target != self.nonce {
+            let msg = reply(CmKind::Reject, 0);
+            let _ = lock(&self.hca).cm_send(&m.from.device, &msg);
+            return;
+        }
+        let made = (|| -> UcsResult<(u32, Bounce)> {
+            let mut h = lock(&self.hca);
+            let qp = h.create_qp(self.send_cq, self.recv_cq)?;
+            let setup = (|| -> UcsResult<Bounce> {
+                h.modify_qp(qp, QpState::Init, None)?;
+                let rx = Bounce::new(h.as_mut(), RX_PER_QP)?;
+                for i in 0..RX_PER_QP {
+                    let wr = RecvWr {
+                        wr_id: (u64::from(qp) << 32) | i as u64,
+                        sges: smallvec::smallvec![rx.sge(i, SEG)],
+                    };
+                    h.post_recv(qp, &wr)?;
+                }
+                h.modify_qp(qp, QpState::Rtr, Some(&m.from))?;
+                h.modify_qp(qp, QpState::Rts, None)?;
+                Ok(rx)
+            })();
+            match setup {
+                Ok(rx) => Ok((qp, rx)),
+                Err(s) => {
+                    let _ = h.destroy_qp(qp);
+                    Err(s)
+                }
+            }
+        })();
+        match made {
+            Ok((qp, rx)) => {
+                let msg = reply(CmKind::Reply, qp);
+                if lock(&self.hca).cm_send(&m.from.device, &msg).is_ok() {
+                    self.passive.insert(
+                        qp,
+                        Passive {
+                            peer: m.from,
+                            rx,
+                            ticks: 0,
+                            probing: false,
+                        },
+                    );
+                    self.counters.accepts += 1;
+                } else {
+                    let mut h = lock(&self.hca);
+                    let _ = h.destroy_qp(qp);
+                    let _ = h.dereg_mr(rx.key);
+                }
+            }
+            Err(_) => {
+                let msg = reply(CmKind::Reject, 0);
+                let _ = lock(&self.hca).cm_send(&m.from.device, &msg);
+            }
+        }
+    }
+
+    fn connected(&mut self, m: CmMsg) {
+        let mut r = Reader::new(&m.private);
+        let (Some(ep), Some(serial)) = (r.u32(), r.u32()) else {
+            return;
+        };
+        let ep = EpId(ep);
+        let Some(e) = self.eps.get(ep.index()) else {
+            return;
+        };
+        if e.serial != serial || e.state != State::Connecting || e.peer_dev != m.from.device {
+            return;
+        }
+        let qp = e.qp;
+        if m.kind == CmKind::Reject {
+            self.fail(ep, Status::Unreachable);
+            return;
+        }
+        let r = {
+            let mut h = lock(&self.hca);
+            h.modify_qp(qp, QpState::Rtr, Some(&m.from))
+                .and_then(|()| h.modify_qp(qp, QpState::Rts, None))
+        };
+        match r {
+            Ok(()) => {
+                self.eps[ep.index()].state = State::Ready;
+                self.connecting = self.connecting.saturating_sub(1);
+                self.counters.connects += 1;
+            }
+            Err(_) => self.fail(ep, Status::Unreachable),
+        }
+    }
+
+    fn drop_passive(&mut self, qp: u32) {
+        if let Some(p) = self.passive.remove(&qp) {
+            let mut h = lock(&self.hca);
+            let _ = h.destroy_qp(qp);
+            let _ = h.dereg_mr(p.rx.key);
+        }
+    }
+
+    /// One signalled request of `ep` is done.
+    fn retire(&mut self, ep: EpId) {
+        self.total_outstanding = self.total_outstanding.saturating_sub(1);
+        if let Some(e) = self.eps.get_mut(ep.index()) {
+            e.outstanding = e.outstanding.saturating_sub(1);
+            if e.outstanding == 0 {
+                for c in e.flushes.drain(..) {
+                    self.done.push_back((c, Status::Ok));
+                }
+            }
+        }
+        if self.total_outstanding == 0 {
+            for c in self.all_flushes.drain(..) {
+                self.done.push_back((c, Status::Ok));
+            }
+        }
+    }
+
+    /// What a failed completion means for its endpoint.
+    fn wc_status(s: WcStatus) -> Status {
+        match s {
+            WcStatus::Success => Status::Ok,
+            WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr => Status::EndpointTimeout,
+            WcStatus::LocProtErr | WcStatus::LocLenErr => Status::InvalidAddr,
+            _ => Status::ConnectionReset,
+        }
+    }
+
+    fn send_completion(&mut self, w: Wc) {
+        let (kind, v) = (w.wr_id >> 56, w.wr_id & ((1 << 56) - 1));
+        let failed = |this: &Self, ep: EpId| match this.eps.get(ep.index()).map(|e| e.state) {
+            Some(State::Failed(s)) => Some(s),
+            _ => None,
+        };
+        match kind {
+            WR_AM => {
+                let slot = v as usize;
+                let Some(ep) = self.tx_ep.get_mut(slot).and_then(Option::take) else {
+                    return;
+                };
+                self.tx_free.push(slot as u16);
+                if w.status != WcStatus::Success {
+                    self.fail(ep, Self::wc_status(w.status));
+                }
+                self.retire(ep);
+            }
+            WR_OP => {
+                let Some(op) = self.ops.try_remove(v as usize) else {
+                    return;
+                };
+                self.unref(&op.regs);
+                let st = if w.status == WcStatus::Success {
+                    Status::Ok
+                } else {
+                    let st = failed(self, op.ep).unwrap_or(Self::wc_status(w.status));
+                    self.fail(op.ep, st);
+                    failed(self, op.ep).unwrap_or(st)
+                };
+                self.done.push_back((op.comp, st));
+                self.retire(op.ep);
+            }
+            WR_PROBE => {
+                let ep = EpId(v as u32);
+                if w.status != WcStatus::Success {
+                    self.fail(ep, Self::wc_status(w.status));
+                }
+                self.retire(ep);
+            }
+            WR_PASSIVE_PROBE => {
+                let qp = v as u32;
+                if w.status != WcStatus::Success {
+                    self.drop_passive(qp);
+                } else if let Some(p) = self.passive.get_mut(&qp) {
+                    p.probing = false;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Probes every connected endpoint and accepted QP with a zero-length RDMA WRITE.
+    fn probe_peers(&mut self) {
+        let eps: Vec<(usize, u32)> = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == State::Ready && e.outstanding == 0)
+            .map(|(i, e)| (i, e.qp))
+            .collect();
+        for (i, qp) in eps {
+            let wr = SendWr {
+                wr_id: wr_id(WR_PROBE, i as u64),
+                opcode: Opcode::RdmaWrite,
+                sges: SmallVec::new(),
+                remote_addr: 0,
+                rkey: 0,
+                signaled: true,
+            };
+            if lock(&self.hca).post_send(qp, &wr).is_ok() {
+                self.eps[i].outstanding += 1;
+                self.total_outstanding += 1;
+            }
+        }
+        let qps: Vec<u32> = self.passive.keys().copied().collect();
+        for qp in qps {
+            let p = self.passive.get_mut(&qp).expect("listed above");
+            p.ticks += 1;
+            if p.ticks < 2 || p.probing {
+                continue;
+            }
+            let wr = SendWr {
+                wr_id: wr_id(WR_PASSIVE_PROBE, u64::from(qp)),
+                opcode: Opcode::RdmaWrite,
+                sges: SmallVec::new(),
+                remote_addr: 0,
+                rkey: 0,
+                signaled: true,
+            };
+            if lock(&self.hca).post_send(qp, &wr).is_ok() {
+                p.probing = true;
+            }
+        }
+    }
+
+    fn can_send(&self, e: &RcEp) -> bool {
+        e.state == State::Ready && !self.tx_free.is_empty() && self.ops.len() < MAX_OPS
+    }
+}
+
+impl Drop for RcIface {
+    fn drop(&mut self) {
+        let mut h = lock(&self.hca);
+        for (_, e) in self.eps.iter() {
+            let msg = CmMsg {
+                kind: CmKind::Disconnect,
+                from: QpAddr {
+                    device: self.hw_addr.clone(),
+                    qpn: e.qp,
+                },
+                private: Vec::new(),
+            };
+            let _ = h.cm_send(&e.peer_dev, &msg);
+            let _ = h.destroy_qp(e.qp);
+        }
+        for qp in self.passive.keys() {
+            let _ = h.destroy_qp(*qp);
+        }
+    }
+}
+
+impl Iface for RcIface {
+    fn tl_name(&self) -> &str {
+        "rc_verbs"
+    }
+
+    fn device_name(&self) -> &str {
+        MODEL_DEVICE
+    }
+
+    fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+
+    fn md(&self) -> &dyn Md {
+        &self.md
+    }
+
+    fn device_address(&self) -> &[u8] {
+        &self.dev_addr
+    }
+
+    fn iface_address(&self) -> &[u8] {
+        &self.iface_addr
+    }
+
+    fn is_reachable(&self, device_addr: &[u8], iface_addr: &[u8]) -> bool {
+        // The model reaches devices of this host only (a real fabric: any port of it).
+        matches!(Self::parse_dev(device_addr), Some((h, d)) if h == ucs::sys::host_id()
+            && d.len() == self.hw_addr.len())
+            && Self::parse_iface(iface_addr).is_some()
+    }
+
+    fn ep_connect(&mut self, device_addr: &[u8], iface_addr: &[u8]) -> UcsResult<EpId> {
+        if !self.is_reachable(device_addr, iface_addr) {
+            return Err(Status::Unreachable);
+        }
+        let (_, dev) = Self::parse_dev(device_addr).ok_or(Status::Unreachable)?;
+        let peer_nonce = Self::parse_iface(iface_addr).ok_or(Status::Unreachable)?;
+        let qp = {
+            let mut h = lock(&self.hca);
+            let qp = h.create_qp(self.send_cq, self.recv_cq)?;
+            if let Err(e) = h.modify_qp(qp, QpState::Init, None) {
+                let _ = h.destroy_qp(qp);
+                return Err(e.into());
+            }
+            qp
+        };
+        self.serial = self.serial.wrapping_add(1);
+        let id = EpId(self.eps.insert(RcEp {
+            qp,
+            peer_dev: dev.to_vec(),
+            peer_nonce,
+            serial: self.serial,
+            state: State::Unsent,
+            reported: false,
+            outstanding: 0,
+            flushes: Vec::new(),
+            pending: VecDeque::new(),
+        }) as u32);
+        self.connecting += 1;
+        self.send_request(id);
+        if let Some(State::Failed(s)) = self.eps.get(id.index()).map(|e| e.state) {
+            let e = self.eps.remove(id.index());
+            self.connecting -= 1;
+            let _ = lock(&self.hca).destroy_qp(e.qp);
+            self.errors.retain(|(ep, _)| *ep != id);
+            return Err(s);
+        }
+        Ok(id)
+    }
+
+    fn ep_destroy(&mut self, ep: EpId) {
+        let Some(qp) = self.eps.get(ep.index()).map(|e| e.qp) else {
+            return;
+        };
+        // What already completed is handled now; the HCA drops what had not run (requests
+        // waiting for a receive at the peer), and those are canceled below.
+        let mut left = Vec::new();
+        {
+            let mut h = lock(&self.hca);
+            while h.poll_cq(self.send_cq, 64, &mut left) > 0 {}
+            let msg = CmMsg {
+                kind: CmKind::Disconnect,
+                from: QpAddr {
+                    device: self.hw_addr.clone(),
+                    qpn: qp,
+                },
+                private: Vec::new(),
+            };
+            let e = &self.eps[ep.index()];
+            let _ = h.cm_send(&e.peer_dev, &msg);
+            let _ = h.destroy_qp(qp);
+        }
+        for w in left {
+            self.send_completion(w);
+        }
+        let e = self.eps.remove(ep.index());
+        self.total_outstanding = self.total_outstanding.saturating_sub(e.outstanding);
+        for slot in 0..TX_SLOTS {
+            if self.tx_ep[slot] == Some(ep) {
+                self.tx_ep[slot] = None;
+                self.tx_free.push(slot as u16);
+            }
+        }
+        let dead: Vec<usize> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| o.ep == ep)
+            .map(|(i, _)| i)
+            .collect();
+        for i in dead {
+            let op = self.ops.remove(i);
+            self.unref(&op.regs);
+            self.done.push_back((op.comp, Status::Canceled));
+        }
+        for c in e.flushes {
+            self.done.push_back((c, Status::Canceled));
+        }
+        if !matches!(e.state, State::Ready | State::Failed(_)) {
+            self.connecting = self.connecting.saturating_sub(1);
+        }
+        self.errors.retain(|(x, _)| *x != ep);
+        if self.total_outstanding == 0 {
+            for c in self.all_flushes.drain(..) {
+                self.done.push_back((c, Status::Ok));
+            }
+        }
+    }
+
+    fn am_short(&mut self, ep: EpId, id: u8, header: u64, payload: &[u8]) -> UcsResult<()> {
+        if payload.len() > self.attr.am.max_short {
+            return Err(Status::InvalidParam);
+        }
+        self.send_am(ep, id, &mut |b| {
+            b[..8].copy_from_slice(&header.to_le_bytes());
+            b[8..8 + payload.len()].copy_from_slice(payload);
+            8 + payload.len()
+        })?;
+        Ok(())
+    }
+
+    fn am_bcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        pack: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> UcsResult<usize> {
+        let max = self.attr.am.max_bcopy;
+        self.send_am(ep, id, &mut |b| pack(&mut b[..max]).min(max))
+    }
+
+    unsafe fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: the caller's zcopy contract.
+        unsafe { self.rdma(ep, true, iov, remote_addr, rkey, comp) }
+    }
+
+    unsafe fn get_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[Iov],
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: the caller's zcopy contract.
+        unsafe { self.rdma(ep, false, iov, remote_addr, rkey, comp) }
+    }
+
+    fn pending_add(&mut self, ep: EpId, token: u64) -> UcsResult<()> {
+        let e = self.eps.get(ep.index()).ok_or(Status::InvalidParam)?;
+        if let State::Failed(s) = e.state {
+            return Err(s);
+        }
+        if self.can_send(e) && e.pending.is_empty() {
+            return Err(Status::Busy);
+        }
+        self.eps[ep.index()].pending.push_back(token);
+        Ok(())
+    }
+
+    fn pending_purge(&mut self, ep: EpId) -> Vec<u64> {
+        self.eps
+            .get_mut(ep.index())
+            .map(|e| e.pending.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    fn flush(&mut self, ep: Option<EpId>, comp: Comp) -> UcsResult<Done> {
+        match ep {
+            Some(ep) => {
+                let e = self.eps.get_mut(ep.index()).ok_or(Status::InvalidParam)?;
+                match e.state {
+                    State::Failed(s) => Err(s),
+                    _ if e.outstanding == 0 => Ok(Done::Now),
+                    _ => {
+                        e.flushes.push(comp);
+                        Ok(Done::Later)
+                    }
+                }
+            }
+            None if self.total_outstanding == 0 => Ok(Done::Now),
+            None => {
+                self.all_flushes.push(comp);
+                Ok(Done::Later)
+            }
+        }
+    }
+
+    fn ep_idle(&self, ep: EpId) -> bool {
+        self.eps
+            .get(ep.index())
+            .is_some_and(|e| e.outstanding == 0 && e.state == State::Ready)
+    }
+
+    fn progress(&mut self, h: &mut dyn Handler) -> usize {
+        let mut n = 0;
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        // The connection manager: every call while our requests wait, else now and then
+        // for peers' requests.
+        if self.connecting > 0 || self.progress_calls.is_multiple_of(16) {
+            let unsent: Vec<EpId> = self
+                .eps
+                .iter()
+                .filter(|(_, e)| e.state == State::Unsent)
+                .map(|(i, _)| EpId(i as u32))
+                .collect();
+            for ep in unsent {
+                self.send_request(ep);
+            }
+            n += self.handle_cm(h);
+        }
+        n += self.poll_recv(h, 32);
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        // Sends and RMA.
+        lock(&self.hca).poll_cq(self.send_cq, 64, &mut wcs);
+        for w in wcs.drain(..) {
+            self.send_completion(w);
+        }
+        self.wcs = wcs;
+        // Peers that stopped answering.
+        if self.progress_calls.is_multiple_of(256) {
+            let now = ucs::time::now_ns();
+            if now >= self.next_check {
+                self.next_check = now + self.check_interval_ns;
+                self.probe_peers();
+            }
+        }
+        while let Some((c, s)) = self.done.pop_front() {
+            h.completion(c, s);
+            n += 1;
+        }
+        while let Some((ep, s)) = self.errors.pop_front() {
+            h.ep_error(ep, s);
+            n += 1;
+        }
+        // Endpoints that can send again.
+        let ready: Vec<usize> = self
+            .eps
+            .iter()
+            .filter(|(_, e)| !e.pending.is_empty() && self.can_send(e))
+            .map(|(i, _)| i)
+            .collect();
+        for i in ready {
+            let tokens: Vec<u64> = self.eps[i].pending.drain(..).collect();
+            for t in tokens {
+                h.pending(EpId(i as u32), t);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
+        vec![
+            ("sends", c.sends),
+            ("recvs", c.recvs),
+            ("rdma_writes", c.writes),
+            ("rdma_reads", c.reads),
+            ("rma_bytes", c.rma_bytes),
+            ("reg_cache_hits", c.reg_hits),
+            ("reg_cache_misses", c.reg_misses),
+            ("connects", c.connects),
+            ("accepts", c.accepts),
+        ]
+    }
+}
+
+impl RcIface {
+    /// Whether the interface runs on the software HCA model (always, until the real
+    /// provider exists).
+    pub fn is_model(&self) -> bool {
+        self.model
+    }
+}
