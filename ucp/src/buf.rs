@@ -292,6 +292,23 @@ pub(crate) fn put_zcopy(
     unsafe { iface.put_zcopy(ep, local, remote_addr, rkey, comp) }
 }
 
+/// Writes each chunk of the local UMR keys into the peer's chunk keys (`Iface::umr_put`).
+/// The local keys lie over the Bufs of a send that stays alive until this completion is
+/// seen (`worker::umr` builds them from the send's own layout).
+pub(crate) fn umr_put(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    local: &[u32],
+    remote: &[u32],
+    chunk: u64,
+    total: u64,
+    comp: Comp,
+) -> UcsResult<Done> {
+    // SAFETY: the memory under `local` is a live send's buffer, kept valid and unchanged
+    // by its request until this operation's completion.
+    unsafe { iface.umr_put(ep, local, remote, chunk, total, comp) }
+}
+
 /// Sends `header` and the bytes of `iov` as an active message without copying them first.
 /// Same soundness argument as [`get_zcopy`].
 pub(crate) fn am_zcopy(

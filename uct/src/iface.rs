@@ -52,6 +52,10 @@ bitflags! {
         /// the peer's CPU, as RDMA and cross-memory attach do. A network transport without
         /// it emulates them over its own messages.
         const RMA_ONE_SIDED = 1 << 13;
+        /// UMR gather/scatter: `umr_keys` builds indirect keys over lists of this
+        /// process's blocks and `umr_put` writes from such keys into a peer's, so that
+        /// noncontiguous data moves with no packing (`umr_max_klm` entries per key).
+        const UMR = 1 << 14;
     }
 }
 
@@ -120,6 +124,19 @@ pub struct IfaceAttr {
     /// Lengths of the blobs returned by `device_address` / `iface_address`.
     pub device_addr_len: usize,
     pub iface_addr_len: usize,
+}
+
+/// What moving noncontiguous data costs on an interface with [`IfaceFlags::UMR`], measured
+/// on its provider (ns): a UMR transfer costs `wr_ns` per chunk (one RDMA work request),
+/// `entry_ns` per (address, length) entry of either side's keys and `byte_ns` per byte;
+/// the packed alternative sends `seg`-byte active messages at `send_ns` each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UmrCost {
+    pub wr_ns: f64,
+    pub entry_ns: f64,
+    pub byte_ns: f64,
+    pub send_ns: f64,
+    pub seg: usize,
 }
 
 /// Receives what `progress` finds. Default methods ignore the event.
@@ -283,6 +300,60 @@ pub trait Iface: Send + std::fmt::Debug {
         comp: Comp,
     ) -> UcsResult<Done> {
         let _ = (ep, remote_addr, len, rkey, local_dev, work, comp);
+        Err(Status::Unsupported)
+    }
+
+    /// The most (address, length) entries of one UMR indirect key; 0 without
+    /// [`IfaceFlags::UMR`].
+    fn umr_max_klm(&self) -> usize {
+        0
+    }
+
+    /// One indirect key per `chunk` bytes of the blocks `segs` (this process's memory, in
+    /// order), each key's addresses running from 0 over its chunk. The span around the
+    /// blocks is registered first (whole buffers, as the UMR protocol asks), and the keys
+    /// are kept in the interface's cache under `id` (a name of the layout and where it
+    /// lies) and `chunk`: a second call with the same triple builds nothing. Each call is
+    /// a use, ended by `umr_release`; the cache destroys the least recently used sets
+    /// that are not in use when it is full or the device runs out of keys.
+    fn umr_keys(
+        &mut self,
+        id: (u128, u64),
+        segs: &[(u64, u64)],
+        chunk: u64,
+    ) -> UcsResult<Vec<u32>> {
+        let _ = (id, segs, chunk);
+        Err(Status::Unsupported)
+    }
+
+    /// The costs of UMR transfers and of their packed alternative on this interface,
+    /// measured on its provider at first call (`None` without [`IfaceFlags::UMR`]).
+    fn umr_cost(&mut self) -> Option<UmrCost> {
+        None
+    }
+
+    /// Ends one use of the keys `umr_keys` gave for `(id, chunk)`: until every use has
+    /// ended, the cache keeps them (a peer may still write through them).
+    fn umr_release(&mut self, id: (u128, u64), chunk: u64) {
+        let _ = (id, chunk);
+    }
+
+    /// Writes chunk `i` of the local keys into the peer's chunk key `remote[i]`, for every
+    /// chunk: `chunk` bytes each but the last, `total` in all. Completes as one operation.
+    ///
+    /// # Safety
+    /// The memory under `local` stays valid and unchanged until the operation completes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn umr_put(
+        &mut self,
+        ep: EpId,
+        local: &[u32],
+        remote: &[u32],
+        chunk: u64,
+        total: u64,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, local, remote, chunk, total, comp);
         Err(Status::Unsupported)
     }
 

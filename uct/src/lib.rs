@@ -15,5 +15,5 @@ pub mod trigger;
 
 pub use component::{discover, open, Discovery, TlAbsent, TlResource};
 pub use ep::{Comp, Done, EpId, Iov};
-pub use iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate};
+pub use iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate, UmrCost};
 pub use md::{Md, MemH, MemTypes, MemoryType, RemoteKey};

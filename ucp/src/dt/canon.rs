@@ -97,6 +97,23 @@ impl Node {
         }
     }
 
+    /// The shortest dense piece (0 when there is none): no merged segment of the layout
+    /// is shorter.
+    pub fn min_dense(&self) -> u64 {
+        match self {
+            Node::Dense { len } => *len,
+            Node::Stream { count: 0, .. } => 0,
+            Node::Stream { child, .. } => child.min_dense(),
+            Node::Blocks(b) => b
+                .entries
+                .iter()
+                .map(|(_, n)| n.min_dense())
+                .filter(|&l| l > 0)
+                .min()
+                .unwrap_or(0),
+        }
+    }
+
     /// Depth of the tree (a dense node has depth 1).
     pub fn depth(&self) -> usize {
         match self {
@@ -262,6 +279,12 @@ impl Canon {
     /// Number of merged segments is at most this (dense pieces of the tree).
     pub fn pieces(&self) -> u64 {
         self.pieces
+    }
+
+    /// A lower bound of its segments' lengths (the shortest dense piece, at least 1): what
+    /// the UMR protocol agrees its chunks from.
+    pub fn min_block(&self) -> u64 {
+        self.root().min_dense().max(1)
     }
 
     /// XXH3-128 of the encoding: the memoization key. Stable across builds and hosts.

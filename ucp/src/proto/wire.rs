@@ -79,6 +79,7 @@ pub const AM_LAYOUT: u8 = 20;
 pub const AM_RTR_SPLIT: u8 = 21;
 pub const AM_RTR_SPLIT_LAYOUT: u8 = 22;
 pub const AM_LAYOUT_PART: u8 = 24;
+pub const AM_RTR_UMR: u8 = 25;
 
 /// Header bytes of a LAYOUT_PART.
 pub const LAYOUT_PART_HDR: usize = 4 + 16 + 4 + 4;
@@ -570,6 +571,64 @@ pub fn decode_rtr(buf: &[u8]) -> Option<(u32, u64, u64)> {
     let mut r = Reader::new(buf);
     let v = (r.u32()?, r.u64()?, r.u64()?);
     r.is_empty().then_some(v)
+}
+
+/// RTR_UMR: the receiver of a layout rendezvous over a transport with UMR asks the sender
+/// to write each chunk of `chunk` bytes into its indirect key `keys[i]`. `kid` names the
+/// key list; a list the sender was sent before (the per-peer remote key cache, kept in
+/// step on both sides) is named by `kid` alone, with `keys` empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RtrUmr {
+    pub ep: u32,
+    pub sreq: u64,
+    pub rreq: u64,
+    pub chunk: u64,
+    pub kid: u64,
+    pub keys: Vec<u32>,
+}
+
+/// Bytes of an RTR_UMR before its keys.
+pub const RTR_UMR_HDR: usize = 4 + 8 + 8 + 8 + 8 + 4;
+
+impl RtrUmr {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default()
+            .u32(self.ep)
+            .u64(self.sreq)
+            .u64(self.rreq)
+            .u64(self.chunk)
+            .u64(self.kid)
+            .u32(self.keys.len() as u32);
+        for k in &self.keys {
+            w = w.u32(*k);
+        }
+        w.buf
+    }
+
+    /// Refuses a zero chunk and a key count that disagrees with the bytes.
+    pub fn decode(buf: &[u8]) -> Option<RtrUmr> {
+        let mut r = Reader::new(buf);
+        let (ep, sreq, rreq, chunk, kid, n) = (
+            r.u32()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u32()? as usize,
+        );
+        if chunk == 0 || r.rest().len() != n.checked_mul(4)? {
+            return None;
+        }
+        let keys = (0..n).map(|_| r.u32()).collect::<Option<Vec<u32>>>()?;
+        Some(RtrUmr {
+            ep,
+            sreq,
+            rreq,
+            chunk,
+            kid,
+            keys,
+        })
+    }
 }
 
 pub fn encode_ack(ep: u32, sreq: u64, status: i8) -> [u8; 13] {

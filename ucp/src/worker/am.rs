@@ -652,6 +652,7 @@ impl Core {
                 wait_ack: false,
                 wait_comp: 0,
                 memh: None,
+                umr_use: None,
                 queued: false,
                 put: None,
                 split_offered: false,

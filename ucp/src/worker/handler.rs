@@ -114,6 +114,7 @@ impl Core {
             wire::AM_RTR_PUT => self.on_rtr_put(data),
             wire::AM_RTR_SPLIT => self.on_rtr_split(data),
             wire::AM_RTR_SPLIT_LAYOUT => self.on_rtr_split_layout(data),
+            wire::AM_RTR_UMR => self.on_rtr_umr(data),
             wire::AM_LAYOUT_MISS => self.on_layout_miss(data),
             wire::AM_LAYOUT => self.on_layout(data),
             wire::AM_LAYOUT_PART => self.on_layout_part(data),
@@ -364,6 +365,21 @@ impl Core {
             {
                 s.rreq = Some(rreq);
             }
+            // A get rendezvous whose receiver would rather have the bytes packed (the UMR
+            // hybrid, `worker::umr`): the AM pipeline from the start, and no ACK.
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && s.proto == Proto::RndvGet
+                    && s.started
+                    && s.wait_ack
+                    && s.rreq.is_none()
+                    && s.put.is_none() =>
+            {
+                s.proto = Proto::RndvAm;
+                s.wait_ack = false;
+                s.offset = 0;
+                s.rreq = Some(rreq);
+            }
             _ => return Err(Bad::Malformed(Some(ep))),
         }
         self.requeue(ep, id);
@@ -403,6 +419,41 @@ impl Core {
                     segs,
                     layout: None,
                     offset: 0,
+                    umr: None,
+                }));
+            }
+            _ => return Err(Bad::Malformed(Some(ep))),
+        }
+        self.requeue(ep, id);
+        Ok(())
+    }
+
+    /// The receiver of our layout rendezvous asks us to write its chunks by UMR. A list
+    /// we were sent before is named by its id alone; an id we do not know (or a list for a
+    /// send that is not a host layout get rendezvous) is a protocol violation.
+    fn on_rtr_umr(&mut self, data: &[u8]) -> Res {
+        let m = wire::RtrUmr::decode(data).ok_or(Bad::Malformed(None))?;
+        let ep = self.live_ep(m.ep)?;
+        let keys = super::umr::learn_keys(self.eps.get_mut(ep), m.kid, m.keys)
+            .ok_or(Bad::Malformed(Some(ep)))?;
+        let id = ReqId(m.sreq);
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Send(s))
+                if s.ep == ep
+                    && s.proto == Proto::RndvGet
+                    && s.wait_ack
+                    && s.rreq.is_none()
+                    && matches!(s.data, crate::datatype::DataState::Layout(_))
+                    && (s.total as u64).div_ceil(m.chunk) == keys.len() as u64 =>
+            {
+                s.wait_ack = false;
+                s.rreq = Some(m.rreq);
+                s.put = Some(Box::new(super::PutTarget {
+                    rkey: Default::default(),
+                    segs: crate::proto::wire::Segs::new(),
+                    layout: None,
+                    offset: 0,
+                    umr: Some((m.chunk, keys)),
                 }));
             }
             _ => return Err(Bad::Malformed(Some(ep))),
@@ -429,6 +480,7 @@ impl Core {
                     segs,
                     layout: None,
                     offset: offset as usize,
+                    umr: None,
                 }));
             }
             _ => return Err(Bad::Malformed(Some(ep))),
@@ -467,6 +519,7 @@ impl Core {
                     segs: crate::proto::wire::Segs::new(),
                     layout: Some((m.origin, canon)),
                     offset: 0,
+                    umr: None,
                 }));
             }
             Some(Op::Send(s)) if takes_split(s, ep, m.offset) && canon.size() >= s.total as u64 => {
@@ -476,6 +529,7 @@ impl Core {
                     segs: crate::proto::wire::Segs::new(),
                     layout: Some((m.origin, canon)),
                     offset: m.offset as usize,
+                    umr: None,
                 }));
             }
             _ => return Err(Bad::Malformed(Some(ep))),
@@ -568,7 +622,9 @@ impl Core {
         match self.reqs.get(id).map(|r| &r.state) {
             Some(Op::Recv(r))
                 if r.peer.is_some_and(|(e, _)| e == ep)
-                    && r.rndv.as_ref().is_some_and(|x| x.memh.is_some()) =>
+                    && r.rndv
+                        .as_ref()
+                        .is_some_and(|x| x.memh.is_some() || x.umr.is_some()) =>
             {
                 let status = Status::from_code(status).unwrap_or(Status::IoError);
                 super::tag::on_fin(self, id, status);

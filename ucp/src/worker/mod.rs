@@ -41,6 +41,7 @@ pub(crate) mod tag;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does
 mod tests;
+mod umr;
 mod wireup;
 
 use std::collections::{HashMap, VecDeque};
@@ -121,11 +122,20 @@ pub struct WorkerStats {
     /// Protocol messages dropped because their endpoint was closed or had failed (they
     /// crossed the close).
     pub late: u64,
+    /// Layout rendezvous moved by UMR writes (counted by the receiver, which asks), the
+    /// bytes of chunk-key lists it sent, and the requests whose list the sender already
+    /// had (the per-peer remote key cache: no list sent).
+    pub rndv_umr: u64,
+    pub umr_list_bytes: u64,
+    pub umr_list_hits: u64,
+    /// Layout rendezvous over a UMR lane that the receiver asked to have packed (the
+    /// hybrid's other half).
+    pub rndv_pack: u64,
 }
 
 impl WorkerStats {
     /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 21] {
+    pub fn counters(&self) -> [(&'static str, u64); 25] {
         [
             ("unexpected", self.unexpected),
             ("eager short", self.eager_short),
@@ -148,6 +158,10 @@ impl WorkerStats {
             ("rendezvous device", self.rndv_device),
             ("rendezvous device direct", self.rndv_device_direct),
             ("late", self.late),
+            ("rendezvous umr", self.rndv_umr),
+            ("umr list bytes", self.umr_list_bytes),
+            ("umr list hits", self.umr_list_hits),
+            ("rendezvous packed", self.rndv_pack),
         ]
     }
 }
@@ -222,6 +236,10 @@ pub(crate) struct Ep {
     /// A layout arriving in LAYOUT_PART messages: its hash, total bytes, and the bytes so
     /// far.
     pub(crate) layout_in: Option<Box<(u128, usize, Vec<u8>)>>,
+    /// UMR chunk-key lists, kept in step on both sides (`worker::umr`): the ids this side
+    /// sent with their lists as a receiver, and the lists it was sent as a sender.
+    pub(crate) umr_taught: VecDeque<u64>,
+    pub(crate) umr_known: VecDeque<(u64, Vec<u32>)>,
     /// Measured eager-versus-rendezvous choice (same-host endpoints with an automatic
     /// rendezvous threshold, see `proto::tune`).
     pub(crate) tuner: Option<Box<crate::proto::tune::Tuner>>,
@@ -265,6 +283,15 @@ pub(crate) enum Ctrl {
         origin: u64,
         layout: Vec<u8>,
         hash: u128,
+    },
+    /// Layout rendezvous by UMR: the sender writes each chunk into the receiver's chunk
+    /// key (`keys` empty when the sender has the list `kid` already).
+    RtrUmr {
+        sreq: u64,
+        rreq: u64,
+        chunk: u64,
+        kid: u64,
+        keys: Vec<u32>,
     },
     RmaReply {
         req: u64,
@@ -382,6 +409,8 @@ pub(crate) struct SendOp {
     pub(crate) wait_comp: u32,
     /// The registration behind a rendezvous get, and its interface.
     pub(crate) memh: Option<Box<(usize, MemH)>>,
+    /// UMR rendezvous: the use of this side's chunk keys, ended when the send completes.
+    pub(crate) umr_use: Option<Box<UmrUse>>,
     /// In the endpoint's queue.
     pub(crate) queued: bool,
     /// Put rendezvous (RTR_PUT) or the tail of a split one (RTR_SPLIT): where to write.
@@ -428,6 +457,8 @@ pub(crate) struct PutTarget {
     pub(crate) layout: Option<(u64, crate::dt::Canon)>,
     /// The message offset of the first byte written (0 for a put rendezvous).
     pub(crate) offset: usize,
+    /// UMR: the chunk and the receiver's chunk keys (`rkey` and `segs` are then empty).
+    pub(crate) umr: Option<(u64, Vec<u32>)>,
 }
 
 #[derive(Debug)]
@@ -515,7 +546,13 @@ pub(crate) struct RecvRndv {
     /// whether this side's reads of the head are already done (then FIN completes).
     pub(crate) wait_fin: bool,
     pub(crate) reads_done: bool,
+    /// UMR rendezvous: the sender writes into our chunk keys (a use of the keys of
+    /// `(interface, name, chunk)`, ended when the receive completes); its FIN completes.
+    pub(crate) umr: Option<UmrUse>,
 }
+
+/// A use of the UMR keys an interface built for `(name, chunk)`: `(interface, name, chunk)`.
+pub(crate) type UmrUse = (usize, (u128, u64), u64);
 
 #[derive(Debug)]
 pub(crate) struct FlushOp {
@@ -570,6 +607,8 @@ pub(crate) struct Core {
     pub(crate) puts: VecDeque<ReqId>,
     /// Registrations to release.
     pub(crate) deregs: Vec<(usize, MemH)>,
+    /// UMR key uses that ended, for their interfaces (`Iface::umr_release`).
+    pub(crate) umr_releases: Vec<UmrUse>,
     pub(crate) flushes: Vec<ReqId>,
     /// Wire-up requests held back (endpoint, time to send), see `wireup::ep_create`.
     pub(crate) deferred_reqs: Vec<(usize, u64)>,
@@ -814,6 +853,7 @@ impl Worker {
             gets: VecDeque::new(),
             puts: VecDeque::new(),
             deregs: Vec::new(),
+            umr_releases: Vec::new(),
             flushes: Vec::new(),
             deferred_reqs: Vec::new(),
             finished: Vec::new(),
@@ -1240,6 +1280,9 @@ impl Worker {
         for (i, m) in core.deregs.drain(..) {
             let _ = ifaces[i].md().mem_dereg(&m);
         }
+        for (i, name, chunk) in core.umr_releases.drain(..) {
+            ifaces[i].umr_release(name, chunk);
+        }
         // (Taken and put back, so the vector keeps its capacity.)
         let mut finished = std::mem::take(&mut core.finished);
         for id in finished.drain(..) {
@@ -1343,6 +1386,16 @@ impl Core {
                 }
             }
             _ => {}
+        }
+        // UMR keys this request used may be dropped from now on.
+        let umr = match &mut r.state {
+            Op::Recv(rv) => rv.rndv.as_mut().and_then(|x| x.umr.take()),
+            Op::Send(s) => s.umr_use.take().map(|u| *u),
+            _ => None,
+        };
+        if let Some(u) = umr {
+            self.umr_releases.push(u);
+            self.work = true;
         }
         let ep = match &r.state {
             Op::Send(s) => Some(s.ep),

@@ -242,6 +242,7 @@ impl Worker {
                 wait_ack: false,
                 wait_comp: 0,
                 memh: None,
+                umr_use: None,
                 queued: false,
                 put: None,
                 split_offered: false,
@@ -551,6 +552,11 @@ pub(super) fn push_send(
     let lane = e.am;
     let rma = e.rma;
     let rma_dev = e.rma_dev;
+    if s.started && s.put.as_ref().is_some_and(|p| p.umr.is_some()) {
+        // RTR_UMR: write each chunk into the receiver's chunk key; FIN follows completion.
+        let rma = rma.ok_or(Status::Unsupported)?;
+        return super::umr::write(ifaces[rma.iface].as_mut(), rma, s, id);
+    }
     if s.started && s.put.is_some() {
         // RTR_PUT or RTR_SPLIT: write into the receiver's segments; FIN follows completion.
         // Device memory of the receiver's goes through the memory lane for it.
@@ -961,6 +967,7 @@ fn write_to_receiver(
 /// Reads the sender's structured layout `dt` at `origin` into `local`, in chunks of
 /// remote segments generated lazily from the canonical form: each chunk is one remote
 /// gather (`get_zcopy_iov`), or one read per segment where the transport cannot gather.
+/// Returns how many reads complete later (through `comp`).
 fn get_layout(
     iface: &mut dyn Iface,
     ep: uct::EpId,
@@ -969,8 +976,9 @@ fn get_layout(
     origin: u64,
     rk: &uct::RemoteKey,
     comp: u64,
-) -> UcsResult<()> {
+) -> UcsResult<u32> {
     const CHUNK: usize = 4096;
+    let mut later = 0u32;
     let mut cur = crate::dt::Cursor::new(dt.canon(), 0).map_err(|_| Status::InvalidParam)?;
     let mut segs = Vec::with_capacity(CHUNK);
     let mut remote: Vec<(u64, u64)> = Vec::with_capacity(CHUNK);
@@ -980,7 +988,7 @@ fn get_layout(
     loop {
         let n = cur.fill(&mut segs, CHUNK, u64::MAX);
         if n == 0 {
-            return Ok(());
+            return Ok(later);
         }
         remote.clear();
         for g in &segs {
@@ -993,7 +1001,10 @@ fn get_layout(
         if gather {
             match buf::get_zcopy_iov(iface, ep, &pieces, &remote, rk, comp) {
                 Ok(Done::Now) => continue,
-                Ok(Done::Later) => return Err(Status::Unsupported),
+                Ok(Done::Later) => {
+                    later += 1;
+                    continue;
+                }
                 Err(Status::Unsupported) => gather = false,
                 Err(e) => return Err(e),
             }
@@ -1003,10 +1014,10 @@ fn get_layout(
             .map(|&(addr, len)| RemoteSeg { addr, len })
             .collect();
         for_each_remote_seg(&pieces, &segs_r, |p, addr| {
-            match buf::get_zcopy(iface, ep, p, addr, rk, comp)? {
-                Done::Now => Ok(()),
-                Done::Later => Err(Status::Unsupported),
+            if buf::get_zcopy(iface, ep, p, addr, rk, comp)? == Done::Later {
+                later += 1;
             }
+            Ok(())
         })?;
     }
 }
@@ -1115,13 +1126,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
     }
     if let Some((ep, rreq)) = fin {
         // Every write of a put rendezvous has landed: tell the receiver.
-        core.queue_ctrl(
-            ep,
-            Ctrl::Fin {
-                rreq,
-                status: Status::Ok,
-            },
-        );
+        core.queue_ctrl(ep, Ctrl::Fin { rreq, status });
     }
     if let Some((i, m)) = memh.map(|b| *b) {
         let _ = ifaces[i].md().mem_dereg(&m);
@@ -1531,10 +1536,21 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             fail_get(core, id, ep_, sreq_, Status::InvalidParam);
             return;
         }
+        let direct = host_only
+            && matches!(core.reqs.get(id).map(|r| &r.state),
+                Some(Op::Recv(r)) if r.rndv.as_ref().is_none_or(|x| x.bounce.is_none()));
+        if direct && super::umr::layout_get(ifaces, core, id, lane, ep, sreq, &local, &dt) {
+            return;
+        }
+        let iface = &mut ifaces[lane.iface];
         let st = get_layout(iface.as_mut(), lane.ep, &local, &dt, origin, &rk, id.0);
         if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
-            if let Err(s) = st {
-                r.status = s;
+            match st {
+                Ok(later) => r.rndv().gets += later,
+                Err(s) => r.status = s,
+            }
+            if r.rndv().gets > 0 {
+                return;
             }
         }
         finish_get(core, id);

@@ -180,6 +180,8 @@ pub(super) fn new_ep(
         layouts_sent: Default::default(),
         layout_cache: VecDeque::new(),
         layout_in: None,
+        umr_taught: VecDeque::new(),
+        umr_known: VecDeque::new(),
         // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
         tuner: (rma.is_some()
             && core.rndv_cfg == ucs::config::AutoSize::Auto
@@ -565,6 +567,28 @@ pub(super) fn send_ctrl(
                 return Err(Status::ExceedsLimit);
             }
             bcopy(iface, wire::AM_RTR_SPLIT_LAYOUT, &m)
+        }
+        Ctrl::RtrUmr {
+            sreq,
+            rreq,
+            chunk,
+            kid,
+            ref keys,
+        } => {
+            let rid = peer_id?;
+            let m = wire::RtrUmr {
+                ep: rid,
+                sreq,
+                rreq,
+                chunk,
+                kid,
+                keys: keys.clone(),
+            }
+            .encode();
+            if m.len() > core.info[lane.iface].attr.am.max_bcopy {
+                return Err(Status::ExceedsLimit);
+            }
+            bcopy(iface, wire::AM_RTR_UMR, &m)
         }
         Ctrl::RmaReply {
             req,

@@ -46,7 +46,9 @@ use ucs::{Config, Status, UcsResult};
 
 use crate::component::OpenError;
 use crate::ep::{iov_total, Comp, Done, EpId, Iov};
-use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
+use crate::iface::{
+    check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate, UmrCost,
+};
 use crate::md::{pack_rkey, unpack_rkey, Md, MemH, MemTypes, RemoteKey};
 use crate::tl::verbs::{
     model::SoftHca, Access, CmKind, CmMsg, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge,
@@ -64,6 +66,8 @@ const RX_PER_QP: usize = 32;
 const MAX_OPS: usize = 512;
 /// Local regions the registration cache keeps.
 const RCACHE_MAX: usize = 256;
+/// Sets of UMR chunk keys the key cache keeps.
+const UMR_CACHE_MAX: usize = 64;
 const ACCESS_ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
@@ -213,6 +217,15 @@ struct Reg {
     last: u64,
 }
 
+/// A cached set of UMR chunk keys and the registration under them.
+struct UmrSet {
+    keys: Vec<u32>,
+    reg: (u64, u32),
+    last: u64,
+    /// Uses not ended (`umr_release`): the keys stay while a transfer may need them.
+    uses: u32,
+}
+
 /// An RMA operation in flight.
 struct Op {
     ep: EpId,
@@ -242,6 +255,10 @@ pub struct RcIface {
     ops: Slab<Op>,
     rcache: BTreeMap<(u64, u32), Reg>,
     tick: u64,
+    umr: HashMap<(u128, u64, u64), UmrSet>,
+    max_klm: usize,
+    /// Measured at the first `umr_cost` call.
+    umr_cost: Option<UmrCost>,
     /// Events found outside `progress` (completions of destroyed endpoints, errors).
     done: VecDeque<(Comp, Status)>,
     errors: VecDeque<(EpId, Status)>,
@@ -267,6 +284,10 @@ struct Counters {
     rma_bytes: u64,
     reg_hits: u64,
     reg_misses: u64,
+    mkeys_created: u64,
+    umr_hits: u64,
+    umr_misses: u64,
+    umr_writes: u64,
     connects: u64,
     accepts: u64,
 }
@@ -305,6 +326,7 @@ impl RcIface {
             p.create_cq().map_err(|e| unavailable(e.into()))?,
         );
         let tx = Bounce::new(p.as_mut(), TX_SLOTS).map_err(unavailable)?;
+        let max_klm = p.caps().max_klm;
         let hw_addr = p.device_address();
         let nonce = ucs::time::now_ns() ^ (u64::from(std::process::id()) << 32);
         let dev_addr = Writer::default()
@@ -326,6 +348,7 @@ impl RcIface {
                     | IfaceFlags::PUT_ZCOPY
                     | IfaceFlags::GET_ZCOPY
                     | IfaceFlags::RMA_ONE_SIDED
+                    | IfaceFlags::UMR
                     | IfaceFlags::PENDING
                     | IfaceFlags::CONNECT_TO_IFACE
                     | IfaceFlags::ERRHANDLE_PEER_FAILURE
@@ -368,6 +391,9 @@ impl RcIface {
             ops: Slab::new(),
             rcache: BTreeMap::new(),
             tick: 0,
+            umr: HashMap::new(),
+            max_klm,
+            umr_cost: None,
             done: VecDeque::new(),
             errors: VecDeque::new(),
             all_flushes: Vec::new(),
@@ -529,16 +555,25 @@ impl RcIface {
                 let _ = lock(&self.hca).dereg_mr(k.1);
             }
         }
+        // Whole pages, so that neighbouring buffers share a registration; just the range
+        // where a page around it is not mapped.
         let page = 4096u64;
-        let start = addr & !(page - 1);
-        let stop = end.div_ceil(page) * page;
-        let key = lock(&self.hca)
-            .reg_mr(start, (stop - start).max(page), ACCESS_ALL)
-            .map_err(|_| Status::InvalidAddr)?;
+        let (start, stop) = (addr & !(page - 1), end.div_ceil(page) * page);
+        let mut h = lock(&self.hca);
+        let (start, stop, key) = match h.reg_mr(start, stop - start, ACCESS_ALL) {
+            Ok(k) => (start, stop, k),
+            Err(_) => (
+                addr,
+                end,
+                h.reg_mr(addr, len.max(1), ACCESS_ALL)
+                    .map_err(|_| Status::InvalidAddr)?,
+            ),
+        };
+        drop(h);
         self.rcache.insert(
             (start, key),
             Reg {
-                end: stop.max(start + page),
+                end: stop,
                 uses: 1,
                 last: self.tick,
             },
@@ -554,7 +589,10 @@ impl RcIface {
         }
     }
 
-    /// Posts RDMA WRITEs or READs of `iov` against the contiguous remote range.
+    /// Posts RDMA WRITEs or READs between `iov` and the remote segments `remote` (the
+    /// same number of bytes, cut differently) as one operation: the lists are cut at every
+    /// boundary of either, a work request takes consecutive pieces while the remote side
+    /// stays contiguous (at most `max_sge` local pieces), and only the last is signalled.
     ///
     /// # Safety
     /// The iov entries satisfy the zcopy contract of `put_zcopy`/`get_zcopy`.
@@ -563,55 +601,105 @@ impl RcIface {
         ep: EpId,
         write: bool,
         iov: &[Iov],
-        remote_addr: u64,
+        remote: &[(u64, u64)],
         rkey: &RemoteKey,
         comp: Comp,
     ) -> UcsResult<Done> {
         let qp = self.ready(ep)?.qp;
         let total = iov_total(iov) as u64;
-        rkey.check_range(remote_addr, total)?;
+        let mut rtotal = 0u64;
+        for &(a, l) in remote {
+            rkey.check_range(a, l)?;
+            rtotal += l;
+        }
+        if rtotal != total {
+            return Err(Status::InvalidParam);
+        }
         let rk = u32::try_from(rkey.key).map_err(|_| Status::InvalidParam)?;
         if self.ops.len() >= MAX_OPS {
             return Err(Status::NoResource);
         }
         let max_sge = lock(&self.hca).caps().max_sge.max(1);
-        // Keys first, so that a buffer that cannot be registered posts nothing.
-        let mut sges: Vec<Sge> = Vec::with_capacity(iov.len());
+        // Keys first, so that a buffer that cannot be registered posts nothing. A list of
+        // many entries registers its whole span once (the buffer around a layout).
+        let mut keys: SmallVec<[u32; 8]> = SmallVec::with_capacity(iov.len());
         let mut regs: SmallVec<[(u64, u32); 4]> = SmallVec::new();
-        for v in iov.iter().filter(|v| v.length > 0) {
-            let k = match self.local_key(v.buffer as u64, v.length as u64) {
-                Ok(k) => k,
+        let span = (iov.len() > 4).then(|| {
+            let lo = iov.iter().map(|v| v.buffer as u64).min().unwrap_or(0);
+            let hi = iov
+                .iter()
+                .map(|v| v.buffer as u64 + v.length as u64)
+                .max()
+                .unwrap_or(0);
+            (lo, hi)
+        });
+        let whole = span.and_then(|(lo, hi)| self.local_key(lo, hi - lo).ok());
+        if let Some(k) = whole {
+            regs.push(k);
+            keys.extend(iov.iter().map(|_| k.1));
+        }
+        for v in iov.iter().filter(|_| whole.is_none()) {
+            if v.length == 0 {
+                keys.push(0);
+                continue;
+            }
+            match self.local_key(v.buffer as u64, v.length as u64) {
+                Ok(k) => {
+                    keys.push(k.1);
+                    if !regs.contains(&k) {
+                        regs.push(k);
+                    } else {
+                        self.unref(&[k]);
+                    }
+                }
                 Err(s) => {
                     self.unref(&regs);
                     return Err(s);
                 }
-            };
-            regs.push(k);
-            // A work request moves at most 2^31 bytes per SGE on real HCAs; the limit on
-            // `max_zcopy` keeps each entry below 4 GiB, and longer entries split here.
-            let mut at = v.buffer as u64;
-            let mut left = v.length as u64;
-            while left > 0 {
-                let n = left.min(1 << 30);
-                sges.push(Sge {
-                    addr: at,
-                    len: n as u32,
-                    lkey: k.1,
-                });
-                at += n;
-                left -= n;
             }
         }
+        // The work requests: (remote address, local pieces).
+        let mut wrs: Vec<(u64, SmallVec<[Sge; 4]>)> = Vec::new();
+        let (mut li, mut loff, mut ri, mut roff) = (0usize, 0u64, 0usize, 0u64);
+        let mut next_remote = u64::MAX;
+        while li < iov.len() && ri < remote.len() {
+            let (lb, ll) = (iov[li].buffer as u64, iov[li].length as u64);
+            let (ra, rl) = remote[ri];
+            // A piece stays below 1 GiB (a work request's byte count is 32 bits).
+            let n = (ll - loff).min(rl - roff).min(1 << 30);
+            if n > 0 {
+                let sge = Sge {
+                    addr: lb + loff,
+                    len: n as u32,
+                    lkey: keys[li],
+                };
+                match wrs.last_mut() {
+                    Some((_, sges)) if ra + roff == next_remote && sges.len() < max_sge => {
+                        sges.push(sge)
+                    }
+                    _ => wrs.push((ra + roff, smallvec::smallvec![sge])),
+                }
+                next_remote = ra + roff + n;
+            }
+            loff += n;
+            roff += n;
+            if loff == ll {
+                li += 1;
+                loff = 0;
+            }
+            if roff == rl {
+                ri += 1;
+                roff = 0;
+            }
+        }
+        if wrs.is_empty() {
+            // Nothing to move: one zero-length request keeps completion in order.
+            wrs.push((remote.first().map_or(0, |r| r.0), SmallVec::new()));
+        }
         let op = self.ops.insert(Op { ep, comp, regs });
-        let chunks: Vec<&[Sge]> = if sges.is_empty() {
-            vec![&[][..]]
-        } else {
-            sges.chunks(max_sge).collect()
-        };
-        let last = chunks.len() - 1;
-        let mut raddr = remote_addr;
+        let last = wrs.len() - 1;
         let mut h = lock(&self.hca);
-        for (i, c) in chunks.iter().enumerate() {
+        for (i, (raddr, sges)) in wrs.into_iter().enumerate() {
             let wr = SendWr {
                 wr_id: wr_id(WR_OP, op as u64),
                 opcode: if write {
@@ -619,7 +707,7 @@ impl RcIface {
                 } else {
                     Opcode::RdmaRead
                 },
-                sges: c.iter().copied().collect(),
+                sges,
                 remote_addr: raddr,
                 rkey: rk,
                 signaled: i == last,
@@ -637,7 +725,6 @@ impl RcIface {
                 self.fail(ep, Status::IoError);
                 return Err(Status::IoError);
             }
-            raddr += c.iter().map(|s| u64::from(s.len)).sum::<u64>();
         }
         drop(h);
         if write {
@@ -965,9 +1052,152 @@ impl RcIface {
         }
     }
 
+    /// Destroys the least recently used set of UMR keys that no transfer uses; false when
+    /// every set is in use.
+    fn evict_umr_set(&mut self) -> bool {
+        let Some(old) = self
+            .umr
+            .iter()
+            .filter(|(_, e)| e.uses == 0)
+            .min_by_key(|(_, e)| e.last)
+            .map(|(k, _)| *k)
+        else {
+            return false;
+        };
+        let e = self.umr.remove(&old).expect("found above");
+        let mut h = lock(&self.hca);
+        for key in e.keys {
+            let _ = h.destroy_mkey(key);
+        }
+        drop(h);
+        self.unref(&[e.reg]);
+        true
+    }
+
     fn can_send(&self, e: &RcEp) -> bool {
         e.state == State::Ready && !self.tx_free.is_empty() && self.ops.len() < MAX_OPS
     }
+}
+
+/// Measures the costs of [`UmrCost`] on provider `p`, between two QPs of its own (on a CQ
+/// of their own): RDMA WRITEs through indirect keys of `n = min(max_klm, 63)` 8-byte
+/// entries a page apart, of one `8n`-byte entry and of one `n` pages, and SENDs of `SEG`
+/// bytes. A few milliseconds on the model; the two CQs stay allocated (the provider has
+/// no verb to destroy one).
+fn calibrate(p: &mut dyn Provider, max_klm: usize) -> crate::tl::verbs::VResult<UmrCost> {
+    use crate::tl::verbs::{Klm, VerbsError};
+    const REPS: usize = 64;
+    const STRIDE: u64 = 4160;
+    let n = max_klm.clamp(2, 63);
+    let len = STRIDE as usize * n + SEG;
+    let (mut src, mut dst) = (vec![1u8; len], vec![0u8; len]);
+    let (sa, da) = (src.as_mut_ptr() as u64, dst.as_mut_ptr() as u64);
+    let sk = p.reg_mr(sa, len as u64, ACCESS_ALL)?;
+    let dk = p.reg_mr(da, len as u64, ACCESS_ALL)?;
+    // The requester's completions, and the responder's (its receives) apart.
+    let (cq, cq_b) = (p.create_cq()?, p.create_cq()?);
+    let (qa, qb) = (p.create_qp(cq, cq)?, p.create_qp(cq_b, cq_b)?);
+    let mut keys = Vec::new();
+    let r = (|| -> crate::tl::verbs::VResult<UmrCost> {
+        let dev = p.device_address();
+        for (q, other) in [(qa, qb), (qb, qa)] {
+            p.modify_qp(q, QpState::Init, None)?;
+            let to = QpAddr {
+                device: dev.clone(),
+                qpn: other,
+            };
+            p.modify_qp(q, QpState::Rtr, Some(&to))?;
+            p.modify_qp(q, QpState::Rts, None)?;
+        }
+        let mut mk = |p: &mut dyn Provider, base: u64, key: u32, entries: &[(u64, u64)]| {
+            let klms: Vec<Klm> = entries
+                .iter()
+                .map(|&(o, l)| Klm {
+                    addr: base + o,
+                    len: l,
+                    key,
+                })
+                .collect();
+            let k = p.create_mkey(&klms, ACCESS_ALL)?;
+            keys.push(k);
+            Ok::<u32, VerbsError>(k)
+        };
+        let scattered: Vec<(u64, u64)> = (0..n as u64).map(|i| (i * STRIDE, 8)).collect();
+        let one = [(0u64, 8 * n as u64)];
+        let pages = [(0u64, n as u64 * 4096)];
+        let mut wcs = Vec::new();
+        let mut time = |p: &mut dyn Provider, sge: Sge, rkey: u32, opcode: Opcode| {
+            let t0 = ucs::time::now_ns();
+            for i in 0..REPS {
+                let wr = SendWr {
+                    wr_id: i as u64,
+                    opcode,
+                    sges: smallvec::smallvec![sge],
+                    remote_addr: 0,
+                    rkey,
+                    signaled: true,
+                };
+                p.post_send(qa, &wr)?;
+                loop {
+                    wcs.clear();
+                    if p.poll_cq(cq, 4, &mut wcs) > 0 {
+                        break;
+                    }
+                }
+                if wcs.iter().any(|w| w.status != WcStatus::Success) {
+                    return Err(VerbsError::Invalid);
+                }
+            }
+            Ok::<f64, VerbsError>((ucs::time::now_ns() - t0) as f64 / REPS as f64)
+        };
+        let write = |l: u32, bytes: u64| Sge {
+            addr: 0,
+            len: bytes as u32,
+            lkey: l,
+        };
+        let (ls, rs) = (mk(p, sa, sk, &scattered)?, mk(p, da, dk, &scattered)?);
+        let t_scattered = time(p, write(ls, 8 * n as u64), rs, Opcode::RdmaWrite)?;
+        let (lo, ro) = (mk(p, sa, sk, &one)?, mk(p, da, dk, &one)?);
+        let t_one = time(p, write(lo, 8 * n as u64), ro, Opcode::RdmaWrite)?;
+        let (lp, rp) = (mk(p, sa, sk, &pages)?, mk(p, da, dk, &pages)?);
+        let t_pages = time(p, write(lp, n as u64 * 4096), rp, Opcode::RdmaWrite)?;
+        // SENDs of one bounce segment into posted receives.
+        for i in 0..REPS {
+            let rwr = RecvWr {
+                wr_id: i as u64,
+                sges: smallvec::smallvec![Sge {
+                    addr: da,
+                    len: SEG as u32,
+                    lkey: dk,
+                }],
+            };
+            p.post_recv(qb, &rwr)?;
+        }
+        let send = Sge {
+            addr: sa,
+            len: SEG as u32,
+            lkey: sk,
+        };
+        let t_send = time(p, send, 0, Opcode::Send)?;
+        let extra = (2 * n - 2) as f64;
+        let big = (n as u64 * 4096 - 8 * n as u64) as f64;
+        Ok(UmrCost {
+            wr_ns: t_one,
+            entry_ns: ((t_scattered - t_one) / extra).max(0.0),
+            byte_ns: ((t_pages - t_one) / big).max(0.0),
+            send_ns: t_send,
+            seg: SEG,
+        })
+    })();
+    for k in keys {
+        let _ = p.destroy_mkey(k);
+    }
+    let _ = p.destroy_qp(qa);
+    let _ = p.destroy_qp(qb);
+    let _ = p.dereg_mr(sk);
+    let _ = p.dereg_mr(dk);
+    drop((src, dst));
+    r
 }
 
 impl Drop for RcIface {
@@ -1150,8 +1380,9 @@ impl Iface for RcIface {
         rkey: &RemoteKey,
         comp: Comp,
     ) -> UcsResult<Done> {
+        let remote = [(remote_addr, iov_total(iov) as u64)];
         // SAFETY: the caller's zcopy contract.
-        unsafe { self.rdma(ep, true, iov, remote_addr, rkey, comp) }
+        unsafe { self.rdma(ep, true, iov, &remote, rkey, comp) }
     }
 
     unsafe fn get_zcopy(
@@ -1162,8 +1393,164 @@ impl Iface for RcIface {
         rkey: &RemoteKey,
         comp: Comp,
     ) -> UcsResult<Done> {
+        let remote = [(remote_addr, iov_total(iov) as u64)];
         // SAFETY: the caller's zcopy contract.
-        unsafe { self.rdma(ep, false, iov, remote_addr, rkey, comp) }
+        unsafe { self.rdma(ep, false, iov, &remote, rkey, comp) }
+    }
+
+    unsafe fn get_zcopy_iov(
+        &mut self,
+        ep: EpId,
+        local: &[Iov],
+        remote: &[(u64, u64)],
+        rkey: &RemoteKey,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        // SAFETY: the caller's zcopy contract.
+        unsafe { self.rdma(ep, false, local, remote, rkey, comp) }
+    }
+
+    fn umr_max_klm(&self) -> usize {
+        self.max_klm
+    }
+
+    fn umr_keys(
+        &mut self,
+        id: (u128, u64),
+        segs: &[(u64, u64)],
+        chunk: u64,
+    ) -> UcsResult<Vec<u32>> {
+        self.tick += 1;
+        let k = (id.0, id.1, chunk);
+        if let Some(e) = self.umr.get_mut(&k) {
+            e.last = self.tick;
+            e.uses += 1;
+            self.counters.umr_hits += 1;
+            return Ok(e.keys.clone());
+        }
+        self.counters.umr_misses += 1;
+        if segs.is_empty() || chunk == 0 {
+            return Err(Status::InvalidParam);
+        }
+        let lo = segs.iter().map(|s| s.0).min().unwrap_or(0);
+        let hi = segs
+            .iter()
+            .map(|s| s.0.saturating_add(s.1))
+            .max()
+            .unwrap_or(0);
+        if self.umr.len() >= UMR_CACHE_MAX {
+            self.evict_umr_set();
+        }
+        let reg = self.local_key(lo, hi - lo)?;
+        loop {
+            let built = {
+                let mut h = lock(&self.hca);
+                crate::tl::verbs::umr::build_mkeys(h.as_mut(), segs, reg.1, chunk, ACCESS_ALL)
+            };
+            match built {
+                Ok(keys) => {
+                    self.counters.mkeys_created += keys.len() as u64;
+                    self.umr.insert(
+                        k,
+                        UmrSet {
+                            keys: keys.clone(),
+                            reg,
+                            last: self.tick,
+                            uses: 1,
+                        },
+                    );
+                    return Ok(keys);
+                }
+                // The device is out of keys: drop an unused set and try again.
+                Err(crate::tl::verbs::VerbsError::NoMemory) if self.evict_umr_set() => {}
+                Err(e) => {
+                    self.unref(&[reg]);
+                    return Err(match e {
+                        crate::tl::verbs::VerbsError::Invalid => Status::InvalidParam,
+                        e => e.into(),
+                    });
+                }
+            }
+        }
+    }
+
+    fn umr_cost(&mut self) -> Option<UmrCost> {
+        if self.umr_cost.is_none() {
+            let c = calibrate(lock(&self.hca).as_mut(), self.max_klm);
+            match c {
+                Ok(c) => {
+                    log::debug!("rc_verbs: UMR costs measured: {c:?}");
+                    self.umr_cost = Some(c);
+                }
+                Err(e) => log::warn!("rc_verbs: UMR costs not measured ({e:?})"),
+            }
+        }
+        self.umr_cost
+    }
+
+    fn umr_release(&mut self, id: (u128, u64), chunk: u64) {
+        if let Some(e) = self.umr.get_mut(&(id.0, id.1, chunk)) {
+            e.uses = e.uses.saturating_sub(1);
+        }
+    }
+
+    unsafe fn umr_put(
+        &mut self,
+        ep: EpId,
+        local: &[u32],
+        remote: &[u32],
+        chunk: u64,
+        total: u64,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let qp = self.ready(ep)?.qp;
+        if chunk == 0
+            || local.len() != remote.len()
+            || total.div_ceil(chunk) != local.len() as u64
+            || chunk > u64::from(u32::MAX)
+        {
+            return Err(Status::InvalidParam);
+        }
+        if self.ops.len() >= MAX_OPS {
+            return Err(Status::NoResource);
+        }
+        let op = self.ops.insert(Op {
+            ep,
+            comp,
+            regs: SmallVec::new(),
+        });
+        let mut h = lock(&self.hca);
+        let last = local.len().saturating_sub(1);
+        for (i, (&l, &r)) in local.iter().zip(remote).enumerate() {
+            let n = chunk.min(total - i as u64 * chunk);
+            let wr = SendWr {
+                wr_id: wr_id(WR_OP, op as u64),
+                opcode: Opcode::RdmaWrite,
+                sges: smallvec::smallvec![Sge {
+                    addr: 0,
+                    len: n as u32,
+                    lkey: l,
+                }],
+                remote_addr: 0,
+                rkey: r,
+                signaled: i == last,
+            };
+            if let Err(e) = h.post_send(qp, &wr) {
+                drop(h);
+                self.ops.remove(op);
+                if i == 0 && e == crate::tl::verbs::VerbsError::NoMemory {
+                    return Err(Status::NoResource);
+                }
+                self.fail(ep, Status::IoError);
+                return Err(Status::IoError);
+            }
+        }
+        drop(h);
+        self.counters.umr_writes += local.len() as u64;
+        self.counters.rma_bytes += total;
+        self.eps[ep.index()].outstanding += 1;
+        self.total_outstanding += 1;
+        Ok(Done::Later)
     }
 
     fn pending_add(&mut self, ep: EpId, token: u64) -> UcsResult<()> {
@@ -1281,6 +1668,10 @@ impl Iface for RcIface {
             ("rma_bytes", c.rma_bytes),
             ("reg_cache_hits", c.reg_hits),
             ("reg_cache_misses", c.reg_misses),
+            ("mkeys_created", c.mkeys_created),
+            ("umr_cache_hits", c.umr_hits),
+            ("umr_cache_misses", c.umr_misses),
+            ("umr_writes", c.umr_writes),
             ("connects", c.connects),
             ("accepts", c.accepts),
         ]

@@ -52,9 +52,11 @@ use super::{
 };
 
 const MAGIC: u64 = 0x5275_6378_5368_6361; // "RucxShca"
-const MAX_MR: usize = 1024;
+/// Memory regions and UMR keys of a device (a real HCA has millions; a layout of 16384
+/// blocks cut into chunks of 63 takes 261 keys).
+const MAX_MR: usize = 4096;
 /// Largest `max_klm` a device can be configured with (the KLM pool is sized by it).
-pub const MAX_KLM: usize = 256;
+pub const MAX_KLM: usize = 64;
 const MAX_QP: usize = 64;
 const RQ_DEPTH: usize = 256;
 const MAX_CQ: usize = 32;
@@ -132,7 +134,9 @@ struct WcRaw {
 struct CqEnt {
     valid: u32,
     head: u32,
-    tail: u32,
+    /// Written under the table lock; read without it to see whether there is anything
+    /// to poll.
+    tail: AtomicU32,
     overflow: u32,
     ring: [WcRaw; CQ_DEPTH],
 }
@@ -162,7 +166,8 @@ struct Table {
     cqs: [CqEnt; MAX_CQ],
     /// The connection manager's mailbox: messages peers sent to this device.
     cm_head: u32,
-    cm_tail: u32,
+    /// As a CQ's tail: read without the lock to see whether there is anything to poll.
+    cm_tail: AtomicU32,
     cm: [CmRaw; CM_DEPTH],
 }
 
@@ -273,13 +278,14 @@ fn cq_push(t: &mut Table, cq: u32, wc: WcRaw) {
     if c.valid == 0 {
         return;
     }
-    if c.tail.wrapping_sub(c.head) as usize >= CQ_DEPTH {
+    let tail = c.tail.load(Ordering::Relaxed);
+    if tail.wrapping_sub(c.head) as usize >= CQ_DEPTH {
         // A real CQ overrun is a fatal asynchronous event; the model counts it.
         c.overflow += 1;
         return;
     }
-    c.ring[c.tail as usize % CQ_DEPTH] = wc;
-    c.tail = c.tail.wrapping_add(1);
+    c.ring[tail as usize % CQ_DEPTH] = wc;
+    c.tail.store(tail.wrapping_add(1), Ordering::Release);
 }
 
 /// Moves QP `qpn` of `t` to Err, completing its posted receives `WrFlushErr`.
@@ -835,7 +841,7 @@ impl Provider for SoftHca {
         let c = &mut l.t.cqs[i];
         c.valid = 1;
         c.head = 0;
-        c.tail = 0;
+        c.tail.store(0, Ordering::Relaxed);
         c.overflow = 0;
         Ok(i as u32)
     }
@@ -1028,19 +1034,27 @@ impl Provider for SoftHca {
         raw.private[..msg.private.len()].copy_from_slice(&msg.private);
         // SAFETY: a device table attached by `table_at` (or ours), mapped while `self` lives.
         let l = unsafe { lock(t) };
-        if l.t.cm_tail.wrapping_sub(l.t.cm_head) as usize >= CM_DEPTH {
+        let tail = l.t.cm_tail.load(Ordering::Relaxed);
+        if tail.wrapping_sub(l.t.cm_head) as usize >= CM_DEPTH {
             return Err(VerbsError::NoMemory);
         }
-        let at = l.t.cm_tail as usize % CM_DEPTH;
-        l.t.cm[at] = raw;
-        l.t.cm_tail = l.t.cm_tail.wrapping_add(1);
+        l.t.cm[tail as usize % CM_DEPTH] = raw;
+        l.t.cm_tail.store(tail.wrapping_add(1), Ordering::Release);
         Ok(())
     }
 
     fn cm_poll(&mut self, out: &mut Vec<CmMsg>) -> usize {
+        // SAFETY: our own table, mapped while `self` lives; the tail is an atomic, read
+        // through a reference to itself only (the rest of the table is not referenced).
+        let tail = unsafe { &*std::ptr::addr_of!((*self.table).cm_tail) };
+        // SAFETY: as above; only this process moves its own mailbox's head.
+        let head = unsafe { std::ptr::addr_of!((*self.table).cm_head).read() };
+        if tail.load(Ordering::Acquire) == head {
+            return 0;
+        }
         let l = self.lock();
         let mut n = 0;
-        while l.t.cm_head != l.t.cm_tail {
+        while l.t.cm_head != l.t.cm_tail.load(Ordering::Relaxed) {
             let r = l.t.cm[l.t.cm_head as usize % CM_DEPTH];
             l.t.cm_head = l.t.cm_head.wrapping_add(1);
             let Some(kind) = CmKind::from_u32(r.kind) else {
@@ -1061,21 +1075,35 @@ impl Provider for SoftHca {
 
     fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<Wc>) -> usize {
         // The HCA retries what waited for a receive.
-        let qps: Vec<u32> = self
-            .pending
-            .iter()
-            .filter(|(_, q)| !q.is_empty())
-            .map(|(k, _)| *k)
-            .collect();
-        for q in qps {
-            self.run_pending(q);
+        if self.pending.values().any(|q| !q.is_empty()) {
+            let qps: Vec<u32> = self
+                .pending
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(k, _)| *k)
+                .collect();
+            for q in qps {
+                self.run_pending(q);
+            }
+        }
+        if cq as usize >= MAX_CQ {
+            return 0;
+        }
+        // Nothing new: no lock (the peers' requests take it to complete into our CQs).
+        // SAFETY: our own table, mapped while `self` lives; the tail is an atomic, read
+        // through a reference to itself only.
+        let tail = unsafe { &*std::ptr::addr_of!((*self.table).cqs[cq as usize].tail) };
+        // SAFETY: as above; only this process moves its own CQ's head.
+        let head = unsafe { std::ptr::addr_of!((*self.table).cqs[cq as usize].head).read() };
+        if tail.load(Ordering::Acquire) == head {
+            return 0;
         }
         let l = self.lock();
         let Some(c) = l.t.cqs.get_mut(cq as usize).filter(|c| c.valid != 0) else {
             return 0;
         };
         let mut n = 0;
-        while n < max && c.head != c.tail {
+        while n < max && c.head != c.tail.load(Ordering::Relaxed) {
             let w = c.ring[c.head as usize % CQ_DEPTH];
             c.head = c.head.wrapping_add(1);
             out.push(Wc {

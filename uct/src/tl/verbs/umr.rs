@@ -13,7 +13,9 @@
 //!   used dropped (their keys destroyed) beyond its capacity; [`RemoteKeys`]: the peer's
 //!   keys it sent for the same triple, so that a CTS on a hit carries no key list.
 //!
-//! The protocol that uses them (RTS/CTS over `rc_verbs`) is not built yet.
+//! The protocol that uses them is `ucp`'s UMR layout rendezvous (`ucp::worker::umr`) over
+//! the `rc_verbs` transport, which keeps its own key cache (it must know which keys a
+//! transfer in flight still uses).
 
 use std::collections::HashMap;
 
@@ -74,9 +76,21 @@ pub fn build_mkeys(
         let n = chunk.min(total - at);
         let klms = chunk_klms(segs, key, at, n);
         if klms.len() > p.caps().max_klm {
+            for k in keys {
+                let _ = p.destroy_mkey(k);
+            }
             return Err(VerbsError::Invalid);
         }
-        keys.push(p.create_mkey(&klms, access)?);
+        match p.create_mkey(&klms, access) {
+            Ok(k) => keys.push(k),
+            Err(e) => {
+                // Nothing half built stays behind.
+                for k in keys {
+                    let _ = p.destroy_mkey(k);
+                }
+                return Err(e);
+            }
+        }
         at += n;
     }
     Ok(keys)
