@@ -633,10 +633,15 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
             Role::Client => "client",
             Role::Server => "server",
         };
-        eprintln!("rucx-perftest {side}: {}", s.worker.stats());
+        // Each line in one write, so that the two processes' lines never interleave.
+        let mut lines = format!("rucx-perftest {side}: {}\n", s.worker.stats());
         for (tl, c) in s.worker.transport_counters() {
             let c: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            eprintln!("rucx-perftest {side}: {tl}: {}", c.join(", "));
+            lines += &format!("rucx-perftest {side}: {tl}: {}\n", c.join(", "));
+        }
+        {
+            use std::io::Write as _;
+            let _ = std::io::stderr().write_all(lines.as_bytes());
         }
         #[cfg(feature = "cuda")]
         {
