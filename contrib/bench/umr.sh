@@ -11,7 +11,9 @@
 # beside a contiguous message of the same bytes. ROUNDS rounds (default 3) alternate the
 # modes; the table gives medians, the auto pick, whether it was the faster one, and UMR
 # over contiguous. (A list of a few blocks travels as an iov list, not a layout, and is
-# read block by block: picked "-".) The key creation cost is the model's default (RUCX_SOFTHCA_MKEY_NS);
+# read block by block: picked "-".)
+# Part 2: UMR against a contiguous message of 1 MiB (16 and 64 KiB blocks), alternating,
+# ROUNDS rounds: medians and their ratio. The key creation cost is the model's default (RUCX_SOFTHCA_MKEY_NS);
 # repeated transfers reuse cached keys, so it shows only in the first.
 set -uo pipefail
 rounds=3
@@ -66,7 +68,25 @@ for b in $blocks; do
   a=$(tr ' ' '\n' <<<"${T[$b,auto]}" | grep . | median)
   best=$(awk -v u="$u" -v p="$p" 'BEGIN {print (u <= p) ? "umr" : "packed"}')
   ok=$([ "${W[$b]}" = "$best" ] && echo yes || echo "no")
+  [ "${W[$b]}" = - ] && ok=n/a
   ratio=$(awk -v u="$u" -v c="$c" 'BEGIN {printf "%.2f", u / c}')
   printf "%-8s %-6s %10s %10s %10s %-7s %-8s %10s\n" "$b" $((total / b)) "$u" "$p" "$a" \
     "${W[$b]}" "$ok" "$ratio"
+done
+
+# Part 2: 1 MiB.
+declare -A U
+for r in $(seq "$rounds"); do
+  read -r t _ < <(run auto -s 1048576)
+  U[contig]+="$t "
+  for b in 16384 65536; do
+    read -r t _ < <(run umr -D iov -s "$b:$((1048576 / b))" -i "$b")
+    U[$b]+="$t "
+  done
+done
+c=$(tr ' ' '\n' <<<"${U[contig]}" | grep . | median)
+echo "# 1 MiB: contiguous $c us"
+for b in 16384 65536; do
+  u=$(tr ' ' '\n' <<<"${U[$b]}" | grep . | median)
+  echo "# 1 MiB in blocks of $b: UMR $u us, $(awk -v u="$u" -v c="$c" 'BEGIN {printf "%.2f", u / c}')x contiguous"
 done

@@ -36,7 +36,7 @@ pub fn wire_headers(data: &[u8]) {
     let Some((&which, rest)) = data.split_first() else {
         return;
     };
-    match which % 11 {
+    match which % 12 {
         0 => {
             let _ = wire::decode_rts(rest);
         }
@@ -66,6 +66,12 @@ pub fn wire_headers(data: &[u8]) {
         }
         9 => {
             let _ = wire::decode_layout_part(rest);
+        }
+        10 => {
+            if let Some(m) = wire::RtrUmr::decode(rest) {
+                // What decodes, encodes back to the same bytes.
+                assert_eq!(m.encode(), rest);
+            }
         }
         _ => {
             let _ = wire::RndvKey::decode(rest);

@@ -47,7 +47,11 @@ fn print_devices(cfg: &Config) -> bool {
     let mut ok = true;
     for r in &d.available {
         println!("#");
-        println!("#      Transport: {}", r.tl);
+        if r.tl == "rc_verbs" && r.device == uct::tl::rc_verbs::MODEL_DEVICE {
+            println!("#      Transport: rc_verbs (software HCA model: a model of an HCA, not one)");
+        } else {
+            println!("#      Transport: {}", r.tl);
+        }
         println!("#         Device: {}", r.device);
         println!("#           Type: {:?}", r.kind);
         match uct::open(r, cfg) {

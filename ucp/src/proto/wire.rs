@@ -800,6 +800,33 @@ mod tests {
     }
 
     #[test]
+    fn rtr_umr_round_trips_and_refuses_what_does_not_add_up() {
+        let m = RtrUmr {
+            ep: 2,
+            sreq: 3,
+            rreq: 4,
+            chunk: 504,
+            kid: 0xfeed,
+            keys: vec![0x100, 0x201, 0x302],
+        };
+        let b = m.encode();
+        assert_eq!(b.len(), RTR_UMR_HDR + 12);
+        assert_eq!(RtrUmr::decode(&b), Some(m.clone()));
+        for n in 0..b.len() {
+            assert_eq!(RtrUmr::decode(&b[..n]), None, "{n} bytes");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(RtrUmr::decode(&long), None);
+        // A count that does not match the bytes (even one that overflows), a zero chunk.
+        let mut bad = b.clone();
+        bad[36..40].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(RtrUmr::decode(&bad), None);
+        let zero = RtrUmr { chunk: 0, ..m };
+        assert_eq!(RtrUmr::decode(&zero.encode()), None);
+    }
+
+    #[test]
     fn layout_parts_lie_inside_their_total() {
         let mut b = vec![0u8; LAYOUT_PART_HDR + 5];
         write_layout_part_hdr(&mut b, 3, 99, 20, 15);

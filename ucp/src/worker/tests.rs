@@ -2061,6 +2061,7 @@ fn protocol_message_ids_are_distinct() {
         w::AM_RTR_SPLIT,
         w::AM_RTR_SPLIT_LAYOUT,
         w::AM_LAYOUT_PART,
+        w::AM_RTR_UMR,
         super::am::AM_USER,
         super::am::AM_USER_RTS,
         super::am::AM_USER_SHORT,

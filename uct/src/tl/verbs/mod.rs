@@ -8,7 +8,10 @@
 //!   key creation cost). It is a model: it is never chosen by default, and always says so.
 //! * The real provider (libibverbs and mlx5dv loaded at run time) is not built yet; [`real`]
 //!   loads libibverbs and lists its devices, so that discovery says why `rc_verbs` is
-//!   absent (`tl::absent_hardware`). No machine here has an HCA.
+//!   absent where the model is not enabled (`tl::rc_verbs::devices`). No machine here has
+//!   an HCA.
+//!
+//! The transport over the interface is `tl::rc_verbs`.
 //!
 //! The interface follows the verbs closely (protection domain implied: one per device),
 //! so the transport's logic tested on the model is the logic a real HCA runs.

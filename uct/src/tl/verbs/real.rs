@@ -59,8 +59,8 @@ pub fn devices() -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// Why `rc_verbs` is absent here (it always is: the transport is not built yet). Asked
-/// once per process.
+/// Why `rc_verbs` is absent here without the model (it always is: the real provider is
+/// not built yet). Asked once per process.
 pub fn absent_reason() -> String {
     static R: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     R.get_or_init(reason).clone()
@@ -71,7 +71,8 @@ fn reason() -> String {
         Err(why) => why,
         Ok(d) if d.is_empty() => "libibverbs lists no RDMA device".into(),
         Ok(d) => format!(
-            "RDMA devices {} exist, but Rucx has no rc_verbs transport yet",
+            "RDMA devices {} exist, but Rucx has no real verbs provider yet (rc_verbs runs on \
+             the software HCA model only, with RUCX_SOFTHCA=1)",
             d.join(", ")
         ),
     }
