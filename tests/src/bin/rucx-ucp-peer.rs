@@ -982,8 +982,9 @@ fn endless(p: &mut Peer, role: &str, kind: &str, third: Option<EpHandle>) -> R<S
             })),
         );
     }
-    // Layouts: a named application layout, received packed.
-    let nl = ucp::dt::apps::named("nas_mg_y:16").map_err(|e| e.to_string())?;
+    // Layouts: a named application layout (133 KiB of 1 KiB rows, a rendezvous: UMR or
+    // packed over rc_verbs), received packed.
+    let nl = ucp::dt::apps::named("nas_mg_y:128").map_err(|e| e.to_string())?;
     let dt = ucp::datatype::DtLayout::new(&nl.layout).map_err(|e| e.to_string())?;
     let src = fill(2, nl.buf_len);
     let mut i = 0u64;

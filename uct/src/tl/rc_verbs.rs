@@ -11,7 +11,8 @@
 //!   creates a QP of its own, connects it to ours (Rtr, Rts) and replies; ours is then
 //!   connected. Until then operations return `NoResource` (and `pending_add` waits for the
 //!   connection). The accepted QP only receives (one connection per direction), and goes
-//!   away on the initiator's disconnect message or when it finds its peer dead.
+//!   away on the initiator's disconnect message or when it finds its peer dead (it probes
+//!   once a message showed the initiator connected).
 //! * **Active messages** are SENDs from registered bounce buffers (the id in the first
 //!   byte), received into bounce buffers posted on the accepted QP and re-posted after the
 //!   handler ran. A SEND that finds no receive posted waits at the HCA (receive-not-ready,
@@ -204,9 +205,10 @@ struct RcEp {
 struct Passive {
     peer: QpAddr,
     rx: Bounce,
-    /// Probes sent since it was accepted (the first tick is skipped while the initiator
-    /// may still be connecting its side).
-    ticks: u32,
+    /// A message arrived on it: the initiator has connected its side. Only then is it
+    /// probed (a probe that reaches a QP not connected yet fails, and would move ours to
+    /// Err under an initiator still connecting).
+    seen: bool,
     probing: bool,
 }
 
@@ -797,9 +799,10 @@ impl RcIface {
                     }
                     continue;
                 }
-                let Some(p) = self.passive.get(&qp) else {
+                let Some(p) = self.passive.get_mut(&qp) else {
                     continue;
                 };
+                p.seen = true;
                 let len = (w.byte_len as usize).min(SEG);
                 let seg = &p.rx.mem[i * SEG..i * SEG + len];
                 if let Some((&id, data)) = seg.split_first() {
@@ -874,7 +877,7 @@ impl RcIface {
                         Passive {
                             peer: m.from,
                             rx,
-                            ticks: 0,
+                            seen: false,
                             probing: false,
                         },
                     );
@@ -1037,8 +1040,7 @@ impl RcIface {
         let qps: Vec<u32> = self.passive.keys().copied().collect();
         for qp in qps {
             let p = self.passive.get_mut(&qp).expect("listed above");
-            p.ticks += 1;
-            if p.ticks < 2 || p.probing {
+            if !p.seen || p.probing {
                 continue;
             }
             let wr = SendWr {
