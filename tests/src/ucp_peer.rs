@@ -120,8 +120,16 @@ pub fn run_case(exe: &str, case: &str) {
 /// round trips and one of 1 MiB, checked). Returns how long the error took.
 pub fn kill_one(exe: &str, kind: &str, cfg: (&str, &str, &str), victim: &str) -> Duration {
     let case = format!("endless_{kind}");
-    let third = [("RUCX_THIRD", "1")];
-    let env = |role: &str| if role == victim { &[][..] } else { &third[..] };
+    // Over rc_verbs a layout goes by UMR here (the hybrid may pack rows of 1 KiB), so that
+    // the kill lands in a UMR transfer.
+    let umr = kind == "layout" && cfg.0.contains("rc_verbs");
+    let third: &[(&str, &str)] = if umr {
+        &[("RUCX_THIRD", "1"), ("RUCX_UMR", "umr")]
+    } else {
+        &[("RUCX_THIRD", "1")]
+    };
+    let victim_env: &[(&str, &str)] = if umr { &[("RUCX_UMR", "umr")] } else { &[] };
+    let env = |role: &str| if role == victim { victim_env } else { third };
     let mut a = Proc::spawn(exe, "a", &case, cfg, env("a"));
     let mut b = Proc::spawn(exe, "b", &case, cfg, env("b"));
     let mut t = Proc::spawn(exe, "c", "echo", cfg, &[]);
