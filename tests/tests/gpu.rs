@@ -267,12 +267,33 @@ fn layouts_on_one_gpu_through_every_method() {
 /// checks and the host layout paths, on every machine (CI has no GPU).
 #[test]
 fn layouts_on_host_between_processes() {
-    for tls in ["all", "tcp"] {
+    // (rc_verbs: on the software HCA model, by UMR or packed as its cost model picks.)
+    for tls in ["all", "tcp", "rc_verbs,self"] {
         let (ra, rb) = run_env("layouts:host:host:0:0", tls, &[]);
         assert!(ra.contains("27 layout pairs"), "{tls}: {ra} / {rb}");
         let (_, rb) = run_env("layout_ops:host:host:0:0", tls, &[]);
         assert!(!rb.contains("AM rendezvous 0"), "{tls}: {rb}");
     }
+}
+
+/// Device memory through `rc_verbs` on the software HCA model (a model of an HCA): the
+/// model reaches the peer's device memory through its CUDA IPC handle and copies with
+/// CUDA, so a rendezvous of device data is RDMA on the model; contiguous data of every
+/// size both ways, and device layouts (packed by kernels around the model's RDMA), every
+/// byte checked.
+#[test]
+fn device_memory_over_rc_verbs_on_the_model() {
+    if gpus().is_none() {
+        return;
+    }
+    let tls = "rc_verbs,self,cuda_copy";
+    for (am, bm) in [("cuda", "cuda"), ("cuda", "host"), ("host", "cuda")] {
+        let (ra, _) = run(&format!("pingpong:{am}:{bm}:0:0"), tls);
+        if am == "cuda" && bm == "cuda" {
+            assert!(ra.contains("rc_verbs"), "{ra}");
+        }
+    }
+    run("layouts:cuda:cuda:0:0", tls);
 }
 
 /// Device layouts through put and get (into a device or host region, over `cuda_ipc`

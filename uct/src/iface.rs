@@ -318,7 +318,7 @@ pub trait Iface: Send + std::fmt::Debug {
     /// that are not in use when it is full or the device runs out of keys.
     fn umr_keys(
         &mut self,
-        id: (u128, u64),
+        id: (u128, u64, u64),
         segs: &[(u64, u64)],
         chunk: u64,
     ) -> UcsResult<Vec<u32>> {
@@ -334,7 +334,7 @@ pub trait Iface: Send + std::fmt::Debug {
 
     /// Ends one use of the keys `umr_keys` gave for `(id, chunk)`: until every use has
     /// ended, the cache keeps them (a peer may still write through them).
-    fn umr_release(&mut self, id: (u128, u64), chunk: u64) {
+    fn umr_release(&mut self, id: (u128, u64, u64), chunk: u64) {
         let _ = (id, chunk);
     }
 

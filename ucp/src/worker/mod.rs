@@ -552,7 +552,7 @@ pub(crate) struct RecvRndv {
 }
 
 /// A use of the UMR keys an interface built for `(name, chunk)`: `(interface, name, chunk)`.
-pub(crate) type UmrUse = (usize, (u128, u64), u64);
+pub(crate) type UmrUse = (usize, (u128, u64, u64), u64);
 
 #[derive(Debug)]
 pub(crate) struct FlushOp {

@@ -205,12 +205,15 @@ fn umr_request(
     let Some(Op::Recv(r)) = core.reqs.get(id).map(|r| &r.state) else {
         return false;
     };
-    // The receive's own name for the cache: its layout where it has one, else its blocks.
+    // The receive's own name for the cache: its layout where it has one, else its blocks,
+    // and how many of its bytes this message fills (a shorter message fills a prefix).
+    let bytes = segs.iter().map(|s| s.1).sum::<u64>();
     let name = match r.data.layout() {
-        Some(lb) => (lb.layout().hash(), lb.origin_addr),
+        Some(lb) => (lb.layout().hash(), lb.origin_addr, bytes),
         None => (
             u128::from(fnv(segs.iter().flat_map(|s| [s.0, s.1]))),
             segs[0].0,
+            bytes,
         ),
     };
     let keys = match iface.umr_keys(name, segs, chunk) {
@@ -300,7 +303,7 @@ fn post(
     let DataState::Layout(lb) = &s.data else {
         return Err(Status::InvalidParam);
     };
-    let name = (lb.layout().hash(), lb.origin_addr);
+    let name = (lb.layout().hash(), lb.origin_addr, total);
     let segs: SmallVec<[Iov; 8]> = s.data.iovs(0, s.total).ok_or(Status::InvalidParam)?;
     let segs: Vec<(u64, u64)> = segs
         .iter()

@@ -115,7 +115,7 @@ impl Md for RcMd {
     }
 
     fn reg_mem_types(&self) -> MemTypes {
-        MemTypes::HOST_ACCESSIBLE
+        mem_caps().rma_remote
     }
 
     unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> UcsResult<MemH> {
@@ -257,7 +257,7 @@ pub struct RcIface {
     ops: Slab<Op>,
     rcache: BTreeMap<(u64, u32), Reg>,
     tick: u64,
-    umr: HashMap<(u128, u64, u64), UmrSet>,
+    umr: HashMap<(u128, u64, u64, u64), UmrSet>,
     max_klm: usize,
     /// Measured at the first `umr_cost` call.
     umr_cost: Option<UmrCost>,
@@ -298,6 +298,21 @@ impl std::fmt::Debug for RcIface {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RcIface({}, {} eps)", self.device_name(), self.eps.len())
     }
+}
+
+/// The memory types the model reaches: host memory, and GPU memory where a CUDA driver is
+/// (the model copies it with CUDA, a peer's through its IPC handle).
+fn mem_caps() -> crate::iface::MemCaps {
+    #[cfg(feature = "cuda")]
+    if ucs::cuda::driver().is_some() {
+        let t = MemTypes::HOST_ACCESSIBLE | MemTypes::CUDA;
+        return crate::iface::MemCaps {
+            am: MemTypes::HOST_ACCESSIBLE,
+            rma_local: t,
+            rma_remote: t,
+        };
+    }
+    crate::iface::MemCaps::HOST
 }
 
 /// Where the transport can run here: the model's device when it is enabled, else why not.
@@ -372,7 +387,7 @@ impl RcIface {
                     latency_ns: 2000.0,
                     bandwidth: 11e9,
                 },
-                mem: crate::iface::MemCaps::HOST,
+                mem: mem_caps(),
                 device_addr_len: dev_addr.len(),
                 iface_addr_len: iface_addr.len(),
             },
@@ -1421,12 +1436,12 @@ impl Iface for RcIface {
 
     fn umr_keys(
         &mut self,
-        id: (u128, u64),
+        id: (u128, u64, u64),
         segs: &[(u64, u64)],
         chunk: u64,
     ) -> UcsResult<Vec<u32>> {
         self.tick += 1;
-        let k = (id.0, id.1, chunk);
+        let k = (id.0, id.1, id.2, chunk);
         if let Some(e) = self.umr.get_mut(&k) {
             e.last = self.tick;
             e.uses += 1;
@@ -1500,8 +1515,8 @@ impl Iface for RcIface {
         self.umr_cost
     }
 
-    fn umr_release(&mut self, id: (u128, u64), chunk: u64) {
-        if let Some(e) = self.umr.get_mut(&(id.0, id.1, chunk)) {
+    fn umr_release(&mut self, id: (u128, u64, u64), chunk: u64) {
+        if let Some(e) = self.umr.get_mut(&(id.0, id.1, id.2, chunk)) {
             e.uses = e.uses.saturating_sub(1);
         }
     }
@@ -1870,23 +1885,23 @@ mod tests {
         };
         let chunk = 8 * (max_klm - 1);
         let s0 = set(0, &mut buf);
-        let k0 = a.umr_keys((1, 0), &s0, chunk).unwrap();
+        let k0 = a.umr_keys((1, 0, 32768), &s0, chunk).unwrap();
         assert_eq!(k0.len() as u64, (4096 * 8u64).div_ceil(chunk));
         assert_eq!(
-            a.umr_keys((1, 0), &s0, chunk).unwrap(),
+            a.umr_keys((1, 0, 32768), &s0, chunk).unwrap(),
             k0,
             "a hit builds nothing"
         );
         assert_eq!(a.counters.umr_hits, 1);
         let created = a.counters.mkeys_created;
         // Set 0 stays in use (two uses, one ended); the others are released at once.
-        a.umr_release((1, 0), chunk);
+        a.umr_release((1, 0, 32768), chunk);
         let mut built = 1;
         for i in 1..70 {
             let s = set(i, &mut buf);
-            match a.umr_keys((1, i as u64), &s, chunk) {
+            match a.umr_keys((1, i as u64, 32768), &s, chunk) {
                 Ok(_) => {
-                    a.umr_release((1, i as u64), chunk);
+                    a.umr_release((1, i as u64, 32768), chunk);
                     built += 1;
                 }
                 Err(e) => panic!("set {i}: {e}"),
@@ -1899,7 +1914,7 @@ mod tests {
             "{built} sets"
         );
         assert_eq!(
-            a.umr_keys((1, 0), &s0, chunk).unwrap(),
+            a.umr_keys((1, 0, 32768), &s0, chunk).unwrap(),
             k0,
             "the set in use survived"
         );
@@ -1912,8 +1927,8 @@ mod tests {
         let big: Vec<(u64, u64)> = (0..60_000u64)
             .map(|j| (buf.as_ptr() as u64 + 16 * j, 8))
             .collect();
-        assert!(a.umr_keys((2, 0), &big, chunk).is_err());
-        assert!(!a.umr.contains_key(&(2, 0, chunk)));
+        assert!(a.umr_keys((2, 0, 480_000), &big, chunk).is_err());
+        assert!(!a.umr.contains_key(&(2, 0, 480_000, chunk)));
     }
 
     /// Keys of the model's device (`model::MAX_MR` less its regions): a bound the test

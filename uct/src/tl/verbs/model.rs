@@ -75,7 +75,12 @@ struct MrEnt {
     base: u64,
     len: u64,
     klm_n: u32,
-    _pad: u32,
+    /// The GPU of a region of device memory, -1 for host memory.
+    dev: i32,
+    /// Device memory: the allocation holding the region and its CUDA IPC handle, what a
+    /// peer's model needs to reach it.
+    alloc_base: u64,
+    ipc: [u8; 64],
 }
 
 #[repr(C)]
@@ -238,9 +243,23 @@ fn mr(t: &Table, key: u32) -> Option<(usize, &MrEnt)> {
     (idx > 0 && e.valid != 0 && (e.gen & 0xff) == (key & 0xff)).then_some((idx, e))
 }
 
-/// The pieces (address, length) of `[addr, addr + len)` of region `key`, checked against
-/// its range and `need` access; an indirect key is resolved through its entries.
-fn resolve(t: &Table, key: u32, addr: u64, len: u64, need: Access) -> Option<Vec<(u64, u64)>> {
+/// A piece of memory a work request touches: `n` bytes at `a`, in the direct region `r`
+/// of its device's table, on GPU `d` (-1: host memory).
+#[derive(Clone, Copy, Debug)]
+struct Pc {
+    a: u64,
+    n: u64,
+    r: u32,
+    d: i32,
+}
+
+fn xy(p: &[Pc]) -> Vec<(u64, u64)> {
+    p.iter().map(|p| (p.a, p.n)).collect()
+}
+
+/// The pieces of `[addr, addr + len)` of region `key`, checked against its range and
+/// `need` access; an indirect key is resolved through its entries.
+fn resolve(t: &Table, key: u32, addr: u64, len: u64, need: Access) -> Option<Vec<Pc>> {
     let (idx, e) = mr(t, key)?;
     if !Access::from_bits_truncate(e.access).contains(need) {
         return None;
@@ -250,7 +269,12 @@ fn resolve(t: &Table, key: u32, addr: u64, len: u64, need: Access) -> Option<Vec
         return None;
     }
     if e.indirect == 0 {
-        return Some(vec![(addr, len)]);
+        return Some(vec![Pc {
+            a: addr,
+            n: len,
+            r: idx as u32,
+            d: e.dev,
+        }]);
     }
     // Zero-based over the entries in order.
     let mut out = Vec::new();
@@ -260,7 +284,13 @@ fn resolve(t: &Table, key: u32, addr: u64, len: u64, need: Access) -> Option<Vec
         if at < f && at < end {
             let from = at - s;
             let n = (f.min(end)) - at;
-            out.push((k.addr + from, n));
+            let (r, d) = mr(t, k.key).map_or((0, -1), |(i, m)| (i as u32, m.dev));
+            out.push(Pc {
+                a: k.addr + from,
+                n,
+                r,
+                d,
+            });
             at += n;
         }
         pos = f;
@@ -362,6 +392,27 @@ fn cma(pid: u32, local: &[(u64, u64)], remote: &[(u64, u64)], to_remote: bool) -
     Ok(())
 }
 
+/// Where `[addr, addr + len)` is GPU memory: its device, the allocation's base and its
+/// IPC handle; `None` for host memory; `Fault` for a range that leaves its allocation.
+fn device_region(addr: u64, len: u64) -> VResult<Option<(i32, u64, [u8; 64])>> {
+    #[cfg(feature = "cuda")]
+    if let Some(drv) = ucs::cuda::driver() {
+        if let Some(m) = drv.pointer(addr) {
+            if m.mem_type != ucs::memtype::MemoryType::Cuda {
+                // Managed memory is host-accessible: the host path reaches it.
+                return Ok(None);
+            }
+            if addr + len > m.base + m.len {
+                return Err(VerbsError::Fault);
+            }
+            let h = drv.ipc_handle(m.base).map_err(|_| VerbsError::Fault)?;
+            return Ok(Some((m.device, m.base, h)));
+        }
+    }
+    let _ = (addr, len);
+    Ok(None)
+}
+
 /// How a request ran.
 enum Outcome {
     Done(WcStatus, u32),
@@ -379,6 +430,9 @@ pub struct SoftHca {
     peers: HashMap<(u32, u32), Segment>,
     /// Send requests posted and not run yet (waiting behind a receive-not-ready), per QP.
     pending: HashMap<u32, VecDeque<SendWr>>,
+    /// Peers' device allocations mapped here: (pid, IPC handle) → (device, address).
+    #[cfg(feature = "cuda")]
+    ipc_maps: HashMap<(u32, [u8; 64]), (i32, u64)>,
     /// UMR keys created, and the time spent creating them.
     pub mkeys_created: u64,
     pub mkey_create_ns: u64,
@@ -387,6 +441,18 @@ pub struct SoftHca {
 // SAFETY: the table pointer is into `seg`, owned by this value; all access goes through
 // the table lock.
 unsafe impl Send for SoftHca {}
+
+#[cfg(feature = "cuda")]
+impl Drop for SoftHca {
+    fn drop(&mut self) {
+        if let Some(drv) = ucs::cuda::driver() {
+            for (_, (dev, p)) in self.ipc_maps.drain() {
+                // SAFETY: opened by `ipc_mapping` on `dev`, used by nothing after the model.
+                unsafe { drv.ipc_close(dev, p) };
+            }
+        }
+    }
+}
 
 impl std::fmt::Debug for SoftHca {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -428,6 +494,8 @@ impl SoftHca {
             mkey_ns,
             peers: HashMap::new(),
             pending: HashMap::new(),
+            #[cfg(feature = "cuda")]
+            ipc_maps: HashMap::new(),
             mkeys_created: 0,
             mkey_create_ns: 0,
         })
@@ -476,7 +544,7 @@ impl SoftHca {
 
     /// The local pieces of `sges`, checked against our regions (`need`: what the HCA
     /// does with them).
-    fn local_pieces(&self, sges: &[Sge], need: Access) -> Option<Vec<(u64, u64)>> {
+    fn local_pieces(&self, sges: &[Sge], need: Access) -> Option<Vec<Pc>> {
         let l = self.lock();
         let mut out = Vec::with_capacity(sges.len());
         for s in sges {
@@ -499,7 +567,7 @@ impl SoftHca {
         let Some(local) = self.local_pieces(&wr.sges, need_local) else {
             return Outcome::Done(WcStatus::LocProtErr, 0);
         };
-        let bytes: u64 = local.iter().map(|p| p.1).sum();
+        let bytes: u64 = local.iter().map(|p| p.n).sum();
         let Some(rt) = self.peer_table(rpid, rfd, rlen) else {
             return Outcome::Done(WcStatus::RetryExcErr, 0);
         };
@@ -556,15 +624,15 @@ impl SoftHca {
                 } else {
                     // The receive's pieces cut to the message's length.
                     let mut left = bytes;
-                    let cut: Vec<(u64, u64)> = dst
+                    let cut: Vec<Pc> = dst
                         .iter()
-                        .filter_map(|&(a, n)| {
-                            let m = n.min(left);
+                        .filter_map(|&p: &Pc| {
+                            let m = p.n.min(left);
                             left -= m;
-                            (m > 0).then_some((a, m))
+                            (m > 0).then_some(Pc { n: m, ..p })
                         })
                         .collect();
-                    match cma(t.pid, &local, &cut, true) {
+                    match self.dma(t, &local, &cut, true) {
                         Ok(()) => (WcStatus::Success, WcStatus::Success),
                         Err(e) => (WcStatus::LocProtErr, cma_err(e)),
                     }
@@ -607,7 +675,7 @@ impl SoftHca {
                     qp_to_err(t, rqpn);
                     return Outcome::Done(WcStatus::RemAccessErr, 0);
                 };
-                match cma(t.pid, &local, &remote, wr.opcode == Opcode::RdmaWrite) {
+                match self.dma(t, &local, &remote, wr.opcode == Opcode::RdmaWrite) {
                     Ok(()) => Outcome::Done(WcStatus::Success, bytes as u32),
                     Err(e) => {
                         qp_to_err(t, rqpn);
@@ -616,8 +684,10 @@ impl SoftHca {
                 }
             }
             Opcode::FetchAdd { .. } | Opcode::CompSwap { .. } => {
+                // Atomics on host memory only (the model has no device atomics).
                 let remote = resolve(t, wr.rkey, wr.remote_addr, 8, Access::REMOTE_ATOMIC)
-                    .filter(|r| r.len() == 1 && r[0].0 % 8 == 0 && bytes == 8);
+                    .filter(|r| r.len() == 1 && r[0].a % 8 == 0 && r[0].d < 0 && bytes == 8)
+                    .map(|r| xy(&r));
                 let Some(remote) = remote else {
                     qp_to_err(t, rqpn);
                     return Outcome::Done(WcStatus::RemAccessErr, 0);
@@ -645,12 +715,106 @@ impl SoftHca {
                 drop(g);
                 // The old value into the local SGE (checked for local write above).
                 let src = [(&mut old as *mut u64 as u64, 8u64)];
-                match cma(std::process::id(), &local, &src, false) {
+                if local.iter().any(|p| p.d >= 0) {
+                    return Outcome::Done(WcStatus::LocProtErr, 0);
+                }
+                match cma(std::process::id(), &xy(&local), &src, false) {
                     Ok(()) => Outcome::Done(WcStatus::Success, 8),
                     Err(_) => Outcome::Done(WcStatus::LocProtErr, 0),
                 }
             }
         }
+    }
+
+    /// The model's DMA engine: moves the bytes between this process's `local` pieces and
+    /// the responder's `remote` pieces (table `t`, held locked by the caller; the same
+    /// number of bytes), `to_remote` writing. Host memory on both sides moves by
+    /// cross-memory attach in one call; device memory by CUDA copies, the responder's
+    /// device memory through its IPC handle (opened once per allocation, cached). `Err`
+    /// carries an errno as `cma` does.
+    fn dma(&mut self, t: &Table, local: &[Pc], remote: &[Pc], to_remote: bool) -> Result<(), i32> {
+        if local.iter().chain(remote).all(|p| p.d < 0) {
+            return cma(t.pid, &xy(local), &xy(remote), to_remote);
+        }
+        #[cfg(feature = "cuda")]
+        {
+            self.dma_device(t, local, remote, to_remote)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = to_remote;
+            Err(libc::EFAULT)
+        }
+    }
+
+    /// [`dma`](Self::dma) where device memory takes part: piece by piece.
+    #[cfg(feature = "cuda")]
+    fn dma_device(
+        &mut self,
+        t: &Table,
+        local: &[Pc],
+        remote: &[Pc],
+        to_remote: bool,
+    ) -> Result<(), i32> {
+        let drv = ucs::cuda::driver().ok_or(libc::EFAULT)?;
+        let me = std::process::id();
+        let (mut li, mut lo, mut ri, mut ro) = (0usize, 0u64, 0usize, 0u64);
+        let mut tmp: Vec<u8> = Vec::new();
+        while li < local.len() && ri < remote.len() {
+            let (l, r) = (local[li], remote[ri]);
+            let n = (l.n - lo).min(r.n - ro);
+            let (la, ra) = (l.a + lo, r.a + ro);
+            if r.d >= 0 {
+                // The responder's device memory, mapped here (its own address when the
+                // responder is this process).
+                let m = t.mrs.get(r.r as usize).ok_or(libc::EFAULT)?;
+                let base = if t.pid == me {
+                    m.alloc_base
+                } else {
+                    self.ipc_mapping(t.pid, m.dev, &m.ipc)?
+                };
+                let at = base + (ra - m.alloc_base);
+                let (dst, src) = if to_remote { (at, la) } else { (la, at) };
+                drv.copy(dst, src, n as usize).map_err(|_| libc::EFAULT)?;
+            } else if l.d >= 0 {
+                // Our device memory and the responder's host memory: through a host buffer.
+                tmp.resize(n as usize, 0);
+                let h = tmp.as_mut_ptr() as u64;
+                if to_remote {
+                    drv.copy(h, la, n as usize).map_err(|_| libc::EFAULT)?;
+                    cma(t.pid, &[(h, n)], &[(ra, n)], true)?;
+                } else {
+                    cma(t.pid, &[(h, n)], &[(ra, n)], false)?;
+                    drv.copy(la, h, n as usize).map_err(|_| libc::EFAULT)?;
+                }
+            } else {
+                cma(t.pid, &[(la, n)], &[(ra, n)], to_remote)?;
+            }
+            lo += n;
+            ro += n;
+            if lo == l.n {
+                li += 1;
+                lo = 0;
+            }
+            if ro == r.n {
+                ri += 1;
+                ro = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// A peer's device allocation (by its IPC handle) mapped into this process, opened on
+    /// first use.
+    #[cfg(feature = "cuda")]
+    fn ipc_mapping(&mut self, pid: u32, dev: i32, h: &[u8; 64]) -> Result<u64, i32> {
+        if let Some(&(_, p)) = self.ipc_maps.get(&(pid, *h)) {
+            return Ok(p);
+        }
+        let drv = ucs::cuda::driver().ok_or(libc::EFAULT)?;
+        let p = drv.ipc_open(dev, h).map_err(|_| libc::EFAULT)?;
+        self.ipc_maps.insert((pid, *h), (dev, p));
+        Ok(p)
     }
 
     /// Runs QP `qpn`'s pending sends in order, until one waits for a receive.
@@ -741,12 +905,21 @@ impl Provider for SoftHca {
         if len == 0 || addr.checked_add(len).is_none() {
             return Err(VerbsError::Invalid);
         }
-        // Registration pins memory: memory that is not mapped cannot be registered.
-        let mut probe = [0u8; 1];
-        for a in [addr, addr + len - 1] {
-            let dst = [(probe.as_mut_ptr() as u64, 1u64)];
-            cma(std::process::id(), &dst, &[(a, 1)], false).map_err(|_| VerbsError::Fault)?;
-        }
+        // GPU memory (where the CUDA driver is): the region must lie in one allocation,
+        // whose IPC handle peers' models open to reach it.
+        let (dev, alloc_base, ipc) = match device_region(addr, len)? {
+            Some(d) => d,
+            None => {
+                // Registration pins memory: memory that is not mapped cannot be registered.
+                let mut probe = [0u8; 1];
+                for a in [addr, addr + len - 1] {
+                    let dst = [(probe.as_mut_ptr() as u64, 1u64)];
+                    cma(std::process::id(), &dst, &[(a, 1)], false)
+                        .map_err(|_| VerbsError::Fault)?;
+                }
+                (-1, 0, [0u8; 64])
+            }
+        };
         let l = self.lock();
         let idx = (1..MAX_MR)
             .find(|&i| l.t.mrs[i].valid == 0)
@@ -759,6 +932,9 @@ impl Provider for SoftHca {
         e.base = addr;
         e.len = len;
         e.klm_n = 0;
+        e.dev = dev;
+        e.alloc_base = alloc_base;
+        e.ipc = ipc;
         Ok(key_of(idx, e.gen))
     }
 
@@ -812,6 +988,7 @@ impl Provider for SoftHca {
             e.base = 0;
             e.len = total;
             e.klm_n = entries.len() as u32;
+            e.dev = -1;
             (idx, e.gen)
         };
         // The HCA's cost of building the key (a UMR work request and its completion).
