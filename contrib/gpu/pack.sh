@@ -2,19 +2,23 @@
 # Builds what the GPU machine runs (it has no Rust toolchain) and puts it, stripped, in
 # .gpu/bin (ignored by git; name `.gpu` in the device tool's `carry`):
 #   rucx-perftest, rucx-info, rucx-gpu-peer, rucx-st, rucx-faces, the GPU test binary
-#   (gpu-tests), libucp.so.0
+#   (gpu-tests), uct's unit tests (uct-tests: the software HCA model over GPU memory),
+#   libucp.so.0
 # and, when contrib/bench/ucx-env.sh has installed it, the UCX 1.22 wheel's ucx_perftest
 # with its CUDA modules (.gpu/ucx122).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p rucx-perftest -p rucx-tests -p rucx-bindings-c
 cargo test --release -q -p rucx-tests --test gpu --no-run 2>&1 | tail -n 1
+cargo test --release -q -p uct --lib --no-run 2>&1 | tail -n 1
 out=.gpu/bin
 mkdir -p "$out"
 cp target/release/rucx-perftest target/release/rucx-info target/release/rucx-gpu-peer \
   target/release/rucx-st target/release/rucx-faces "$out/"
 test_bin=$(ls -t target/release/deps/gpu-* | grep -v '\.d$' | head -n 1)
 cp "$test_bin" "$out/gpu-tests"
+uct_bin=$(ls -t target/release/deps/uct-* | grep -v '\.d$' | head -n 1)
+cp "$uct_bin" "$out/uct-tests"
 cp target/release/librucx_bindings_c.so "$out/libucp.so.0"
 strip "$out"/*
 grep -q '^/.gpu/$' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude

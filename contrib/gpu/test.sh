@@ -5,7 +5,8 @@
 #   bash contrib/gpu/test.sh [BIN]        (BIN: default .gpu/bin)
 #
 # It lists the GPUs, runs the two-process GPU tests (tests/tests/gpu.rs: every memory
-# pairing and path, two GPUs, the IPC cache, a peer killed mid-rendezvous), then
+# pairing and path, two GPUs, the IPC cache, a peer killed mid-rendezvous, device data
+# over rc_verbs on the software HCA model), the model's UMR over GPU memory, then
 # rucx-perftest with --validate (every byte checked) over the same paths, and prints a
 # closing line of counts.
 set -uo pipefail
@@ -31,6 +32,10 @@ ngpu=$("$BIN/rucx-info" -d | grep -c '^# GPU cuda:')
 step "rucx-info -d" "$BIN/rucx-info" -d
 step "two-process GPU tests" env RUCX_GPU_PEER="$BIN/rucx-gpu-peer" "$BIN/gpu-tests" \
   --test-threads 1 --nocapture
+# The software HCA model (a model of an HCA) between two processes, UMR keys over GPU
+# memory on both sides included.
+step "software HCA model over GPU memory" "$BIN/uct-tests" --exact \
+  tl::verbs::model::tests::verbs_between_two_processes --nocapture --test-threads 1
 pt() { timeout 300 "$BIN/rucx-perftest" --loopback --validate "$@"; }
 for m in cuda cuda,host host,cuda cuda-managed; do
   for s in 8 100000 4m; do

@@ -545,6 +545,21 @@ impl RcIface {
     fn local_key(&mut self, addr: u64, len: u64) -> UcsResult<(u64, u32)> {
         self.tick += 1;
         let end = addr.checked_add(len).ok_or(Status::InvalidParam)?;
+        // GPU memory is registered for one operation, outside the cache: the allocation
+        // at an address changes when the application frees and allocates (the pooled
+        // scratch buffers of device layouts do), and a registration names the allocation
+        // (peers reach it through its IPC handle). `unref` deregisters what the cache does
+        // not hold.
+        #[cfg(feature = "cuda")]
+        if ucs::memtype::mem_type(addr as *const u8) == ucs::memtype::MemoryType::Cuda {
+            let key = lock(&self.hca)
+                .reg_mr(addr, len.max(1), ACCESS_ALL)
+                .map_err(|e| match e {
+                    crate::tl::verbs::VerbsError::NoMemory => Status::NoResource,
+                    _ => Status::InvalidAddr,
+                })?;
+            return Ok((addr, key));
+        }
         let hit = self
             .rcache
             .range(..=(addr, u32::MAX))
@@ -601,10 +616,14 @@ impl RcIface {
         Ok((start, key))
     }
 
+    /// Ends one use of each registration; one the cache does not hold (GPU memory,
+    /// registered for its operation) is deregistered.
     fn unref(&mut self, regs: &[(u64, u32)]) {
         for k in regs {
             if let Some(r) = self.rcache.get_mut(k) {
                 r.uses = r.uses.saturating_sub(1);
+            } else {
+                let _ = lock(&self.hca).dereg_mr(k.1);
             }
         }
     }

@@ -481,7 +481,10 @@ fn trace_crashes() {
 
 fn main() {
     trace_crashes();
-    ucs::log::init(log::LevelFilter::Warn);
+    ucs::log::init(match std::env::var("UCX_LOG_LEVEL").as_deref() {
+        Ok("debug") => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Warn,
+    });
     let mut args = std::env::args().skip(1);
     let (Some(role), Some(case)) = (args.next(), args.next()) else {
         println!("FAIL usage: rucx-gpu-peer <a|b> <case>");

@@ -430,9 +430,10 @@ pub struct SoftHca {
     peers: HashMap<(u32, u32), Segment>,
     /// Send requests posted and not run yet (waiting behind a receive-not-ready), per QP.
     pending: HashMap<u32, VecDeque<SendWr>>,
-    /// Peers' device allocations mapped here: (pid, IPC handle) → (device, address).
+    /// Peers' device allocations mapped here: (pid, allocation base in the peer) → (IPC
+    /// handle, device, address here).
     #[cfg(feature = "cuda")]
-    ipc_maps: HashMap<(u32, [u8; 64]), (i32, u64)>,
+    ipc_maps: HashMap<(u32, u64), ([u8; 64], i32, u64)>,
     /// UMR keys created, and the time spent creating them.
     pub mkeys_created: u64,
     pub mkey_create_ns: u64,
@@ -446,7 +447,7 @@ unsafe impl Send for SoftHca {}
 impl Drop for SoftHca {
     fn drop(&mut self) {
         if let Some(drv) = ucs::cuda::driver() {
-            for (_, (dev, p)) in self.ipc_maps.drain() {
+            for (_, (_, dev, p)) in self.ipc_maps.drain() {
                 // SAFETY: opened by `ipc_mapping` on `dev`, used by nothing after the model.
                 unsafe { drv.ipc_close(dev, p) };
             }
@@ -771,11 +772,14 @@ impl SoftHca {
                 let base = if t.pid == me {
                     m.alloc_base
                 } else {
-                    self.ipc_mapping(t.pid, m.dev, &m.ipc)?
+                    self.ipc_mapping(t.pid, m.dev, m.alloc_base, &m.ipc)?
                 };
                 let at = base + (ra - m.alloc_base);
                 let (dst, src) = if to_remote { (at, la) } else { (la, at) };
-                drv.copy(dst, src, n as usize).map_err(|_| libc::EFAULT)?;
+                drv.copy(dst, src, n as usize).map_err(|e| {
+                    log::debug!("software HCA model: device copy of {n} bytes: {e}");
+                    libc::EFAULT
+                })?;
             } else if l.d >= 0 {
                 // Our device memory and the responder's host memory: through a host buffer.
                 tmp.resize(n as usize, 0);
@@ -804,16 +808,46 @@ impl SoftHca {
         Ok(())
     }
 
-    /// A peer's device allocation (by its IPC handle) mapped into this process, opened on
-    /// first use.
+    /// A peer's device allocation (at `base` in the peer, exported as IPC handle `h`)
+    /// mapped into this process, opened on first use. A mapping of an earlier allocation
+    /// at the same address (freed since, its handle different) is closed first, and where
+    /// the driver still refuses (another stale mapping overlaps), every mapping of that
+    /// peer is closed and the open tried once more: the peer's memory is never reached
+    /// through a stale mapping.
     #[cfg(feature = "cuda")]
-    fn ipc_mapping(&mut self, pid: u32, dev: i32, h: &[u8; 64]) -> Result<u64, i32> {
-        if let Some(&(_, p)) = self.ipc_maps.get(&(pid, *h)) {
-            return Ok(p);
-        }
+    fn ipc_mapping(&mut self, pid: u32, dev: i32, base: u64, h: &[u8; 64]) -> Result<u64, i32> {
         let drv = ucs::cuda::driver().ok_or(libc::EFAULT)?;
-        let p = drv.ipc_open(dev, h).map_err(|_| libc::EFAULT)?;
-        self.ipc_maps.insert((pid, *h), (dev, p));
+        match self.ipc_maps.get(&(pid, base)) {
+            Some((old, _, p)) if old == h => return Ok(*p),
+            Some(&(_, d, p)) => {
+                self.ipc_maps.remove(&(pid, base));
+                // SAFETY: opened by this function on `d`; its allocation is gone.
+                unsafe { drv.ipc_close(d, p) };
+            }
+            None => {}
+        }
+        let p = match drv.ipc_open(dev, h) {
+            Ok(p) => p,
+            Err(_) => {
+                let stale: Vec<(u32, u64)> = self
+                    .ipc_maps
+                    .keys()
+                    .filter(|k| k.0 == pid)
+                    .copied()
+                    .collect();
+                for k in stale {
+                    if let Some((_, d, p)) = self.ipc_maps.remove(&k) {
+                        // SAFETY: as above; nothing uses it after this.
+                        unsafe { drv.ipc_close(d, p) };
+                    }
+                }
+                drv.ipc_open(dev, h).map_err(|e| {
+                    log::debug!("software HCA model: opening a peer's GPU memory: {e}");
+                    libc::EFAULT
+                })?
+            }
+        };
+        self.ipc_maps.insert((pid, base), (*h, dev, p));
         Ok(p)
     }
 
@@ -839,6 +873,13 @@ impl SoftHca {
             };
             if let Some(q) = self.pending.get_mut(&qpn) {
                 q.pop_front();
+            }
+            if status != WcStatus::Success && state != QpState::Err {
+                log::debug!(
+                    "software HCA model: {:?} of {} bytes on QP {qpn} failed: {status:?}",
+                    wr.opcode,
+                    wr.sges.iter().map(|s| u64::from(s.len)).sum::<u64>()
+                );
             }
             let l = self.lock();
             if status != WcStatus::Success && state != QpState::Err {
@@ -1374,6 +1415,8 @@ mod tests {
         let (pdev, pqp) = (unhex(f[1]), f[3].parse::<u32>().unwrap());
         connect(&mut h, qp, pdev.clone(), pqp);
         println!("@@ OK");
+        #[cfg(feature = "cuda")]
+        let mut gpu = 0u64;
         for l in lines {
             let l = l.unwrap();
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -1425,6 +1468,46 @@ mod tests {
                     let too_many = [e(0, 1), e(1, 1), e(2, 1), e(3, 1), e(4, 1)];
                     let refused = h.create_mkey(&too_many, rw) == Err(VerbsError::Invalid);
                     println!("@@ MKEY {k} {refused}");
+                }
+                #[cfg(feature = "cuda")]
+                "GPU" => {
+                    // 64 KiB of device memory, registered, and an indirect key over three
+                    // pieces of it.
+                    let drv = ucs::cuda::driver().unwrap();
+                    let d = drv.alloc(0, 64 << 10).unwrap();
+                    drv.memset(d, 0, 64 << 10).unwrap();
+                    let dk = h.reg_mr(d, 64 << 10, rw).unwrap();
+                    let e = |o: u64, n: u64| Klm {
+                        addr: d + o,
+                        len: n,
+                        key: dk,
+                    };
+                    let mk = h
+                        .create_mkey(&[e(1000, 100), e(5000, 300), e(9000, 50)], rw)
+                        .unwrap();
+                    gpu = d;
+                    println!("@@ GPU {d} {dk} {mk}");
+                }
+                #[cfg(feature = "cuda")]
+                "GCHECK" => {
+                    let (off, len, seed): (usize, usize, u8) = (
+                        f[1].parse().unwrap(),
+                        f[2].parse().unwrap(),
+                        f[3].parse().unwrap(),
+                    );
+                    let mut host = vec![0u8; len];
+                    ucs::cuda::driver()
+                        .unwrap()
+                        .copy(host.as_mut_ptr() as u64, gpu + off as u64, len)
+                        .unwrap();
+                    println!(
+                        "@@ {}",
+                        if host == pattern(len, seed) {
+                            "OK"
+                        } else {
+                            "BAD"
+                        }
+                    );
                 }
                 "STATE" => println!("@@ {:?}", h.query_qp(qp).unwrap()),
                 "RECONNECT" => {
@@ -1634,6 +1717,64 @@ mod tests {
         h.post_send(qp, &wr(12, Opcode::RdmaWrite, sge(0, 100), 400, mkey))
             .unwrap();
         assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::RemAccessErr);
+
+        // GPU memory on both sides (where a CUDA driver is): a local indirect key over two
+        // pieces of our device buffer written into the responder's indirect key over three
+        // pieces of its device buffer (reached through its IPC handle), then read back.
+        #[cfg(feature = "cuda")]
+        if let Some(drv) = ucs::cuda::driver() {
+            reconnect(&mut h, qp, cdev.clone(), cqp);
+            assert_eq!(p.ask("RECONNECT"), "OK");
+            let g = p.ask("GPU");
+            let gf: Vec<&str> = g.split_whitespace().collect();
+            let rmk: u32 = gf[3].parse().unwrap();
+            let d = drv.alloc(0, 4096).unwrap();
+            let src = pattern(4096, 11);
+            drv.copy(d, src.as_ptr() as u64, 4096).unwrap();
+            let rw = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+            let dk = h.reg_mr(d, 4096, rw).unwrap();
+            let lmk = h
+                .create_mkey(
+                    &[
+                        Klm {
+                            addr: d,
+                            len: 200,
+                            key: dk,
+                        },
+                        Klm {
+                            addr: d + 200,
+                            len: 250,
+                            key: dk,
+                        },
+                    ],
+                    rw,
+                )
+                .unwrap();
+            let s = Sge {
+                addr: 0,
+                len: 450,
+                lkey: lmk,
+            };
+            h.post_send(qp, &wr(40, Opcode::RdmaWrite, s, 0, rmk))
+                .unwrap();
+            assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::Success);
+            assert_eq!(p.ask("GCHECK 1000 100 11"), "OK");
+            assert_eq!(p.ask("GCHECK 5000 300 31"), "OK");
+            assert_eq!(p.ask("GCHECK 9000 50 91"), "OK");
+            // Read the three pieces back into host memory.
+            local[..450].fill(0);
+            h.post_send(qp, &wr(41, Opcode::RdmaRead, sge(0, 450), 0, rmk))
+                .unwrap();
+            assert_eq!(poll_all(&mut h, cq)[0].status, WcStatus::Success);
+            assert_eq!(&local[..450], &pattern(450, 11)[..]);
+            h.destroy_mkey(lmk).unwrap();
+            h.dereg_mr(dk).unwrap();
+            // SAFETY: allocated above, no longer registered or used.
+            unsafe { drv.free(d) }.unwrap();
+            eprintln!("UMR over GPU memory between two processes: every byte checked");
+        } else {
+            eprintln!("SKIPPED: UMR over GPU memory: no CUDA driver here");
+        }
 
         // Access rules: write to a read-only region, past a region, a bad local key.
         for (id, op, s, addr, key, want) in [
