@@ -32,6 +32,13 @@
 //!   once. Idle endpoints are probed every `UCX_ERROR_CHECK_INTERVAL` with a zero-length
 //!   RDMA WRITE, which needs no key and only proves the peer is there.
 //!
+//! * **UMR** (`IfaceFlags::UMR`): `umr_keys` builds and caches one indirect key per chunk
+//!   over a list of this process's blocks, `umr_put` writes chunk by chunk into a peer's
+//!   keys, and `umr_cost` measures on the provider what the `ucp` hybrid weighs
+//!   (`calibrate.rs`).
+//! * **GPU memory**, where a CUDA driver is: the model reaches it (peers' through CUDA
+//!   IPC); it is registered for one operation, outside the registration cache.
+//!
 //! Registration of the caller's buffers assumes what is registered stays mapped at the same
 //! address with the same pages; on the model the copy resolves addresses when it runs, so a
 //! region that was freed fails the request (`LocProtErr`) instead of touching stale pages,
@@ -51,10 +58,13 @@ use crate::iface::{
     check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate, UmrCost,
 };
 use crate::md::{pack_rkey, unpack_rkey, Md, MemH, MemTypes, RemoteKey};
+mod calibrate;
+
 use crate::tl::verbs::{
     model::SoftHca, Access, CmKind, CmMsg, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge,
     Wc, WcOpcode, WcStatus,
 };
+use calibrate::calibrate;
 
 const MAGIC: [u8; 4] = *b"RCV1";
 /// Bytes of one bounce buffer: the AM id and the message.
@@ -1118,127 +1128,6 @@ impl RcIface {
     }
 }
 
-/// Measures the costs of [`UmrCost`] on provider `p`, between two QPs of its own (on a CQ
-/// of their own): RDMA WRITEs through indirect keys of `n = min(max_klm, 63)` 8-byte
-/// entries a page apart, of one `8n`-byte entry and of one `n` pages, and SENDs of `SEG`
-/// bytes. A few milliseconds on the model; the two CQs stay allocated (the provider has
-/// no verb to destroy one).
-fn calibrate(p: &mut dyn Provider, max_klm: usize) -> crate::tl::verbs::VResult<UmrCost> {
-    use crate::tl::verbs::{Klm, VerbsError};
-    const REPS: usize = 64;
-    const STRIDE: u64 = 4160;
-    let n = max_klm.clamp(2, 63);
-    let len = STRIDE as usize * n + SEG;
-    let (mut src, mut dst) = (vec![1u8; len], vec![0u8; len]);
-    let (sa, da) = (src.as_mut_ptr() as u64, dst.as_mut_ptr() as u64);
-    let sk = p.reg_mr(sa, len as u64, ACCESS_ALL)?;
-    let dk = p.reg_mr(da, len as u64, ACCESS_ALL)?;
-    // The requester's completions, and the responder's (its receives) apart.
-    let (cq, cq_b) = (p.create_cq()?, p.create_cq()?);
-    let (qa, qb) = (p.create_qp(cq, cq)?, p.create_qp(cq_b, cq_b)?);
-    let mut keys = Vec::new();
-    let r = (|| -> crate::tl::verbs::VResult<UmrCost> {
-        let dev = p.device_address();
-        for (q, other) in [(qa, qb), (qb, qa)] {
-            p.modify_qp(q, QpState::Init, None)?;
-            let to = QpAddr {
-                device: dev.clone(),
-                qpn: other,
-            };
-            p.modify_qp(q, QpState::Rtr, Some(&to))?;
-            p.modify_qp(q, QpState::Rts, None)?;
-        }
-        let mut mk = |p: &mut dyn Provider, base: u64, key: u32, entries: &[(u64, u64)]| {
-            let klms: Vec<Klm> = entries
-                .iter()
-                .map(|&(o, l)| Klm {
-                    addr: base + o,
-                    len: l,
-                    key,
-                })
-                .collect();
-            let k = p.create_mkey(&klms, ACCESS_ALL)?;
-            keys.push(k);
-            Ok::<u32, VerbsError>(k)
-        };
-        let scattered: Vec<(u64, u64)> = (0..n as u64).map(|i| (i * STRIDE, 8)).collect();
-        let one = [(0u64, 8 * n as u64)];
-        let pages = [(0u64, n as u64 * 4096)];
-        let mut wcs = Vec::new();
-        let mut time = |p: &mut dyn Provider, sge: Sge, rkey: u32, opcode: Opcode| {
-            let t0 = ucs::time::now_ns();
-            for i in 0..REPS {
-                let wr = SendWr {
-                    wr_id: i as u64,
-                    opcode,
-                    sges: smallvec::smallvec![sge],
-                    remote_addr: 0,
-                    rkey,
-                    signaled: true,
-                };
-                p.post_send(qa, &wr)?;
-                loop {
-                    wcs.clear();
-                    if p.poll_cq(cq, 4, &mut wcs) > 0 {
-                        break;
-                    }
-                }
-                if wcs.iter().any(|w| w.status != WcStatus::Success) {
-                    return Err(VerbsError::Invalid);
-                }
-            }
-            Ok::<f64, VerbsError>((ucs::time::now_ns() - t0) as f64 / REPS as f64)
-        };
-        let write = |l: u32, bytes: u64| Sge {
-            addr: 0,
-            len: bytes as u32,
-            lkey: l,
-        };
-        let (ls, rs) = (mk(p, sa, sk, &scattered)?, mk(p, da, dk, &scattered)?);
-        let t_scattered = time(p, write(ls, 8 * n as u64), rs, Opcode::RdmaWrite)?;
-        let (lo, ro) = (mk(p, sa, sk, &one)?, mk(p, da, dk, &one)?);
-        let t_one = time(p, write(lo, 8 * n as u64), ro, Opcode::RdmaWrite)?;
-        let (lp, rp) = (mk(p, sa, sk, &pages)?, mk(p, da, dk, &pages)?);
-        let t_pages = time(p, write(lp, n as u64 * 4096), rp, Opcode::RdmaWrite)?;
-        // SENDs of one bounce segment into posted receives.
-        for i in 0..REPS {
-            let rwr = RecvWr {
-                wr_id: i as u64,
-                sges: smallvec::smallvec![Sge {
-                    addr: da,
-                    len: SEG as u32,
-                    lkey: dk,
-                }],
-            };
-            p.post_recv(qb, &rwr)?;
-        }
-        let send = Sge {
-            addr: sa,
-            len: SEG as u32,
-            lkey: sk,
-        };
-        let t_send = time(p, send, 0, Opcode::Send)?;
-        let extra = (2 * n - 2) as f64;
-        let big = (n as u64 * 4096 - 8 * n as u64) as f64;
-        Ok(UmrCost {
-            wr_ns: t_one,
-            entry_ns: ((t_scattered - t_one) / extra).max(0.0),
-            byte_ns: ((t_pages - t_one) / big).max(0.0),
-            send_ns: t_send,
-            seg: SEG,
-        })
-    })();
-    for k in keys {
-        let _ = p.destroy_mkey(k);
-    }
-    let _ = p.destroy_qp(qa);
-    let _ = p.destroy_qp(qb);
-    let _ = p.dereg_mr(sk);
-    let _ = p.dereg_mr(dk);
-    drop((src, dst));
-    r
-}
-
 impl Drop for RcIface {
     fn drop(&mut self) {
         let mut h = lock(&self.hca);
@@ -1733,235 +1622,4 @@ impl RcIface {
 }
 
 #[cfg(test)]
-mod tests {
-    //! Two interfaces of one process on the software HCA model (each its own device): the
-    //! connection manager, cancellation, and the UMR key cache. Between processes, the
-    //! conformance suite (`tests/tests/uct_conformance.rs`) and the `ucp` suites run it.
-    use super::*;
-
-    #[derive(Default)]
-    struct Ev {
-        ams: Vec<(u8, Vec<u8>)>,
-        done: Vec<(Comp, Status)>,
-        errors: Vec<(EpId, Status)>,
-    }
-
-    impl Handler for Ev {
-        fn am(&mut self, id: u8, data: &[u8]) {
-            self.ams.push((id, data.to_vec()));
-        }
-        fn completion(&mut self, comp: Comp, status: Status) {
-            self.done.push((comp, status));
-        }
-        fn ep_error(&mut self, ep: EpId, status: Status) {
-            self.errors.push((ep, status));
-        }
-    }
-
-    fn open() -> RcIface {
-        RcIface::open(&Config::default(), MODEL_DEVICE).expect("open the model")
-    }
-
-    /// Progresses both until `done` holds (at most 5 s).
-    fn until(
-        a: &mut RcIface,
-        ea: &mut Ev,
-        b: &mut RcIface,
-        eb: &mut Ev,
-        done: impl Fn(&RcIface, &Ev, &Ev) -> bool,
-    ) {
-        let t0 = std::time::Instant::now();
-        while !done(a, ea, eb) {
-            a.progress(ea);
-            b.progress(eb);
-            assert!(t0.elapsed().as_secs() < 5, "no progress");
-        }
-    }
-
-    #[test]
-    fn connects_sends_writes_reads_and_flushes() {
-        let (mut a, mut b) = (open(), open());
-        let (mut ea, mut eb) = (Ev::default(), Ev::default());
-        let ep = a.ep_connect(b.device_address(), b.iface_address()).unwrap();
-        // Not connected until the peer accepted.
-        assert_eq!(a.am_short(ep, 3, 7, b"x"), Err(Status::NoResource));
-        until(&mut a, &mut ea, &mut b, &mut eb, |a, _, _| a.ep_idle(ep));
-        a.am_short(ep, 3, 0x1122, b"hello").unwrap();
-        until(&mut a, &mut ea, &mut b, &mut eb, |_, _, eb| {
-            !eb.ams.is_empty()
-        });
-        assert_eq!(eb.ams[0].0, 3);
-        assert_eq!(&eb.ams[0].1[..8], &0x1122u64.to_le_bytes());
-        assert_eq!(&eb.ams[0].1[8..], b"hello");
-        // RDMA WRITE of three pieces into b's region, READ back.
-        let mut region = vec![0u8; 4096];
-        // SAFETY: `region` outlives its registration (deregistered below).
-        let mh = unsafe { b.md().mem_reg(region.as_mut_ptr(), region.len()) }.unwrap();
-        let rk = a.md().rkey_unpack(&b.md().mkey_pack(&mh)).unwrap();
-        let src: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
-        let iov = [
-            Iov::from_slice(&src[..100]),
-            Iov::from_slice(&src[100..101]),
-            Iov::from_slice(&src[101..]),
-        ];
-        // SAFETY: `src` outlives the operation (waited for below).
-        let d = unsafe { a.put_zcopy(ep, &iov, mh.base + 1000, &rk, 11) }.unwrap();
-        assert_eq!(d, Done::Later);
-        until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
-            !ea.done.is_empty()
-        });
-        assert_eq!(ea.done.pop(), Some((11, Status::Ok)));
-        assert_eq!(&region[1000..1300], &src[..]);
-        let mut back = vec![0u8; 300];
-        let iov = [Iov::from_mut_slice(&mut back)];
-        // SAFETY: `back` outlives the operation (waited for below).
-        unsafe { a.get_zcopy(ep, &iov, mh.base + 1000, &rk, 12) }.unwrap();
-        assert_eq!(a.flush(Some(ep), 13), Ok(Done::Later));
-        until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
-            ea.done.len() == 2
-        });
-        assert_eq!(ea.done, vec![(12, Status::Ok), (13, Status::Ok)]);
-        assert_eq!(back, src);
-        // Outside the key's range: refused before anything is posted.
-        // SAFETY: nothing is posted.
-        let r = unsafe { a.get_zcopy(ep, &iov, mh.base + 4000, &rk, 14) };
-        assert_eq!(r, Err(Status::InvalidParam));
-        b.md().mem_dereg(&mh).unwrap();
-        let c = a.counters();
-        assert!(
-            c.contains(&("connects", 1)) && c.contains(&("rdma_writes", 1)),
-            "{c:?}"
-        );
-    }
-
-    #[test]
-    fn a_request_to_a_stale_interface_address_is_rejected() {
-        let (mut a, mut b) = (open(), open());
-        let (mut ea, mut eb) = (Ev::default(), Ev::default());
-        // b's device, an interface nonce that is not b's.
-        let stale = Writer::default().u64(b.nonce ^ 1).buf;
-        let ep = a.ep_connect(b.device_address(), &stale).unwrap();
-        until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
-            !ea.errors.is_empty()
-        });
-        assert_eq!(ea.errors, vec![(ep, Status::Unreachable)]);
-        assert_eq!(a.am_short(ep, 1, 0, b""), Err(Status::Unreachable));
-        assert!(b.passive.is_empty());
-    }
-
-    #[test]
-    fn destroying_an_endpoint_cancels_what_waits_behind_a_receiver_not_ready() {
-        let (mut a, mut b) = (open(), open());
-        let (mut ea, mut eb) = (Ev::default(), Ev::default());
-        let ep = a.ep_connect(b.device_address(), b.iface_address()).unwrap();
-        until(&mut a, &mut ea, &mut b, &mut eb, |a, _, _| a.ep_idle(ep));
-        // b stops progressing: its posted receives fill, then SENDs wait at the HCA.
-        let mut sent = 0;
-        while a.am_short(ep, 1, sent, b"").is_ok() {
-            sent += 1;
-            a.progress(&mut ea);
-        }
-        assert_eq!(sent as usize, RX_PER_QP + TX_SLOTS);
-        let mut region = vec![0u8; 64];
-        // SAFETY: `region` outlives its registration.
-        let mh = unsafe { b.md().mem_reg(region.as_mut_ptr(), 64) }.unwrap();
-        let rk = a.md().rkey_unpack(&b.md().mkey_pack(&mh)).unwrap();
-        let src = [7u8; 8];
-        // SAFETY: the operation is canceled before `src` goes away.
-        unsafe { a.put_zcopy(ep, &[Iov::from_slice(&src)], mh.base, &rk, 21) }.unwrap();
-        a.ep_destroy(ep);
-        a.progress(&mut ea);
-        assert_eq!(ea.done, vec![(21, Status::Canceled)]);
-        assert_eq!(
-            region,
-            vec![0u8; 64],
-            "a write behind the blocked SENDs ran"
-        );
-        assert_eq!(a.tx_free.len(), TX_SLOTS, "send slots not returned");
-        assert_eq!(a.flush(None, 22), Ok(Done::Now));
-        // b's accepted QP goes on its peer's disconnect, after the messages it received.
-        until(&mut a, &mut ea, &mut b, &mut eb, |_, _, eb| {
-            eb.ams.len() == RX_PER_QP
-        });
-        until(&mut a, &mut ea, &mut b, &mut eb, |_, _, _| true);
-        for _ in 0..64 {
-            b.progress(&mut eb);
-        }
-        assert!(b.passive.is_empty());
-        b.md().mem_dereg(&mh).unwrap();
-    }
-
-    #[test]
-    fn umr_key_sets_are_cached_kept_while_in_use_and_evicted_when_keys_run_out() {
-        let mut a = open();
-        let max_klm = a.umr_max_klm() as u64;
-        // 4096 blocks of 8 bytes 16 bytes apart: a chunk of 8 * (max_klm - 1) bytes, so
-        // about 4096 / 63 = 66 keys a set.
-        let mut buf = vec![0u8; 16 * 4096 * 80];
-        let set = |i: usize, buf: &mut [u8]| -> Vec<(u64, u64)> {
-            let base = buf.as_mut_ptr() as u64 + (i * 16 * 4096) as u64;
-            (0..4096u64).map(|j| (base + 16 * j, 8)).collect()
-        };
-        let chunk = 8 * (max_klm - 1);
-        let s0 = set(0, &mut buf);
-        let k0 = a.umr_keys((1, 0, 32768), &s0, chunk).unwrap();
-        assert_eq!(k0.len() as u64, (4096 * 8u64).div_ceil(chunk));
-        assert_eq!(
-            a.umr_keys((1, 0, 32768), &s0, chunk).unwrap(),
-            k0,
-            "a hit builds nothing"
-        );
-        assert_eq!(a.counters.umr_hits, 1);
-        let created = a.counters.mkeys_created;
-        // Set 0 stays in use (two uses, one ended); the others are released at once.
-        a.umr_release((1, 0, 32768), chunk);
-        let mut built = 1;
-        for i in 1..70 {
-            let s = set(i, &mut buf);
-            match a.umr_keys((1, i as u64, 32768), &s, chunk) {
-                Ok(_) => {
-                    a.umr_release((1, i as u64, 32768), chunk);
-                    built += 1;
-                }
-                Err(e) => panic!("set {i}: {e}"),
-            }
-        }
-        // More sets than the device holds keys for: the unused ones were evicted, never
-        // the one in use.
-        assert!(
-            built as u64 * k0.len() as u64 > MAX_KEYS_HINT,
-            "{built} sets"
-        );
-        assert_eq!(
-            a.umr_keys((1, 0, 32768), &s0, chunk).unwrap(),
-            k0,
-            "the set in use survived"
-        );
-        assert!(a.counters.mkeys_created > created);
-        // A set that cannot fit while everything is in use: an error, nothing leaked.
-        let all_used: Vec<_> = a.umr.keys().copied().collect();
-        for k in &all_used {
-            a.umr.get_mut(k).unwrap().uses += 1;
-        }
-        let big: Vec<(u64, u64)> = (0..60_000u64)
-            .map(|j| (buf.as_ptr() as u64 + 16 * j, 8))
-            .collect();
-        assert!(a.umr_keys((2, 0, 480_000), &big, chunk).is_err());
-        assert!(!a.umr.contains_key(&(2, 0, 480_000, chunk)));
-    }
-
-    /// Keys of the model's device (`model::MAX_MR` less its regions): a bound the test
-    /// above must exceed to exercise eviction.
-    const MAX_KEYS_HINT: u64 = 4000;
-
-    #[test]
-    fn umr_costs_are_measured_on_the_provider() {
-        let mut a = open();
-        let c = a.umr_cost().expect("measured");
-        assert!(c.wr_ns > 0.0 && c.send_ns > 0.0, "{c:?}");
-        assert!(c.entry_ns >= 0.0 && c.byte_ns >= 0.0, "{c:?}");
-        assert_eq!(c.seg, SEG);
-        // Measured once.
-        assert_eq!(a.umr_cost(), Some(c));
-    }
-}
+mod tests;
