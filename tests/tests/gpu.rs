@@ -294,6 +294,17 @@ fn device_memory_over_rc_verbs_on_the_model() {
         }
     }
     run("layouts:cuda:cuda:0:0", tls);
+    // UMR over device layouts: the sender's keys over its device blocks, the receiver's
+    // over its scratch buffer (unpacked by a kernel), written by the model through CUDA.
+    let (ra, rb) = run_env("layouts:cuda:cuda:0:0", tls, &[("RUCX_UMR", "umr")]);
+    let writes = |out: &str| -> u64 {
+        out.split("(\"umr_writes\", ")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(writes(&ra) + writes(&rb) > 0, "no UMR write: {ra} / {rb}");
 }
 
 /// Device layouts through put and get (into a device or host region, over `cuda_ipc`

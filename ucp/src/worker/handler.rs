@@ -443,7 +443,7 @@ impl Core {
                     && s.proto == Proto::RndvGet
                     && s.wait_ack
                     && s.rreq.is_none()
-                    && matches!(s.data, crate::datatype::DataState::Layout(_))
+                    && s.data.layout().is_some()
                     && (s.total as u64).div_ceil(m.chunk) == keys.len() as u64 =>
             {
                 s.wait_ack = false;

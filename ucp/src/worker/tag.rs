@@ -1536,10 +1536,12 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
             fail_get(core, id, ep_, sreq_, Status::InvalidParam);
             return;
         }
-        let direct = host_only
-            && matches!(core.reqs.get(id).map(|r| &r.state),
+        // Into the receive's own memory (its blocks, or a device layout's scratch buffer),
+        // not a bounce: a lane with UMR may take it (`worker::umr`).
+        let direct = matches!(core.reqs.get(id).map(|r| &r.state),
                 Some(Op::Recv(r)) if r.rndv.as_ref().is_none_or(|x| x.bounce.is_none()));
-        if direct && super::umr::layout_get(ifaces, core, id, lane, ep, sreq, &local, &dt) {
+        let device = key.device || !host_only;
+        if direct && super::umr::layout_get(ifaces, core, id, lane, ep, sreq, &local, &dt, device) {
             return;
         }
         let iface = &mut ifaces[lane.iface];

@@ -29,7 +29,6 @@
 //! into the AM pipeline of packed fragments. `RUCX_UMR=umr|pack|blocks` forces one (blocks:
 //! the plain path, one read per block). `docs/benchmarks.md` has the measured crossing.
 
-use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
 use uct::{Done, Iface, IfaceFlags, Iov};
 
@@ -133,6 +132,7 @@ pub(super) fn layout_get(
     sreq: u64,
     local: &[Iov],
     sender: &DtLayout,
+    device: bool,
 ) -> bool {
     let iface = &mut ifaces[lane.iface];
     let max_klm = iface.umr_max_klm();
@@ -179,6 +179,7 @@ pub(super) fn layout_get(
         Way::Umr if fits && umr_request(iface.as_mut(), core, id, lane, ep, sreq, &segs, chunk) => {
             true
         }
+        _ if device => false,
         // Packed: what UMR cannot carry (a key list longer than one message) goes too.
         Way::Umr | Way::Pack => {
             core.stats.rndv_pack += 1;
@@ -208,9 +209,9 @@ fn umr_request(
     // The receive's own name for the cache: its layout where it has one, else its blocks,
     // and how many of its bytes this message fills (a shorter message fills a prefix).
     let bytes = segs.iter().map(|s| s.1).sum::<u64>();
-    let name = match r.data.layout() {
-        Some(lb) => (lb.layout().hash(), lb.origin_addr, bytes),
-        None => (
+    let name = match &r.data {
+        DataState::Layout(lb) => (lb.layout().hash(), lb.origin_addr, bytes),
+        _ => (
             u128::from(fnv(segs.iter().flat_map(|s| [s.0, s.1]))),
             segs[0].0,
             bytes,
@@ -291,6 +292,28 @@ pub(super) fn write(
     Ok(true)
 }
 
+/// The blocks `(address, length)` of the first `total` bytes of layout `dt` at `origin`.
+fn layout_segs(dt: &DtLayout, origin: u64, total: u64) -> UcsResult<Vec<(u64, u64)>> {
+    let mut cur = crate::dt::Cursor::new(dt.canon(), 0).map_err(|_| Status::InvalidParam)?;
+    let mut segs = Vec::new();
+    let mut out = Vec::new();
+    let mut got = 0;
+    while got < total {
+        segs.clear();
+        let n = cur.fill(&mut segs, 4096, total - got);
+        if n == 0 {
+            break;
+        }
+        got += n;
+        out.extend(
+            segs.iter()
+                .filter(|g| g.len > 0)
+                .map(|g| (origin.wrapping_add(g.offset as u64), g.len)),
+        );
+    }
+    (got == total).then_some(out).ok_or(Status::InvalidParam)
+}
+
 fn post(
     iface: &mut dyn Iface,
     lane: super::Lane,
@@ -300,16 +323,10 @@ fn post(
     remote: &[u32],
 ) -> UcsResult<Done> {
     let total = s.total as u64;
-    let DataState::Layout(lb) = &s.data else {
-        return Err(Status::InvalidParam);
-    };
+    // A host layout, or one over GPU memory: its blocks where they lie.
+    let lb = s.data.layout().ok_or(Status::InvalidParam)?;
     let name = (lb.layout().hash(), lb.origin_addr, total);
-    let segs: SmallVec<[Iov; 8]> = s.data.iovs(0, s.total).ok_or(Status::InvalidParam)?;
-    let segs: Vec<(u64, u64)> = segs
-        .iter()
-        .filter(|v| v.length > 0)
-        .map(|v| (v.buffer as u64, v.length as u64))
-        .collect();
+    let segs = layout_segs(lb.layout(), lb.origin_addr, total)?;
     let local = iface.umr_keys(name, &segs, chunk)?;
     if local.len() != remote.len() {
         iface.umr_release(name, chunk);

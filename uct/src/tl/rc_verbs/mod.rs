@@ -236,6 +236,21 @@ struct UmrSet {
     last: u64,
     /// Uses not ended (`umr_release`): the keys stay while a transfer may need them.
     uses: u32,
+    /// GPU memory: the allocation the keys lie in (base, buffer id). The application may
+    /// free it and allocate another at the same address: the set is then rebuilt.
+    alloc: Option<(u64, u64)>,
+}
+
+/// The GPU allocation holding `addr` (base, buffer id), `None` for host memory.
+fn device_alloc(addr: u64) -> Option<(u64, u64)> {
+    #[cfg(feature = "cuda")]
+    if let Some(m) = ucs::cuda::driver().and_then(|d| d.pointer(addr)) {
+        if m.mem_type == ucs::memtype::MemoryType::Cuda {
+            return Some((m.base, m.buffer_id));
+        }
+    }
+    let _ = addr;
+    None
 }
 
 /// An RMA operation in flight.
@@ -1350,17 +1365,30 @@ impl Iface for RcIface {
     ) -> UcsResult<Vec<u32>> {
         self.tick += 1;
         let k = (id.0, id.1, id.2, chunk);
+        let lo = segs.iter().map(|s| s.0).min().unwrap_or(0);
         if let Some(e) = self.umr.get_mut(&k) {
-            e.last = self.tick;
-            e.uses += 1;
-            self.counters.umr_hits += 1;
-            return Ok(e.keys.clone());
+            if e.alloc.is_none_or(|a| device_alloc(lo) == Some(a)) {
+                e.last = self.tick;
+                e.uses += 1;
+                self.counters.umr_hits += 1;
+                return Ok(e.keys.clone());
+            }
+            // Keys over a GPU allocation that is gone: never used again.
+            if e.uses > 0 {
+                return Err(Status::InvalidParam);
+            }
+            let e = self.umr.remove(&k).expect("found above");
+            let mut h = lock(&self.hca);
+            for key in e.keys {
+                let _ = h.destroy_mkey(key);
+            }
+            drop(h);
+            self.unref(&[e.reg]);
         }
         self.counters.umr_misses += 1;
         if segs.is_empty() || chunk == 0 {
             return Err(Status::InvalidParam);
         }
-        let lo = segs.iter().map(|s| s.0).min().unwrap_or(0);
         let hi = segs
             .iter()
             .map(|s| s.0.saturating_add(s.1))
@@ -1392,6 +1420,7 @@ impl Iface for RcIface {
                             reg,
                             last: self.tick,
                             uses: 1,
+                            alloc: device_alloc(lo),
                         },
                     );
                     return Ok(keys);
