@@ -265,7 +265,6 @@ pub struct RcIface {
     attr: IfaceAttr,
     hca: Hca,
     md: RcMd,
-    model: bool,
     dev_addr: Vec<u8>,
     iface_addr: Vec<u8>,
     nonce: u64,
@@ -418,7 +417,6 @@ impl RcIface {
             },
             md: RcMd { hca: hca.clone() },
             hca,
-            model: true,
             dev_addr,
             iface_addr,
             nonce,
@@ -1639,14 +1637,6 @@ impl Iface for RcIface {
             ("connects", c.connects),
             ("accepts", c.accepts),
         ]
-    }
-}
-
-impl RcIface {
-    /// Whether the interface runs on the software HCA model (always, until the real
-    /// provider exists).
-    pub fn is_model(&self) -> bool {
-        self.model
     }
 }
 

@@ -11,7 +11,12 @@
 //! names its owner, taken over if the owner died). A work request is executed by the
 //! requester's model when posted (or when polled, if it had to wait), against the
 //! responder's table and memory: the responder's CPU takes no part, as with a real HCA.
-//! Data moves with cross-memory attach (`process_vm_readv`/`writev`).
+//! Data moves with cross-memory attach (`process_vm_readv`/`writev`); GPU memory (where a
+//! CUDA driver is) with CUDA copies, a peer's through the IPC handle its registration
+//! recorded. A device holds 4096 regions and keys of at most 64 entries each. Its
+//! connection manager is a mailbox of messages in the table (what `rdma_cm` carries on a
+//! device: request, reply, reject, disconnect, with private data). Completion queues and
+//! the mailbox are polled without the lock when nothing is new.
 //!
 //! # The rules it keeps
 //!
@@ -34,6 +39,7 @@
 //!   Creating one costs `mkey_ns` (configurable: `RUCX_SOFTHCA_MKEY_NS`, default 30 µs,
 //!   the order of a UMR work request plus its completion on ConnectX-class HCAs), so that
 //!   caching shows in measurements as it would on hardware.
+//! * **Zero-length RDMA** checks no key (IB's rule): it only proves the responder is there.
 //! * **A dead responder** (exited, or a zombie not reaped yet): its memory cannot be reached,
 //!   and a request that finds no receive or moves no bytes finds it gone: `RetryExcErr`,
 //!   QP to Err.
