@@ -79,6 +79,10 @@ const MAX_OPS: usize = 512;
 const RCACHE_MAX: usize = 256;
 /// Sets of UMR chunk keys the key cache keeps.
 const UMR_CACHE_MAX: usize = 64;
+/// Indirect keys created when the interface opens, and how many more are kept free when
+/// sets go (beyond that, they are destroyed).
+const POOL_INIT: usize = 64;
+const POOL_MAX: usize = 1024;
 const ACCESS_ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
@@ -282,6 +286,9 @@ pub struct RcIface {
     rcache: BTreeMap<(u64, u32), Reg>,
     tick: u64,
     umr: HashMap<(u128, u64, u64, u64), UmrSet>,
+    /// Indirect keys created and free to configure: the key pool, made at open and grown
+    /// on demand.
+    mkey_pool: Vec<u32>,
     max_klm: usize,
     /// Measured at the first `umr_cost` call.
     umr_cost: Option<UmrCost>,
@@ -311,6 +318,7 @@ struct Counters {
     reg_hits: u64,
     reg_misses: u64,
     mkeys_created: u64,
+    mkeys_configured: u64,
     umr_hits: u64,
     umr_misses: u64,
     umr_writes: u64,
@@ -368,6 +376,11 @@ impl RcIface {
         );
         let tx = Bounce::new(p.as_mut(), TX_SLOTS).map_err(unavailable)?;
         let max_klm = p.caps().max_klm;
+        // The key pool: creating a key object is the expensive step, taken here.
+        let mkey_pool = (0..POOL_INIT)
+            .map(|_| p.alloc_mkey())
+            .collect::<Result<Vec<u32>, _>>()
+            .map_err(|e| unavailable(e.into()))?;
         let hw_addr = p.device_address();
         let nonce = ucs::time::now_ns() ^ (u64::from(std::process::id()) << 32);
         let dev_addr = Writer::default()
@@ -432,6 +445,7 @@ impl RcIface {
             rcache: BTreeMap::new(),
             tick: 0,
             umr: HashMap::new(),
+            mkey_pool,
             max_klm,
             umr_cost: None,
             done: VecDeque::new(),
@@ -1127,13 +1141,83 @@ impl RcIface {
             return false;
         };
         let e = self.umr.remove(&old).expect("found above");
-        let mut h = lock(&self.hca);
-        for key in e.keys {
-            let _ = h.destroy_mkey(key);
-        }
-        drop(h);
+        self.pool_back(e.keys);
         self.unref(&[e.reg]);
         true
+    }
+
+    /// Keys back to the pool (destroyed beyond `POOL_MAX`).
+    fn pool_back(&mut self, keys: Vec<u32>) {
+        let mut h = lock(&self.hca);
+        for key in keys {
+            if self.mkey_pool.len() < POOL_MAX {
+                self.mkey_pool.push(key);
+            } else {
+                let _ = h.destroy_mkey(key);
+            }
+        }
+    }
+
+    /// Destroys the pool's free keys (the device needs the room for regions); false
+    /// when there were none.
+    fn drain_pool(&mut self) -> bool {
+        if self.mkey_pool.is_empty() {
+            return false;
+        }
+        let mut h = lock(&self.hca);
+        for key in self.mkey_pool.drain(..) {
+            let _ = h.destroy_mkey(key);
+        }
+        true
+    }
+
+    /// One indirect key per `chunk` bytes of `segs` (in region `reg`), each taken from the
+    /// pool (grown when empty) and configured by a UMR work request. On failure the keys
+    /// taken go back to the pool.
+    fn configure_chunks(
+        &mut self,
+        segs: &[(u64, u64)],
+        reg: u32,
+        chunk: u64,
+    ) -> crate::tl::verbs::VResult<Vec<u32>> {
+        use crate::tl::verbs::umr::chunk_klms;
+        let total: u64 = segs.iter().map(|s| s.1).sum();
+        let mut keys: Vec<u32> = Vec::with_capacity(total.div_ceil(chunk.max(1)) as usize);
+        let mut at = 0;
+        let r = (|| {
+            while at < total {
+                let n = chunk.min(total - at);
+                let klms = chunk_klms(segs, reg, at, n);
+                if klms.len() > self.max_klm {
+                    return Err(crate::tl::verbs::VerbsError::Invalid);
+                }
+                let key = match self.mkey_pool.pop() {
+                    Some(k) => k,
+                    None => {
+                        let k = lock(&self.hca).alloc_mkey()?;
+                        self.counters.mkeys_created += 1;
+                        k
+                    }
+                };
+                match lock(&self.hca).configure_mkey(key, &klms, ACCESS_ALL) {
+                    Ok(k) => keys.push(k),
+                    Err(e) => {
+                        self.mkey_pool.push(key);
+                        return Err(e);
+                    }
+                }
+                self.counters.mkeys_configured += 1;
+                at += n;
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => Ok(keys),
+            Err(e) => {
+                self.pool_back(keys);
+                Err(e)
+            }
+        }
     }
 
     fn can_send(&self, e: &RcEp) -> bool {
@@ -1376,11 +1460,7 @@ impl Iface for RcIface {
                 return Err(Status::InvalidParam);
             }
             let e = self.umr.remove(&k).expect("found above");
-            let mut h = lock(&self.hca);
-            for key in e.keys {
-                let _ = h.destroy_mkey(key);
-            }
-            drop(h);
+            self.pool_back(e.keys);
             self.unref(&[e.reg]);
         }
         self.counters.umr_misses += 1;
@@ -1398,19 +1478,16 @@ impl Iface for RcIface {
         let reg = loop {
             match self.local_key(lo, hi - lo) {
                 Ok(r) => break r,
-                // The device is out of regions: drop an unused key set and try again.
-                Err(Status::NoResource) if self.evict_umr_set() => {}
+                // The device is out of regions: free the pool's keys, or drop an unused
+                // key set, and try again.
+                Err(Status::NoResource) if self.drain_pool() || self.evict_umr_set() => {}
                 Err(e) => return Err(e),
             }
         };
         loop {
-            let built = {
-                let mut h = lock(&self.hca);
-                crate::tl::verbs::umr::build_mkeys(h.as_mut(), segs, reg.1, chunk, ACCESS_ALL)
-            };
+            let built = self.configure_chunks(segs, reg.1, chunk);
             match built {
                 Ok(keys) => {
-                    self.counters.mkeys_created += keys.len() as u64;
                     self.umr.insert(
                         k,
                         UmrSet {
@@ -1423,7 +1500,8 @@ impl Iface for RcIface {
                     );
                     return Ok(keys);
                 }
-                // The device is out of keys: drop an unused set and try again.
+                // The device is out of keys: drop an unused set (its keys back to the
+                // pool) and try again.
                 Err(crate::tl::verbs::VerbsError::NoMemory) if self.evict_umr_set() => {}
                 Err(e) => {
                     self.unref(&[reg]);
@@ -1630,7 +1708,8 @@ impl Iface for RcIface {
             ("rma_bytes", c.rma_bytes),
             ("reg_cache_hits", c.reg_hits),
             ("reg_cache_misses", c.reg_misses),
-            ("mkeys_created", c.mkeys_created),
+            ("mkeys_created", c.mkeys_created + POOL_INIT as u64),
+            ("mkeys_configured", c.mkeys_configured),
             ("umr_cache_hits", c.umr_hits),
             ("umr_cache_misses", c.umr_misses),
             ("umr_writes", c.umr_writes),

@@ -176,7 +176,7 @@ fn umr_key_sets_are_cached_kept_while_in_use_and_evicted_when_keys_run_out() {
         "a hit builds nothing"
     );
     assert_eq!(a.counters.umr_hits, 1);
-    let created = a.counters.mkeys_created;
+    let configured = a.counters.mkeys_configured;
     // Set 0 stays in use (two uses, one ended); the others are released at once.
     a.umr_release((1, 0, 32768), chunk);
     let mut built = 1;
@@ -201,7 +201,9 @@ fn umr_key_sets_are_cached_kept_while_in_use_and_evicted_when_keys_run_out() {
         k0,
         "the set in use survived"
     );
-    assert!(a.counters.mkeys_created > created);
+    assert!(a.counters.mkeys_configured > configured);
+    // The pool grew on demand, and evicted sets gave their keys back to it.
+    assert!(a.counters.mkeys_created > 0);
     // A set that cannot fit while everything is in use: an error, nothing leaked.
     let all_used: Vec<_> = a.umr.keys().copied().collect();
     for k in &all_used {

@@ -276,7 +276,28 @@ pub trait Provider: Send {
     fn dereg_mr(&mut self, key: u32) -> VResult<()>;
     /// A UMR indirect key over `entries` (each within a region of this device), at most
     /// `caps().max_klm` of them, in order: its addresses run from 0 to the sum of lengths.
-    fn create_mkey(&mut self, entries: &[Klm], access: Access) -> VResult<u32>;
+    /// `alloc_mkey` and `configure_mkey` in one.
+    fn create_mkey(&mut self, entries: &[Klm], access: Access) -> VResult<u32> {
+        if entries.is_empty() || entries.len() > self.caps().max_klm {
+            return Err(VerbsError::Invalid);
+        }
+        let k = self.alloc_mkey()?;
+        match self.configure_mkey(k, entries, access) {
+            Ok(k) => Ok(k),
+            Err(e) => {
+                let _ = self.destroy_mkey(k);
+                Err(e)
+            }
+        }
+    }
+    /// An indirect key of up to `caps().max_klm` entries that describes nothing yet
+    /// (`mlx5dv_create_mkey`): the expensive step, which a pool takes ahead of need.
+    fn alloc_mkey(&mut self) -> VResult<u32>;
+    /// Points indirect key `key` (from `alloc_mkey`, configured or not) at `entries`, as
+    /// a UMR work request does (`mlx5dv_wr_mr_list`). Returns the key's new number: its
+    /// low byte (the key's variant) changes, so that a copy of the old number a peer may
+    /// still hold is refused.
+    fn configure_mkey(&mut self, key: u32, entries: &[Klm], access: Access) -> VResult<u32>;
     fn destroy_mkey(&mut self, key: u32) -> VResult<()>;
     fn create_cq(&mut self) -> VResult<u32>;
     fn create_qp(&mut self, send_cq: u32, recv_cq: u32) -> VResult<u32>;

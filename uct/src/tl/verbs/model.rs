@@ -36,9 +36,12 @@
 //!   responder's QP goes to Err too. Posting to a QP in Err completes at once, flushed.
 //! * **UMR**: an indirect key lists at most `max_klm` (address, length, key) entries, each
 //!   inside a region of the device; its addresses run from 0 over the entries in order.
-//!   Creating one costs `mkey_ns` (configurable: `RUCX_SOFTHCA_MKEY_NS`, default 30 µs,
-//!   the order of a UMR work request plus its completion on ConnectX-class HCAs), so that
-//!   caching shows in measurements as it would on hardware.
+//!   Creating the key object costs `mkey_ns` (`RUCX_SOFTHCA_MKEY_NS`, default 30 µs: a
+//!   system call and device resources), pointing it at a list costs `umr_ns`
+//!   (`RUCX_SOFTHCA_UMR_NS`, default 2 µs: a UMR work request and its completion on
+//!   ConnectX-class HCAs), and each configuration gives the key a new variant (low byte),
+//!   so a peer's copy of the old number is refused. Caching and pooling then show in
+//!   measurements as they would on hardware.
 //! * **Zero-length RDMA** checks no key (IB's rule): it only proves the responder is there.
 //! * **A dead responder** (exited, or a zombie not reaped yet): its memory cannot be reached,
 //!   and a request that finds no receive or moves no bytes finds it gone: `RetryExcErr`,
@@ -68,6 +71,10 @@ const RQ_DEPTH: usize = 256;
 const MAX_CQ: usize = 32;
 const CQ_DEPTH: usize = 2048;
 const MAX_SGE: usize = 4;
+/// What configuring an indirect key costs by default, ns: a UMR work request and its
+/// completion, a few microseconds on ConnectX-class HCAs (creating the key object costs
+/// ten times that: `RUCX_SOFTHCA_MKEY_NS`).
+pub const UMR_NS: u64 = 2_000;
 /// Connection-manager messages a device's mailbox holds.
 const CM_DEPTH: usize = 128;
 
@@ -432,6 +439,7 @@ pub struct SoftHca {
     table: *mut Table,
     caps: Caps,
     mkey_ns: u64,
+    umr_ns: u64,
     /// Peers' device tables, by their address.
     peers: HashMap<(u32, u32), Segment>,
     /// Send requests posted and not run yet (waiting behind a receive-not-ready), per QP.
@@ -440,9 +448,11 @@ pub struct SoftHca {
     /// handle, device, address here).
     #[cfg(feature = "cuda")]
     ipc_maps: HashMap<(u32, u64), ([u8; 64], i32, u64)>,
-    /// UMR keys created, and the time spent creating them.
+    /// UMR keys created, the time spent creating them, and configurations (UMR work
+    /// requests).
     pub mkeys_created: u64,
     pub mkey_create_ns: u64,
+    pub mkeys_configured: u64,
 }
 
 // SAFETY: the table pointer is into `seg`, owned by this value; all access goes through
@@ -473,8 +483,9 @@ impl std::fmt::Debug for SoftHca {
 }
 
 impl SoftHca {
-    /// A device with `max_klm` entries per UMR key (at most [`MAX_KLM`]) and a key
-    /// creation cost of `mkey_ns`.
+    /// A device with `max_klm` entries per UMR key (at most [`MAX_KLM`]), a key creation
+    /// cost of `mkey_ns`, and a configuration (UMR work request) cost of
+    /// [`UMR_NS`] or `mkey_ns`, the smaller.
     pub fn open(max_klm: usize, mkey_ns: u64) -> VResult<SoftHca> {
         if max_klm == 0 || max_klm > MAX_KLM {
             return Err(VerbsError::Invalid);
@@ -499,17 +510,19 @@ impl SoftHca {
                 max_cqe: CQ_DEPTH,
             },
             mkey_ns,
+            umr_ns: UMR_NS.min(mkey_ns),
             peers: HashMap::new(),
             pending: HashMap::new(),
             #[cfg(feature = "cuda")]
             ipc_maps: HashMap::new(),
             mkeys_created: 0,
             mkey_create_ns: 0,
+            mkeys_configured: 0,
         })
     }
 
     /// As configured: `RUCX_SOFTHCA_MAX_KLM` (default 64), `RUCX_SOFTHCA_MKEY_NS`
-    /// (default 30000).
+    /// (default 30000), `RUCX_SOFTHCA_UMR_NS` (default [`UMR_NS`]).
     pub fn from_env() -> VResult<SoftHca> {
         let num = |k: &str, d: u64| {
             std::env::var(k)
@@ -517,10 +530,12 @@ impl SoftHca {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d)
         };
-        SoftHca::open(
+        let mut h = SoftHca::open(
             num("RUCX_SOFTHCA_MAX_KLM", 64) as usize,
             num("RUCX_SOFTHCA_MKEY_NS", 30_000),
-        )
+        )?;
+        h.umr_ns = num("RUCX_SOFTHCA_UMR_NS", UMR_NS);
+        Ok(h)
     }
 
     fn lock(&self) -> Locked<'_> {
@@ -995,13 +1010,44 @@ impl Provider for SoftHca {
         Ok(())
     }
 
-    fn create_mkey(&mut self, entries: &[Klm], access: Access) -> VResult<u32> {
+    fn alloc_mkey(&mut self) -> VResult<u32> {
+        let t0 = ucs::time::now_ns();
+        let (idx, gen) = {
+            let l = self.lock();
+            let idx = (1..MAX_MR)
+                .find(|&i| l.t.mrs[i].valid == 0)
+                .ok_or(VerbsError::NoMemory)?;
+            let e = &mut l.t.mrs[idx];
+            e.gen = e.gen.wrapping_add(1);
+            e.valid = 1;
+            e.access = 0;
+            e.indirect = 1;
+            e.base = 0;
+            e.len = 0;
+            e.klm_n = 0;
+            e.dev = -1;
+            (idx, e.gen)
+        };
+        // The cost of creating the key object (a system call and device resources).
+        while ucs::time::now_ns().saturating_sub(t0) < self.mkey_ns {
+            std::hint::spin_loop();
+        }
+        self.mkeys_created += 1;
+        self.mkey_create_ns += ucs::time::now_ns() - t0;
+        Ok(key_of(idx, gen))
+    }
+
+    fn configure_mkey(&mut self, key: u32, entries: &[Klm], access: Access) -> VResult<u32> {
         if entries.is_empty() || entries.len() > self.caps.max_klm {
             return Err(VerbsError::Invalid);
         }
         let t0 = ucs::time::now_ns();
         let slot = {
             let l = self.lock();
+            let (idx, e) = mr(l.t, key).ok_or(VerbsError::Invalid)?;
+            if e.indirect == 0 {
+                return Err(VerbsError::Invalid);
+            }
             let mut total = 0u64;
             for k in entries {
                 // Each entry lies in a direct region of this device.
@@ -1016,9 +1062,6 @@ impl Provider for SoftHca {
                 }
                 total = total.checked_add(k.len).ok_or(VerbsError::Invalid)?;
             }
-            let idx = (1..MAX_MR)
-                .find(|&i| l.t.mrs[i].valid == 0)
-                .ok_or(VerbsError::NoMemory)?;
             for (i, k) in entries.iter().enumerate() {
                 l.t.klms[idx][i] = KlmEnt {
                     addr: k.addr,
@@ -1029,21 +1072,16 @@ impl Provider for SoftHca {
             }
             let e = &mut l.t.mrs[idx];
             e.gen = e.gen.wrapping_add(1);
-            e.valid = 1;
             e.access = access.bits();
-            e.indirect = 1;
-            e.base = 0;
             e.len = total;
             e.klm_n = entries.len() as u32;
-            e.dev = -1;
             (idx, e.gen)
         };
-        // The HCA's cost of building the key (a UMR work request and its completion).
-        while ucs::time::now_ns().saturating_sub(t0) < self.mkey_ns {
+        // The HCA's cost of a UMR work request and its completion.
+        while ucs::time::now_ns().saturating_sub(t0) < self.umr_ns {
             std::hint::spin_loop();
         }
-        self.mkeys_created += 1;
-        self.mkey_create_ns += ucs::time::now_ns() - t0;
+        self.mkeys_configured += 1;
         Ok(key_of(slot.0, slot.1))
     }
 
@@ -1925,10 +1963,22 @@ mod tests {
         let t0 = ucs::time::now_ns();
         let m = h.create_mkey(&[e(0), e(64)], Access::REMOTE_READ).unwrap();
         assert!(ucs::time::now_ns() - t0 >= 200_000);
+        // (The entry outside its region was refused after its key object was made.)
         assert_eq!(
             (h.mkeys_created, h.dereg_mr(m)),
-            (1, Err(VerbsError::Invalid))
+            (2, Err(VerbsError::Invalid))
         );
+        // Configured again (a UMR work request, no new object): a new number; the old
+        // one is refused from now on.
+        let m2 = h.configure_mkey(m, &[e(128)], Access::REMOTE_READ).unwrap();
+        assert_ne!(m2, m);
+        assert_eq!(h.mkeys_created, 2);
+        assert_eq!(
+            h.configure_mkey(m, &[e(0)], Access::REMOTE_READ),
+            Err(VerbsError::Invalid)
+        );
+        assert_eq!(h.destroy_mkey(m), Err(VerbsError::Invalid));
+        let m = m2;
         h.destroy_mkey(m).unwrap();
         // To Err: the posted receive is flushed.
         h.modify_qp(qp, QpState::Err, None).unwrap();
