@@ -270,40 +270,26 @@ impl CmaIface {
         if rtotal != iov_total(local) as u64 {
             return Err(Status::InvalidParam);
         }
-        let mut li = 0usize;
-        let mut loff = 0usize;
-        let mut ri = 0usize;
-        let mut roff = 0u64;
+        let la: Vec<(u64, u64)> = local
+            .iter()
+            .map(|v| (v.buffer as u64, v.length as u64))
+            .collect();
+        let mut cut = super::pieces(&la, remote, u64::MAX);
         let mut lv: Vec<libc::iovec> = Vec::with_capacity(self.max_iov.min(4096));
         let mut rv: Vec<libc::iovec> = Vec::with_capacity(self.max_iov.min(4096));
         loop {
             // The next batch of pieces.
             lv.clear();
             rv.clear();
-            while lv.len() < self.max_iov && li < local.len() && ri < remote.len() {
-                let l = local[li];
-                let (ra, rl) = remote[ri];
-                let len = (l.length - loff).min((rl - roff) as usize);
-                if len > 0 {
-                    lv.push(libc::iovec {
-                        iov_base: l.buffer.wrapping_add(loff).cast(),
-                        iov_len: len,
-                    });
-                    rv.push(libc::iovec {
-                        iov_base: (ra + roff) as *mut libc::c_void,
-                        iov_len: len,
-                    });
-                }
-                loff += len;
-                roff += len as u64;
-                if loff == l.length {
-                    li += 1;
-                    loff = 0;
-                }
-                if roff == rl {
-                    ri += 1;
-                    roff = 0;
-                }
+            for (_, l, _, r, n) in cut.by_ref().take(self.max_iov) {
+                lv.push(libc::iovec {
+                    iov_base: l as *mut libc::c_void,
+                    iov_len: n as usize,
+                });
+                rv.push(libc::iovec {
+                    iov_base: r as *mut libc::c_void,
+                    iov_len: n as usize,
+                });
             }
             if lv.is_empty() {
                 return Ok(Done::Now);

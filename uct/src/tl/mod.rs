@@ -102,6 +102,60 @@ pub(crate) unsafe fn copy_in_process(
     Ok(())
 }
 
+/// The pieces of two lists of `(address, length)` that hold the same bytes cut
+/// differently: one piece between every two boundaries of either list (and no longer than
+/// `max`, which is at least 1), as `(i, a_at, j, b_at, n)`, where `i` and `j` are the entries
+/// of `a` and `b` the piece lies in. Zero-length entries give no piece; the walk ends with
+/// the shorter list. What cma's gather, `rc_verbs`' work requests and the software HCA
+/// model's copies are cut by.
+pub(crate) fn pieces<'a>(a: &'a [(u64, u64)], b: &'a [(u64, u64)], max: u64) -> Pieces<'a> {
+    Pieces {
+        a,
+        b,
+        max: max.max(1),
+        i: 0,
+        ao: 0,
+        j: 0,
+        bo: 0,
+    }
+}
+
+/// The iterator of [`pieces`].
+pub(crate) struct Pieces<'a> {
+    a: &'a [(u64, u64)],
+    b: &'a [(u64, u64)],
+    max: u64,
+    i: usize,
+    ao: u64,
+    j: usize,
+    bo: u64,
+}
+
+impl Iterator for Pieces<'_> {
+    type Item = (usize, u64, usize, u64, u64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let (&(aa, al), &(ba, bl)) = (self.a.get(self.i)?, self.b.get(self.j)?);
+            let n = (al - self.ao).min(bl - self.bo).min(self.max);
+            let piece = (self.i, aa + self.ao, self.j, ba + self.bo, n);
+            self.ao += n;
+            self.bo += n;
+            if self.ao == al {
+                self.i += 1;
+                self.ao = 0;
+            }
+            if self.bo == bl {
+                self.j += 1;
+                self.bo = 0;
+            }
+            if n > 0 {
+                return Some(piece);
+            }
+        }
+    }
+}
+
 /// Copies `src` into the iov list in order; returns bytes copied.
 pub(crate) fn scatter(src: &[u8], iov: &[crate::Iov]) -> usize {
     let mut off = 0;
@@ -132,4 +186,27 @@ pub(crate) fn gather(iov: &[crate::Iov], dst: &mut [u8]) -> usize {
         }
     }
     off
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pieces_cut_at_every_boundary_of_either_list() {
+        let a = [(100, 5), (200, 0), (300, 7)];
+        let b = [(1000, 3), (2000, 9)];
+        let p: Vec<_> = super::pieces(&a, &b, u64::MAX).collect();
+        assert_eq!(
+            p,
+            vec![
+                (0, 100, 0, 1000, 3),
+                (0, 103, 1, 2000, 2),
+                (2, 300, 1, 2002, 7)
+            ]
+        );
+        let p: Vec<_> = super::pieces(&a, &b, 2).collect();
+        assert_eq!(p.iter().map(|x| x.4).sum::<u64>(), 12);
+        assert!(p.iter().all(|x| x.4 <= 2));
+        // The shorter list ends the walk.
+        assert_eq!(super::pieces(&a, &b[..1], u64::MAX).count(), 1);
+    }
 }

@@ -736,37 +736,23 @@ impl RcIface {
         }
         // The work requests: (remote address, local pieces).
         let mut wrs: Vec<(u64, SmallVec<[Sge; 4]>)> = Vec::new();
-        let (mut li, mut loff, mut ri, mut roff) = (0usize, 0u64, 0usize, 0u64);
+        let la: Vec<(u64, u64)> = iov
+            .iter()
+            .map(|v| (v.buffer as u64, v.length as u64))
+            .collect();
         let mut next_remote = u64::MAX;
-        while li < iov.len() && ri < remote.len() {
-            let (lb, ll) = (iov[li].buffer as u64, iov[li].length as u64);
-            let (ra, rl) = remote[ri];
-            // A piece stays below 1 GiB (a work request's byte count is 32 bits).
-            let n = (ll - loff).min(rl - roff).min(1 << 30);
-            if n > 0 {
-                let sge = Sge {
-                    addr: lb + loff,
-                    len: n as u32,
-                    lkey: keys[li],
-                };
-                match wrs.last_mut() {
-                    Some((_, sges)) if ra + roff == next_remote && sges.len() < max_sge => {
-                        sges.push(sge)
-                    }
-                    _ => wrs.push((ra + roff, smallvec::smallvec![sge])),
-                }
-                next_remote = ra + roff + n;
+        // A piece stays below 1 GiB (a work request's byte count is 32 bits).
+        for (i, l, _, r, n) in super::pieces(&la, remote, 1 << 30) {
+            let sge = Sge {
+                addr: l,
+                len: n as u32,
+                lkey: keys[i],
+            };
+            match wrs.last_mut() {
+                Some((_, sges)) if r == next_remote && sges.len() < max_sge => sges.push(sge),
+                _ => wrs.push((r, smallvec::smallvec![sge])),
             }
-            loff += n;
-            roff += n;
-            if loff == ll {
-                li += 1;
-                loff = 0;
-            }
-            if roff == rl {
-                ri += 1;
-                roff = 0;
-            }
+            next_remote = r + n;
         }
         if wrs.is_empty() {
             // Nothing to move: one zero-length request keeps completion in order.

@@ -780,12 +780,10 @@ impl SoftHca {
     ) -> Result<(), i32> {
         let drv = ucs::cuda::driver().ok_or(libc::EFAULT)?;
         let me = std::process::id();
-        let (mut li, mut lo, mut ri, mut ro) = (0usize, 0u64, 0usize, 0u64);
         let mut tmp: Vec<u8> = Vec::new();
-        while li < local.len() && ri < remote.len() {
+        let (lx, rx) = (xy(local), xy(remote));
+        for (li, la, ri, ra, n) in crate::tl::pieces(&lx, &rx, u64::MAX) {
             let (l, r) = (local[li], remote[ri]);
-            let n = (l.n - lo).min(r.n - ro);
-            let (la, ra) = (l.a + lo, r.a + ro);
             if r.d >= 0 {
                 // The responder's device memory, mapped here (its own address when the
                 // responder is this process).
@@ -814,16 +812,6 @@ impl SoftHca {
                 }
             } else {
                 cma(t.pid, &[(la, n)], &[(ra, n)], to_remote)?;
-            }
-            lo += n;
-            ro += n;
-            if lo == l.n {
-                li += 1;
-                lo = 0;
-            }
-            if ro == r.n {
-                ri += 1;
-                ro = 0;
             }
         }
         Ok(())
