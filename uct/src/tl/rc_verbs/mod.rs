@@ -7,8 +7,9 @@
 //!
 //! * **Connection**: an endpoint is an RC QP. `ep_connect` creates it (Reset → Init) and
 //!   sends a connection request through the provider's connection manager (the model's
-//!   mailbox; `rdma_cm` on a device). The peer interface accepts in its `progress`: it
-//!   creates a QP of its own, connects it to ours (Rtr, Rts) and replies; ours is then
+//!   mailbox; a provider for a real device, not written yet, would use `rdma_cm`). The
+//!   peer interface accepts in its `progress`: it creates a QP of its own, connects it
+//!   to ours (Rtr, Rts) and replies; ours is then
 //!   connected. Until then operations return `NoResource` (and `pending_add` waits for the
 //!   connection). The accepted QP only receives (one connection per direction), and goes
 //!   away on the initiator's disconnect message or when it finds its peer dead (it probes
