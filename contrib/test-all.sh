@@ -6,14 +6,15 @@
 # C ABI tests run over our libucp.so.0), OpenMPI 4.1.4 and pkg-config (MPI programs and a
 # C example built against our headers, run over our library), and g++, make, autoconf,
 # automake, libtool and libpmix-dev (Charm++, built from the vendored source against our
-# headers: contrib/charm/test.sh).
+# headers: contrib/charm/test.sh), and cmake and libclang-dev (to build the real verbs
+# provider, feature `verbs`: rdma-mummy-sys compiles a stub library and generates bindings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 # Packages the test suite uses; add them here as tests come to need them.
 for pkg in iproute2 procps gcc g++ make autoconf automake libtool pkgconf libucx-dev ucx-utils \
-  openmpi-bin libopenmpi-dev libpmix-dev; do
+  openmpi-bin libopenmpi-dev libpmix-dev cmake libclang-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -33,8 +34,10 @@ else
   echo "test-all: UCX 1.22 could not be installed; the contract suite runs without it" >&2
 fi
 
-cargo build --workspace --all-targets
-cargo test --workspace
+# The real verbs provider is built and its unit tests run (feature `verbs`); there is no
+# HCA here, so rc_verbs itself runs on the software HCA model.
+cargo build --workspace --all-targets --features uct/verbs
+cargo test --workspace --features uct/verbs
 
 # Charm++ as a conformance client: built against Rucx's headers alone, its own tests run
 # over Rucx with no UCX library loaded (about 7 minutes, 4 of them the cached build).

@@ -349,3 +349,44 @@ fn layouts_between_two_gpus() {
     run_env("layouts:cuda:cuda:0:1", "posix,cma", &[]);
     run_env("layout_ops:cuda:cuda:0:1", "all", &[]);
 }
+
+/// The route by which an RDMA device registers GPU memory (`ibv_reg_dmabuf_mr` in the real
+/// verbs provider): the driver exports a range of an allocation as a DMA-BUF, whose size
+/// the kernel reports in the descriptor's fdinfo. No HCA is needed to check the export.
+#[test]
+fn device_memory_exports_as_a_dmabuf() {
+    if gpus().is_none() {
+        return;
+    }
+    let d = ucs::cuda::driver().unwrap();
+    let n = 3 << 20;
+    let p = d.alloc(0, n).expect("cuMemAlloc");
+    let (len, off) = (100_000usize, 4196u64);
+    match d.dmabuf(p + off, len) {
+        Ok((fd, offset)) => {
+            use std::os::fd::AsRawFd;
+            let page = ucs::sys::page_size() as u64;
+            assert!(offset < page, "offset {offset} within one page");
+            assert_eq!((p + off - offset) % page, 0, "the export starts on a page");
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).unwrap();
+            let size: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("size:"))
+                .map(|v| v.trim().parse().unwrap())
+                .expect("a DMA-BUF's fdinfo has its size");
+            assert!(
+                size >= offset + len as u64,
+                "exported {size} bytes for {len} at {offset}"
+            );
+            assert_eq!(size % page, 0);
+            eprintln!("dmabuf: {size} bytes exported, offset {offset}; fdinfo:\n{info}");
+        }
+        Err(s) => rucx_tests::skipped(&format!("the driver exports no DMA-BUF here: {s}")),
+    }
+    // Out of the allocation: refused before the driver is asked.
+    assert!(d.dmabuf(p + n as u64 - 10, 100).is_err());
+    // SAFETY: `p` came from `alloc` above and nothing uses it any more (the DMA-BUF
+    // descriptor was closed at the end of its scope).
+    unsafe { d.free(p) }.unwrap();
+}

@@ -422,6 +422,45 @@ impl Driver {
         }
     }
 
+    /// A DMA-BUF file descriptor for device memory `[p, p + n)`, the route by which an RDMA
+    /// device registers GPU memory (`ibv_reg_dmabuf_mr`): the exported range is `[p, p + n)`
+    /// widened to whole host pages within the allocation, and the second value is `p`'s
+    /// offset in it. Fails (`Unsupported`) where the driver cannot export DMA-BUFs (the
+    /// proprietary kernel module before 515, or no kernel support).
+    pub fn dmabuf(&self, p: DevPtr, n: usize) -> UcsResult<(std::os::fd::OwnedFd, u64)> {
+        use std::os::fd::FromRawFd;
+        let info = self.pointer(p).ok_or(Status::InvalidParam)?;
+        let end = p.checked_add(n as u64).ok_or(Status::InvalidParam)?;
+        if n == 0 || info.device < 0 || end > info.base + info.len {
+            return Err(Status::InvalidParam);
+        }
+        let page = crate::sys::page_size() as u64;
+        let start = (p & !(page - 1)).max(info.base);
+        let stop = end
+            .div_ceil(page)
+            .saturating_mul(page)
+            .min(info.base + info.len);
+        let _b = self.bind(info.device)?;
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: an out pointer for an int (the DMA-BUF handle type's handle); the range
+        // lies in one allocation of the current context's device.
+        let r = unsafe {
+            cu::cuMemGetHandleForAddressRange(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                start,
+                (stop - start) as usize,
+                cu::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        };
+        if r != cu::CUresult::CUDA_SUCCESS || fd < 0 {
+            log::debug!("cuMemGetHandleForAddressRange: {r:?}");
+            return Err(Status::Unsupported);
+        }
+        // SAFETY: a descriptor the driver just created for us, owned from here on.
+        Ok((unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, p - start))
+    }
+
     /// A new non-blocking stream on `dev`.
     pub fn stream(&self, dev: i32) -> UcsResult<Stream> {
         let _b = self.bind(dev)?;

@@ -1,13 +1,15 @@
 //! `rc_verbs`: reliable-connected queue pairs on a verbs [`Provider`].
 //!
-//! The transport is written against the provider interface of [`super::verbs`]; where no
-//! HCA exists it runs on the software HCA model (`RUCX_SOFTHCA=1`, device `softhca`, listed
-//! as "software HCA model"), and nowhere is it chosen by default. What it does is what an
-//! RC transport does on an HCA:
+//! The transport is written against the provider interface of [`super::verbs`]. On the
+//! active ports of RDMA devices it runs on the real provider (cargo feature `verbs`; not
+//! run anywhere yet, no machine here has an HCA); where no HCA exists it runs on the
+//! software HCA model (`RUCX_SOFTHCA=1`, device `softhca`, listed as "software HCA
+//! model"), which is never chosen by default. What it does is what an RC transport does
+//! on an HCA:
 //!
 //! * **Connection**: an endpoint is an RC QP. `ep_connect` creates it (Reset → Init) and
 //!   sends a connection request through the provider's connection manager (the model's
-//!   mailbox; a provider for a real device, not written yet, would use `rdma_cm`). The
+//!   mailbox; on a device, acknowledged UD datagrams). The
 //!   peer interface accepts in its `progress`: it creates a QP of its own, connects it
 //!   to ours (Rtr, Rts) and replies; ours is then
 //!   connected. Until then operations return `NoResource` (and `pending_add` waits for the
@@ -23,10 +25,9 @@
 //!   regions, least recently used ones dropped when not in flight). At most `max_sge`
 //!   entries go in one work request; only the last of an operation is signalled (an error
 //!   in an earlier one flushes the last). Remote keys are the peer's memory region keys.
-//! * **Flush** waits for every signalled request of the endpoint; RC runs the requests of
-//!   a QP in order, so an operation after another never overtakes it on the model. (A real
-//!   HCA may let a READ pass an earlier WRITE; `fence` would then set `IBV_SEND_FENCE` on
-//!   the next request — the model executes in order, so `fence` has nothing to do.)
+//! * **Flush** waits for every signalled request of the endpoint; a QP's requests take
+//!   effect in order (the model executes them in order; the real provider fences a request
+//!   that follows a READ or an atomic), so `fence` has nothing to add.
 //! * **Peer failure**: a work request that fails moves the QP to Err; the endpoint fails
 //!   with it (`EndpointTimeout` when the peer did not answer, `ConnectionReset` otherwise),
 //!   every outstanding operation completes with that status, and `ep_error` is reported
@@ -348,18 +349,26 @@ fn mem_caps() -> crate::iface::MemCaps {
     crate::iface::MemCaps::HOST
 }
 
-/// Where the transport can run here: the model's device when it is enabled, else why not.
+/// Where the transport can run here: the active ports of real RDMA devices, and the
+/// model's device when it is enabled; else why neither.
 pub fn devices() -> Result<Vec<String>, String> {
+    let real = super::verbs::real::ports();
+    let mut d = real.clone().unwrap_or_default();
     if softhca_enabled() {
-        return Ok(vec![MODEL_DEVICE.to_string()]);
+        d.push(MODEL_DEVICE.to_string());
     }
-    Err(super::verbs::real::absent_reason())
+    if d.is_empty() {
+        return Err(real.err().unwrap_or_default());
+    }
+    Ok(d)
 }
 
 impl RcIface {
-    /// Opens the interface on `device` (only the model's device exists so far).
+    /// Opens the interface on `device`: the model's, or a port of a real device.
     pub fn open(cfg: &Config, device: &str) -> Result<RcIface, OpenError> {
-        if device != MODEL_DEVICE {
+        let model = device == MODEL_DEVICE;
+        // The model opens when named (discovery offers it only with RUCX_SOFTHCA=1).
+        if !model && !super::verbs::real::ports().is_ok_and(|d| d.iter().any(|x| x == device)) {
             return Err(OpenError::NoDevice {
                 tl: "rc_verbs",
                 device: device.to_string(),
@@ -367,18 +376,26 @@ impl RcIface {
         }
         let unavailable = |s: Status| OpenError::Unavailable {
             tl: "rc_verbs",
-            reason: format!("software HCA model: {s}"),
+            reason: format!("{device}: {s}"),
         };
-        let mut p: Box<dyn Provider> =
-            Box::new(SoftHca::from_env().map_err(|e| unavailable(e.into()))?);
+        let mut p: Box<dyn Provider> = if model {
+            Box::new(SoftHca::from_env().map_err(|e| unavailable(e.into()))?)
+        } else {
+            super::verbs::real::open(device).map_err(|reason| OpenError::Unavailable {
+                tl: "rc_verbs",
+                reason,
+            })?
+        };
         let (send_cq, recv_cq) = (
             p.create_cq().map_err(|e| unavailable(e.into()))?,
             p.create_cq().map_err(|e| unavailable(e.into()))?,
         );
         let tx = Bounce::new(p.as_mut(), TX_SLOTS).map_err(unavailable)?;
         let max_klm = p.caps().max_klm;
-        // The key pool: creating a key object is the expensive step, taken here.
-        let mkey_pool = (0..POOL_INIT)
+        // The key pool: creating a key object is the expensive step, taken here (a device
+        // without UMR has none, and `ucp` packs layouts instead).
+        let pool_init = if max_klm > 0 { POOL_INIT } else { 0 };
+        let mkey_pool = (0..pool_init)
             .map(|_| p.alloc_mkey())
             .collect::<Result<Vec<u32>, _>>()
             .map_err(|e| unavailable(e.into()))?;
@@ -396,6 +413,28 @@ impl RcIface {
             max_iov: usize::MAX,
             ..Default::default()
         };
+        let umr = if max_klm > 0 {
+            IfaceFlags::UMR
+        } else {
+            IfaceFlags::empty()
+        };
+        // The model as measured on the project machine (docs/benchmarks.md): a work
+        // request is a lock, a table lookup and a cross-memory copy; 8-byte round trips
+        // take 4.3 µs, 4 MiB RDMA READs stream at 11 GB/s. For a real HCA, nominal EDR
+        // InfiniBand figures (not measured here: no machine has an HCA).
+        let perf = if model {
+            PerfEstimate {
+                overhead_ns: 300.0,
+                latency_ns: 2000.0,
+                bandwidth: 11e9,
+            }
+        } else {
+            PerfEstimate {
+                overhead_ns: 50.0,
+                latency_ns: 800.0,
+                bandwidth: 12e9,
+            }
+        };
         Ok(RcIface {
             attr: IfaceAttr {
                 flags: IfaceFlags::AM_SHORT
@@ -403,7 +442,7 @@ impl RcIface {
                     | IfaceFlags::PUT_ZCOPY
                     | IfaceFlags::GET_ZCOPY
                     | IfaceFlags::RMA_ONE_SIDED
-                    | IfaceFlags::UMR
+                    | umr
                     | IfaceFlags::PENDING
                     | IfaceFlags::CONNECT_TO_IFACE
                     | IfaceFlags::ERRHANDLE_PEER_FAILURE
@@ -416,15 +455,7 @@ impl RcIface {
                 },
                 put: rma,
                 get: rma,
-                // The model as measured on the project machine (docs/benchmarks.md): a
-                // work request is a lock, a table lookup and a cross-memory copy; 8-byte
-                // round trips take 4.3 µs, 4 MiB RDMA READs stream at 11 GB/s. A real
-                // HCA's figures replace these when the real provider exists.
-                perf: PerfEstimate {
-                    overhead_ns: 300.0,
-                    latency_ns: 2000.0,
-                    bandwidth: 11e9,
-                },
+                perf,
                 mem: mem_caps(),
                 device_addr_len: dev_addr.len(),
                 iface_addr_len: iface_addr.len(),

@@ -6,10 +6,11 @@
 //!   and access flags, the RC queue pair state machine, receive-not-ready, QP errors that
 //!   flush outstanding work, UMR indirect keys of at most `max_klm` entries, a configurable
 //!   key creation cost). It is a model: it is never chosen by default, and always says so.
-//! * The real provider (libibverbs and mlx5dv loaded at run time) is not built yet; [`real`]
-//!   loads libibverbs and lists its devices, so that discovery says why `rc_verbs` is
-//!   absent where the model is not enabled (`tl::rc_verbs::devices`). No machine here has
-//!   an HCA.
+//! * [`real`]: the provider for RDMA devices, libibverbs and mlx5dv loaded at run time
+//!   (cargo feature `verbs`), with its connection manager over UD datagrams. No machine
+//!   here has an HCA, so it is written and compiled, its pure parts unit-tested, and
+//!   never run; discovery says why `rc_verbs` has no real device here
+//!   (`tl::rc_verbs::devices`).
 //!
 //! The transport over the interface is `tl::rc_verbs`.
 //!
@@ -309,9 +310,11 @@ pub trait Provider: Send {
     fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> VResult<()>;
     /// Appends up to `max` completions of `cq` to `out`; returns how many.
     fn poll_cq(&mut self, cq: u32, max: usize, out: &mut Vec<Wc>) -> usize;
-    /// Sends a connection-manager message to the device at `to_device` (what `rdma_cm`
-    /// does for a real device: its connect request, accept, reject, disconnect). A device
-    /// that cannot be reached gives `Fault`, a full mailbox `NoMemory`.
+    /// Sends a connection-manager message to the device at `to_device` (what a connection
+    /// manager does for a real device: its connect request, accept, reject, disconnect),
+    /// delivered once. A device known to be unreachable gives `Fault`, a full mailbox
+    /// `NoMemory`; a request found undeliverable later comes back from `cm_poll` as a
+    /// `Reject` from `to_device` carrying the request's own private bytes.
     fn cm_send(&mut self, to_device: &[u8], msg: &CmMsg) -> VResult<()>;
     /// Appends the connection-manager messages that arrived; returns how many.
     fn cm_poll(&mut self, out: &mut Vec<CmMsg>) -> usize;
