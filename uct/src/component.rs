@@ -104,6 +104,10 @@ pub fn discover(cfg: &Config) -> Discovery {
         tl::cma::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]),
     );
     offer(
+        "xpmem",
+        tl::xpmem::probe().map(|()| vec![("memory".into(), DeviceKind::SharedMemory)]),
+    );
+    offer(
         "tcp",
         tl::tcp::devices(cfg).map(|v| v.into_iter().map(|n| (n, DeviceKind::Network)).collect()),
     );
@@ -143,6 +147,7 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
         "self" => Ok(Box::new(tl::self_::SelfIface::open(cfg))),
         "posix" => Ok(Box::new(tl::posix::PosixIface::open(cfg)?)),
         "cma" => Ok(Box::new(tl::cma::CmaIface::open(cfg)?)),
+        "xpmem" => Ok(Box::new(tl::xpmem::XpmemIface::open(cfg)?)),
         "tcp" => Ok(Box::new(tl::tcp::TcpIface::open(cfg, &res.device)?)),
         "rc_verbs" => Ok(Box::new(tl::rc_verbs::RcIface::open(cfg, &res.device)?)),
         #[cfg(feature = "cuda")]

@@ -13,6 +13,7 @@ pub mod rc_verbs;
 pub mod self_;
 pub mod tcp;
 pub mod verbs;
+pub mod xpmem;
 
 use std::path::Path;
 
@@ -20,15 +21,6 @@ use std::path::Path;
 /// discovery lists them as absent so `rucx-info -d` can say why.
 pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
     let mut v = Vec::new();
-    v.push((
-        "xpmem",
-        if Path::new("/dev/xpmem").exists() {
-            "/dev/xpmem exists, but Rucx has no xpmem transport yet"
-        } else {
-            "/dev/xpmem not found (xpmem kernel module not loaded)"
-        }
-        .to_string(),
-    ));
     // libfabric is loaded only where a Slingshot NIC exists: listing its providers costs
     // ~0.3 s, too much for every process that opens a context (`rucx-info -d` asks it
     // anyway, `uct::trigger::cxi_presence`).
