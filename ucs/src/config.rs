@@ -111,6 +111,12 @@ pub const TABLE: &[ConfigVar] = &[
         doc: "Most iov entries in one process_vm_readv/writev call; 'auto' is the system IOV_MAX.",
     },
     ConfigVar {
+        name: "IB_GID_INDEX",
+        default: "auto",
+        doc: "GID table index rc_verbs uses on a real RDMA port; 'auto' is 0 on InfiniBand and \
+              the first RoCE v2 entry on Ethernet.",
+    },
+    ConfigVar {
         name: "RNDV_SCHEME",
         default: "auto",
         doc: "Rendezvous protocol on endpoints with a zero-copy memory lane: get_zcopy (the \
@@ -323,6 +329,8 @@ pub struct Config {
     pub tcp_keepintvl_ns: u64,
     pub tcp_keepcnt: u32,
     pub cma_max_iov: AutoSize,
+    /// `UCX_IB_GID_INDEX`; `None` for auto.
+    pub ib_gid_index: Option<u8>,
     pub rndv_scheme: RndvScheme,
     pub rndv_layout_cache: usize,
     pub rndv_split_thresh: usize,
@@ -560,6 +568,15 @@ impl Config {
         let error_check_interval_ns =
             parse_time_ns(&t).ok_or_else(|| bad(t_n, &t, "expected a time such as 100ms"))?;
 
+        let (g, g_n) = get("IB_GID_INDEX");
+        let ib_gid_index = match g.trim() {
+            a if a.eq_ignore_ascii_case("auto") => None,
+            v => Some(
+                v.parse::<u8>()
+                    .map_err(|_| bad(g_n, &g, "expected auto or a GID index 0..=255"))?,
+            ),
+        };
+
         Ok(Config {
             tls: NameList::parse(&get("TLS").0),
             net_devices: NameList::parse(&get("NET_DEVICES").0),
@@ -577,6 +594,7 @@ impl Config {
             tcp_keepintvl_ns,
             tcp_keepcnt,
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
+            ib_gid_index,
             rndv_scheme,
             rndv_layout_cache,
             rndv_split_thresh,
@@ -626,6 +644,9 @@ impl Config {
             "TCP_KEEPINTVL" => format_time_ns(self.tcp_keepintvl_ns),
             "TCP_KEEPCNT" => self.tcp_keepcnt.to_string(),
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
+            "IB_GID_INDEX" => self
+                .ib_gid_index
+                .map_or("auto".to_string(), |i| i.to_string()),
             "RNDV_SCHEME" => self.rndv_scheme.to_string(),
             "RNDV_LAYOUT_CACHE" => self.rndv_layout_cache.to_string(),
             "RNDV_SPLIT_THRESH" => match self.rndv_split_thresh {

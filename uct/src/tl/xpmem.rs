@@ -770,7 +770,8 @@ mod tests {
         let iov = [Iov::from_mut_slice(&mut a), Iov::from_mut_slice(&mut b)];
         let at = base + page as u64 - 1000;
         // SAFETY: the local vectors outlive the synchronous operation.
-        assert_eq!(unsafe { i.put_zcopy(ep, &iov, at, &rk, 0) }, Ok(Done::Now));
+        let r = unsafe { i.put_zcopy(ep, &iov, at, &rk, 0) };
+        assert_eq!(r, Ok(Done::Now));
         let off = (at - base) as usize;
         assert!(peer[off..off + 3000] == a[..]);
         assert!(peer[off + 3000..off + 8000] == b[..]);
@@ -779,7 +780,8 @@ mod tests {
         let mut back = vec![0u8; 8000];
         let iov = [Iov::from_mut_slice(&mut back)];
         // SAFETY: as above.
-        assert_eq!(unsafe { i.get_zcopy(ep, &iov, at, &rk, 0) }, Ok(Done::Now));
+        let r = unsafe { i.get_zcopy(ep, &iov, at, &rk, 0) };
+        assert_eq!(r, Ok(Done::Now));
         assert!(back == [a.clone(), b.clone()].concat());
         assert_eq!(counter(&i, "xpmem_attaches"), 1);
         assert_eq!(counter(&i, "xpmem_attach_hits"), 1);
@@ -787,10 +789,8 @@ mod tests {
         let mut big = vec![7u8; 10 * page];
         let iov = [Iov::from_mut_slice(&mut big)];
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { i.put_zcopy(ep, &iov, base, &rk, 0) },
-            Ok(Done::Now)
-        );
+        let r = unsafe { i.put_zcopy(ep, &iov, base, &rk, 0) };
+        assert_eq!(r, Ok(Done::Now));
         assert!(peer[..10 * page].iter().all(|&x| x == 7));
         assert_eq!(
             counter(&i, "xpmem_detaches"),
@@ -838,10 +838,8 @@ mod tests {
         let mut got = vec![0u8; 300 * n];
         let local = [Iov::from_mut_slice(&mut got)];
         // SAFETY: `got` outlives the synchronous operation.
-        assert_eq!(
-            unsafe { i.get_zcopy_iov(ep, &local, &remote, &rk, 0) },
-            Ok(Done::Now)
-        );
+        let r = unsafe { i.get_zcopy_iov(ep, &local, &remote, &rk, 0) };
+        assert_eq!(r, Ok(Done::Now));
         let want: Vec<u8> = remote
             .iter()
             .flat_map(|&(a, l)| {

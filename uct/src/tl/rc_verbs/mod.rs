@@ -381,7 +381,7 @@ impl RcIface {
         let mut p: Box<dyn Provider> = if model {
             Box::new(SoftHca::from_env().map_err(|e| unavailable(e.into()))?)
         } else {
-            super::verbs::real::open(device).map_err(|reason| OpenError::Unavailable {
+            super::verbs::real::open(device, cfg).map_err(|reason| OpenError::Unavailable {
                 tl: "rc_verbs",
                 reason,
             })?

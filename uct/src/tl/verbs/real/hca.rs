@@ -449,8 +449,8 @@ impl std::fmt::Debug for RealHca {
 }
 
 impl RealHca {
-    /// Opens `dev` (`name:port`).
-    pub fn open(dev: &str) -> Result<RealHca, String> {
+    /// Opens `dev` (`name:port`); `gid_index` is `UCX_IB_GID_INDEX` (`None`: auto).
+    pub fn open(dev: &str, gid_index: Option<u8>) -> Result<RealHca, String> {
         let (name, port) = parse_device(dev).ok_or(format!("{dev}: not device:port"))?;
         let mut n: c_int = 0;
         // SAFETY: an out pointer; freed below.
@@ -503,11 +503,11 @@ impl RealHca {
             cm: None,
         };
         // From here on, `Drop` releases whatever was made.
-        h.setup()?;
+        h.setup(gid_index)?;
         Ok(h)
     }
 
-    fn setup(&mut self) -> Result<(), String> {
+    fn setup(&mut self, gid_index: Option<u8>) -> Result<(), String> {
         let port = self.me.port;
         // SAFETY: plain C structs, written by the calls.
         let (mut da, mut pa): (ib::ibv_device_attr, ib::ibv_port_attr) =
@@ -535,7 +535,7 @@ impl RealHca {
         self.me.lid = pa.lid;
         self.me.mtu = pa.active_mtu as u8;
         self.me.global = pa.link_layer == LINK_LAYER_ETHERNET;
-        self.sgid_index = self.gid_index(port, pa.gid_tbl_len);
+        self.sgid_index = gid_index.unwrap_or_else(|| self.auto_gid_index(port, pa.gid_tbl_len));
         // SAFETY: plain C union of bytes, written by the call.
         let mut gid: ib::ibv_gid = unsafe { std::mem::zeroed() };
         // SAFETY: an open context, its port, an out pointer.
@@ -568,15 +568,9 @@ impl RealHca {
         Ok(())
     }
 
-    /// The GID index: `UCX_IB_GID_INDEX`, else 0 on InfiniBand, else the first RoCE v2
-    /// entry (routable), else 0.
-    fn gid_index(&self, port: u8, tbl_len: c_int) -> u8 {
-        if let Some(i) = std::env::var("UCX_IB_GID_INDEX")
-            .ok()
-            .and_then(|v| v.parse::<u8>().ok())
-        {
-            return i;
-        }
+    /// The GID index when `UCX_IB_GID_INDEX` is auto: 0 on InfiniBand, else the first
+    /// RoCE v2 entry (routable), else 0.
+    fn auto_gid_index(&self, port: u8, tbl_len: c_int) -> u8 {
         if !self.me.global {
             return 0;
         }
@@ -1465,7 +1459,7 @@ mod tests {
             Ok(_) => eprintln!("libibverbs lists no active port"),
             Err(e) => eprintln!("{e}"),
         }
-        let e = RealHca::open("nonexistent_0:1").unwrap_err();
+        let e = RealHca::open("nonexistent_0:1", None).unwrap_err();
         assert!(!e.is_empty());
     }
 }

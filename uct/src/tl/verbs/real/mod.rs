@@ -104,12 +104,12 @@ pub fn absent_reason() -> String {
 
 /// Opens the real provider on `dev` (one of [`ports`]).
 #[cfg(feature = "verbs")]
-pub fn open(dev: &str) -> Result<Box<dyn super::Provider>, String> {
-    Ok(Box::new(hca::RealHca::open(dev)?))
+pub fn open(dev: &str, cfg: &ucs::Config) -> Result<Box<dyn super::Provider>, String> {
+    Ok(Box::new(hca::RealHca::open(dev, cfg.ib_gid_index)?))
 }
 
 #[cfg(not(feature = "verbs"))]
-pub fn open(dev: &str) -> Result<Box<dyn super::Provider>, String> {
+pub fn open(dev: &str, _cfg: &ucs::Config) -> Result<Box<dyn super::Provider>, String> {
     Err(format!(
         "{dev}: this build has no real verbs provider (feature `verbs`)"
     ))
