@@ -113,6 +113,19 @@ fn packed_and_block_by_block_move_every_byte_too() {
 }
 
 #[test]
+fn the_hybrid_picks_per_direction_for_sw4lite_as_the_paper_does() {
+    // The paper's application: its x face is thousands of 48-byte blocks (packing wins),
+    // its y face tens of 5 KB blocks (UMR wins); the hybrid takes each its own way.
+    let env = [("UCX_RNDV_THRESH", "1k")];
+    let c = run_env("auto", &["-D", "sw4lite_x"], &env);
+    assert_eq!(get(&c, "rendezvous packed"), 44, "x: {c:?}");
+    assert_eq!(get(&c, "rendezvous umr"), 0, "x: {c:?}");
+    let c = run_env("auto", &["-D", "sw4lite_y"], &env);
+    assert_eq!(get(&c, "rendezvous umr"), 44, "y: {c:?}");
+    assert_eq!(get(&c, "rendezvous packed"), 0, "y: {c:?}");
+}
+
+#[test]
 fn the_hybrid_packs_small_blocks_and_writes_large_ones() {
     // The x face: single doubles. A work request per 63 of them loses to packing.
     // (The endpoint's eager/rendezvous tuner may send a few eagerly.)
@@ -128,7 +141,8 @@ fn the_hybrid_packs_small_blocks_and_writes_large_ones() {
 #[test]
 fn the_papers_layouts_by_umr_and_packed() {
     // MILC, NAS MG (single doubles and rows), a nested vector (a 3D stencil's y face),
-    // and SPECFEM3D's indexed blocks; every byte checked by --validate. A fixed rendezvous
+    // SPECFEM3D's indexed blocks and SW4Lite's two faces (a nested vector of 48-byte
+    // blocks, a vector of 5 KB ones); every byte checked by --validate. A fixed rendezvous
     // threshold keeps every message a rendezvous (no tuner, no eager); SPECFEM3D's
     // description, too large for an RTS, goes before it in parts.
     let env = [("UCX_RNDV_THRESH", "1k"), ("UCX_RNDV_LAYOUT_PARTS", "y")];
@@ -138,6 +152,8 @@ fn the_papers_layouts_by_umr_and_packed() {
         "nas_mg_y:64",
         "stencil3d_face:64x64x64,y",
         "specfem3d_cm",
+        "sw4lite_x",
+        "sw4lite_y",
     ] {
         for (mode, counter) in [("umr", "rendezvous umr"), ("pack", "rendezvous packed")] {
             let c = run_env(mode, &["-D", l], &env);

@@ -27,6 +27,7 @@
 //! wrf_{x,y}_sa    [:N[,K]]                             (same arrays as _vec)
 //! specfem3d_cm    [:c1..c4 | :ICM[,IIC[,NCM[,NIC]]]]   default c1
 //! stencil3d_face  [:N | :NXxNYxNZ][,x|y|z][,H]         default 128x128x128, x, 1
+//! sw4lite_{x,y}   [:N | :NIxNJxNK]                     default 100x100x50
 //! ```
 //!
 //! [`NamedLayout::spec`] spells every parameter out; parsing it again gives the same
@@ -74,6 +75,12 @@
 //!   `(NX+2H) x (NY+2H) x (NZ+2H)` grid of doubles, the last `H` interior layers normal to
 //!   the axis (`starts` = `N` on that axis, `H` elsewhere). Axis x gives `NY*NZ` blocks of
 //!   `8H` bytes, z one block per y row.
+//! * **`sw4lite_x`, `sw4lite_y`** — SW4Lite's halo exchange, the application of the UMR
+//!   paper (Chu et al.): a grid of `NI x NJ x NK` points of 3 doubles with two ghost
+//!   layers, i fastest. x: a nested vector of 48-byte blocks (2 points of each interior
+//!   (j, k) row); y: one block of two full-width rows per interior k (4992 bytes at the
+//!   default 100x100x50). The paper's grid gives 3000 blocks of 48 bytes and 55 of 5 KB;
+//!   the default here 5000 and 50.
 //!
 //! # Approximations
 //!
@@ -96,7 +103,8 @@ const FLOAT: u64 = 4;
 const DOUBLE: u64 = 8;
 
 const UNKNOWN: &str = "unknown layout name (known: milc_su3_zd, nas_mg_x, nas_mg_y, nas_mg_z, \
-     wrf_x_vec, wrf_y_vec, wrf_x_sa, wrf_y_sa, specfem3d_cm, stencil3d_face)";
+     wrf_x_vec, wrf_y_vec, wrf_x_sa, wrf_y_sa, specfem3d_cm, stencil3d_face, sw4lite_x, \
+     sw4lite_y)";
 
 const LIST: &[(&str, &str)] = &[
     (
@@ -140,6 +148,16 @@ const LIST: &[(&str, &str)] = &[
         "stencil3d_face",
         "3D stencil halo face, subarray of doubles; [:N | :NXxNYxNZ][,x|y|z][,H], \
          default 128x128x128,x,1",
+    ),
+    (
+        "sw4lite_x",
+        "SW4Lite x halo, nested vector of 48-byte blocks (2 points x 3 doubles); \
+         [:N | :NIxNJxNK], default 100x100x50",
+    ),
+    (
+        "sw4lite_y",
+        "SW4Lite y halo, vector of ~5 KB blocks (2 rows of 3-double points); \
+         [:N | :NIxNJxNK], default 100x100x50",
     ),
 ];
 
@@ -202,6 +220,8 @@ pub fn named(spec: &str) -> Result<NamedLayout, DtError> {
         "wrf_y_sa" => wrf(Axis::Y, true, &fields),
         "specfem3d_cm" => specfem3d_cm(&fields),
         "stencil3d_face" => stencil3d_face(&fields),
+        "sw4lite_x" => sw4lite(Axis::X, &fields),
+        "sw4lite_y" => sw4lite(Axis::Y, &fields),
         _ => Err(DtError::InvalidArgument(UNKNOWN)),
     }
 }
@@ -585,6 +605,71 @@ fn specfem3d_cm(f: &[&str]) -> Result<NamedLayout, DtError> {
     })
 }
 
+/// SW4Lite's halo exchange (the UMR paper's application): a 3-D grid of points of 3
+/// doubles (the displacement's components, 24 bytes), `NI x NJ x NK` interior points with
+/// two ghost layers on every side, i fastest. The x face is the last two interior planes
+/// of i: for each interior (j, k), 2 points, 48 bytes, as a nested vector `hvector(NK, 1,
+/// plane, vector(NJ, 2, NI+4, point))`; the y face is the last two interior rows of j at
+/// full width, for each interior k one block of `2 (NI+4)` points (4992 bytes at the
+/// default), `vector(NK, 2 (NI+4), (NI+4)(NJ+4), point)`. The paper's run (a 100x100x50
+/// grid) has 3000 blocks of 48 bytes one way and 55 of 5 KB the other; this grid gives
+/// 5000 and 50.
+fn sw4lite(axis: Axis, f: &[&str]) -> Result<NamedLayout, DtError> {
+    const POINT: u64 = 3 * DOUBLE;
+    const GHOST: u64 = 2;
+    let [ni, nj, nk] = match f {
+        [] => [100, 100, 50],
+        [s] => match dims(s)?[..] {
+            [n] => [n, n, n],
+            [a, b, c] => [a, b, c],
+            _ => return Err(DtError::InvalidArgument("sw4lite takes N or NIxNJxNK")),
+        },
+        _ => return Err(DtError::InvalidArgument("sw4lite takes one parameter")),
+    };
+    if ni < GHOST || nj < GHOST {
+        return Err(DtError::InvalidArgument(
+            "sw4lite grid must be at least 2 points wide in i and j",
+        ));
+    }
+    let (mi, mj, mk) = (ni + 2 * GHOST, nj + 2 * GHOST, nk + 2 * GHOST);
+    let buf_len = buffer(mul(product(&[mi, mj, mk]), POINT))?;
+    let point = Layout::bytes(POINT);
+    let elem = |i: u64, j: u64, k: u64| (i + mi * (j + mj * k)) * POINT;
+    let plane = mi * mj * POINT;
+    let (face, origin, what) = match axis {
+        Axis::X => {
+            let column = Layout::vector(nj, GHOST, mi as i64, &point)?;
+            (
+                Layout::hvector(nk, 1, plane as i64, &column)?,
+                (ni, GHOST, GHOST),
+                format!("hvector({nk}, 1, {plane} B, vector({nj}, 2, {mi}, 3 doubles))"),
+            )
+        }
+        _ => (
+            Layout::vector(nk, GHOST * mi, (mi * mj) as i64, &point)?,
+            (0, nj, GHOST),
+            format!("vector({nk}, {}, {}, 3 doubles)", GHOST * mi, mi * mj),
+        ),
+    };
+    let layout = at(elem(origin.0, origin.1, origin.2), &face)?;
+    let a = axis.letter();
+    Ok(NamedLayout {
+        name: if axis == Axis::X {
+            "sw4lite_x"
+        } else {
+            "sw4lite_y"
+        },
+        spec: format!("sw4lite_{a}:{ni}x{nj}x{nk}"),
+        description: format!(
+            "SW4Lite {a} halo of a {ni}x{nj}x{nk} grid (2 ghost layers) of 3-double points: \
+             {what} at point {origin:?}; {} bytes",
+            layout.size()
+        ),
+        layout,
+        buf_len,
+    })
+}
+
 fn stencil3d_face(f: &[&str]) -> Result<NamedLayout, DtError> {
     let mut n = [128u64; 3];
     let mut axis = None;
@@ -714,7 +799,7 @@ mod tests {
 
     #[test]
     fn every_listed_name_builds_with_defaults() {
-        assert_eq!(list().len(), 10);
+        assert_eq!(list().len(), 12);
         for (name, help) in list() {
             let nl = named(name).unwrap();
             assert_eq!(nl.name, *name);
@@ -963,6 +1048,34 @@ mod tests {
     }
 
     #[test]
+    fn sw4lite_faces_have_the_papers_shapes() {
+        let x = named("sw4lite_x").unwrap();
+        let y = named("sw4lite_y").unwrap();
+        assert_eq!(x.spec, "sw4lite_x:100x100x50");
+        let (mi, mj, mk) = (104u64, 104u64, 54u64);
+        assert_eq!(x.buf_len as u64, mi * mj * mk * 24);
+        let bx = x.layout.type_map_merged(LIMIT).unwrap();
+        assert_eq!(bx.len(), 100 * 50);
+        assert!(bx.iter().all(|g| g.len == 48));
+        // The first block: the last two interior points of row (j, k) = (2, 2).
+        assert_eq!(bx[0].offset as u64, ((2 * mj + 2) * mi + 100) * 24);
+        assert_eq!(bx[1].offset - bx[0].offset, (mi * 24) as i64, "next row");
+        let by = y.layout.type_map_merged(LIMIT).unwrap();
+        assert_eq!(by.len(), 50);
+        assert!(by.iter().all(|g| g.len == 2 * mi * 24 && g.len == 4992));
+        assert_eq!(by[0].offset as u64, (2 * mj + 100) * mi * 24);
+        assert_eq!(
+            by[1].offset - by[0].offset,
+            (mi * mj * 24) as i64,
+            "next plane"
+        );
+        for t in [&x, &y] {
+            round_trip(t);
+            assert_eq!(named(&t.spec).unwrap().layout.size(), t.layout.size());
+        }
+    }
+
+    #[test]
     fn bad_specs_are_invalid_arguments() {
         let msg = |spec: &str| match named(spec) {
             Err(DtError::InvalidArgument(m)) => m,
@@ -1001,6 +1114,9 @@ mod tests {
             "stencil3d_face:8,x,9",
             "stencil3d_face:x",
             "stencil3d_face:4x4x4x4",
+            "sw4lite_x:1x8x8",
+            "sw4lite_y:8,8",
+            "sw4lite_y:8x8",
         ] {
             let _ = msg(spec);
         }
