@@ -29,17 +29,26 @@ fn stream_ordering_under_random_chunking() {
 
 /// Four client processes hammer one word of a fifth with fetch-add and compare-and-swap
 /// loops; the final value must be exact.
+///
+/// Once more on the software HCA model with `UCX_ATOMIC_MODE=device`: every fetch-add and
+/// compare-and-swap is then executed by the (modelled) HCA, none by the target's CPU.
 #[test]
 fn atomics_under_contention_from_four_processes() {
-    for &(name, tls, dev, scheme) in CONFIGS {
-        let t = Proc::spawn(PEER, "t", "atomics", (tls, dev, scheme), &[]);
+    let device = ("rc-model, device atomics", "rc_verbs,self", "all", "auto");
+    for &(name, tls, dev, scheme) in CONFIGS.iter().chain([&device]) {
+        let env: &[(&str, &str)] = if name == device.0 {
+            &[("UCX_ATOMIC_MODE", "device")]
+        } else {
+            &[]
+        };
+        let t = Proc::spawn(PEER, "t", "atomics", (tls, dev, scheme), env);
         let port_line = t.line("PORT");
         let port = port_line
             .strip_prefix("PORT ")
             .expect("PORT line")
             .to_string();
         let mut clients: Vec<Proc> = (0..4)
-            .map(|_| Proc::spawn(PEER, "c", "atomics", (tls, dev, scheme), &[]))
+            .map(|_| Proc::spawn(PEER, "c", "atomics", (tls, dev, scheme), env))
             .collect();
         for c in clients.iter_mut() {
             c.say(&port);
@@ -47,6 +56,18 @@ fn atomics_under_contention_from_four_processes() {
         for c in &clients {
             let r = c.line("result");
             assert!(r.starts_with("DONE"), "{name} client: {r}");
+            // Each client's 300 fetch-adds, and its compare-and-swaps (at least 300).
+            let on_device: u64 = r
+                .split(", ")
+                .nth(1)
+                .and_then(|s| s.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: no device count in {r}"));
+            if name == device.0 {
+                assert!(on_device >= 600, "{name}: {r}");
+            } else {
+                assert_eq!(on_device, 0, "{name}: {r}");
+            }
         }
         let r = t.line("result");
         assert!(r.starts_with("DONE"), "{name} target: {r}");

@@ -292,6 +292,23 @@ pub(crate) fn put_zcopy(
     unsafe { iface.put_zcopy(ep, local, remote_addr, rkey, comp) }
 }
 
+/// A 64-bit atomic executed by the transport (`Iface::atomic64_fetch`), whose old value
+/// lands in `old`: a box the operation's request owns until this completion is seen.
+pub(crate) fn atomic64_fetch(
+    iface: &mut dyn Iface,
+    ep: EpId,
+    op: uct::Amo64,
+    remote_addr: u64,
+    rkey: &RemoteKey,
+    old: &mut Box<u64>,
+    comp: Comp,
+) -> UcsResult<Done> {
+    let at: *mut u64 = &mut **old;
+    // SAFETY: the box's heap word does not move when the box does, and the request that
+    // owns the box stays alive until the transport reports this completion.
+    unsafe { iface.atomic64_fetch(ep, op, remote_addr, rkey, at, comp) }
+}
+
 /// Writes each chunk of the local UMR keys into the peer's chunk keys (`Iface::umr_put`).
 /// The local keys lie over the Bufs of a send that stays alive until this completion is
 /// seen (`worker::umr` builds them from the send's own layout).

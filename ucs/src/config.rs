@@ -117,6 +117,15 @@ pub const TABLE: &[ConfigVar] = &[
               the first RoCE v2 entry on Ethernet.",
     },
     ConfigVar {
+        name: "ATOMIC_MODE",
+        default: "guess",
+        doc: "Who executes 8-byte fetch-add and compare-and-swap on a peer's memory: cpu (the \
+              target's CPU, through messages), device (the network device, on endpoints whose \
+              transport has device atomics, such as rc_verbs; other operations and 4-byte ones \
+              still go through messages and are not atomic with respect to device ones, as in \
+              UCX), or guess (cpu in Rucx).",
+    },
+    ConfigVar {
         name: "RNDV_SCHEME",
         default: "auto",
         doc: "Rendezvous protocol on endpoints with a zero-copy memory lane: get_zcopy (the \
@@ -332,6 +341,7 @@ pub struct Config {
     /// `UCX_IB_GID_INDEX`; `None` for auto.
     pub ib_gid_index: Option<u8>,
     pub rndv_scheme: RndvScheme,
+    pub atomic_mode: AtomicMode,
     pub rndv_layout_cache: usize,
     pub rndv_split_thresh: usize,
     /// `RNDV_LAYOUT_PARTS`: `None` for auto.
@@ -341,6 +351,32 @@ pub struct Config {
     pub rndv_frag_size: usize,
     pub rndv_pipeline_depth: usize,
     pub error_check_interval_ns: u64,
+}
+
+/// `UCX_ATOMIC_MODE`: who executes atomics on a peer's memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AtomicMode {
+    Cpu,
+    Device,
+    /// UCX picks device atomics where a network device has them; Rucx takes cpu.
+    Guess,
+}
+
+impl AtomicMode {
+    /// Whether 8-byte fetch-add and compare-and-swap go to devices that have them.
+    pub fn device(self) -> bool {
+        self == AtomicMode::Device
+    }
+}
+
+impl fmt::Display for AtomicMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AtomicMode::Cpu => "cpu",
+            AtomicMode::Device => "device",
+            AtomicMode::Guess => "guess",
+        })
+    }
 }
 
 /// `UCX_RNDV_SCHEME`.
@@ -549,6 +585,13 @@ impl Config {
             "put_zcopy" => RndvScheme::PutZcopy,
             _ => return Err(bad(rs_n, &rs, "expected auto, get_zcopy or put_zcopy")),
         };
+        let (am, am_n) = get("ATOMIC_MODE");
+        let atomic_mode = match am.trim().to_ascii_lowercase().as_str() {
+            "cpu" => AtomicMode::Cpu,
+            "guess" => AtomicMode::Guess,
+            "device" => AtomicMode::Device,
+            _ => return Err(bad(am_n, &am, "expected cpu, device or guess")),
+        };
         let rndv_layout_cache = size("RNDV_LAYOUT_CACHE")?;
         let rndv_split_thresh = size("RNDV_SPLIT_THRESH")?;
         let (lp, lp_n) = get("RNDV_LAYOUT_PARTS");
@@ -596,6 +639,7 @@ impl Config {
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
             ib_gid_index,
             rndv_scheme,
+            atomic_mode,
             rndv_layout_cache,
             rndv_split_thresh,
             rndv_layout_parts,
@@ -648,6 +692,7 @@ impl Config {
                 .ib_gid_index
                 .map_or("auto".to_string(), |i| i.to_string()),
             "RNDV_SCHEME" => self.rndv_scheme.to_string(),
+            "ATOMIC_MODE" => self.atomic_mode.to_string(),
             "RNDV_LAYOUT_CACHE" => self.rndv_layout_cache.to_string(),
             "RNDV_SPLIT_THRESH" => match self.rndv_split_thresh {
                 usize::MAX => "inf".to_string(),

@@ -56,7 +56,23 @@ bitflags! {
         /// process's blocks and `umr_put` writes from such keys into a peer's, so that
         /// noncontiguous data moves with no packing (`umr_max_klm` entries per key).
         const UMR = 1 << 14;
+        /// 64-bit fetching atomics executed by the transport (`atomic64_fetch`): the
+        /// device (an HCA) applies them to the peer's memory, atomic with respect to the
+        /// other atomics of that device, not to the peer CPU's.
+        const ATOMIC64 = 1 << 15;
     }
+}
+
+/// A 64-bit atomic operation on a peer's memory, as an HCA executes them (IB's fetch-add
+/// and compare-and-swap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amo64 {
+    Add(u64),
+    /// Stores `swap` if the word equals `compare`.
+    Cswap {
+        compare: u64,
+        swap: u64,
+    },
 }
 
 /// Limits of one kind of operation (bytes unless noted).
@@ -275,6 +291,26 @@ pub trait Iface: Send + std::fmt::Debug {
         comp: Comp,
     ) -> UcsResult<Done> {
         let _ = (ep, local, remote, rkey, comp);
+        Err(Status::Unsupported)
+    }
+
+    /// Applies `op` to the 8-byte word at `remote_addr` (aligned) of region `rkey` and
+    /// writes the word's old value to `*result` before completing (`Done::Now`, or
+    /// `Handler::completion(comp)` later). Transports without [`IfaceFlags::ATOMIC64`]
+    /// return `Unsupported`.
+    ///
+    /// # Safety
+    /// `result` is valid for an 8-byte write until the operation completes.
+    unsafe fn atomic64_fetch(
+        &mut self,
+        ep: EpId,
+        op: Amo64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        result: *mut u64,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let _ = (ep, op, remote_addr, rkey, result, comp);
         Err(Status::Unsupported)
     }
 

@@ -15,5 +15,7 @@ pub mod trigger;
 
 pub use component::{discover, open, Discovery, TlAbsent, TlResource};
 pub use ep::{Comp, Done, EpId, Iov};
-pub use iface::{Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate, UmrCost};
+pub use iface::{
+    Amo64, Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate, UmrCost,
+};
 pub use md::{Md, MemH, MemTypes, MemoryType, RemoteKey};

@@ -1172,7 +1172,11 @@ fn atomics(role: &str, w: Worker) -> R<String> {
     }
     send_blob(&mut p, b"done", 12)?;
     p.recv(0, FIN)?;
-    Ok(format!("{} atomic increments", PER * 2))
+    Ok(format!(
+        "{} atomic increments, {} on the device",
+        PER * 2,
+        p.w.stats().amo_device
+    ))
 }
 
 fn run(role: &str, scenario: &str) -> R<String> {

@@ -110,6 +110,8 @@ pub struct WorkerStats {
     pub layout_misses: u64,
     /// Puts and gets done as copies into a same-host peer's mapped memory.
     pub rma_mapped: u64,
+    /// Atomics executed by the network device (`UCX_ATOMIC_MODE=device`).
+    pub amo_device: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
     /// Rendezvous whose data was read through the memory lane for device memory (counted
@@ -135,7 +137,7 @@ pub struct WorkerStats {
 
 impl WorkerStats {
     /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 25] {
+    pub fn counters(&self) -> [(&'static str, u64); 26] {
         [
             ("unexpected", self.unexpected),
             ("eager short", self.eager_short),
@@ -154,6 +156,7 @@ impl WorkerStats {
             ("layout hits", self.layout_hits),
             ("layout misses", self.layout_misses),
             ("rma mapped", self.rma_mapped),
+            ("atomics on the device", self.amo_device),
             ("malformed", self.malformed),
             ("rendezvous device", self.rndv_device),
             ("rendezvous device direct", self.rndv_device_direct),
@@ -583,6 +586,9 @@ pub(crate) struct Core {
     pub(crate) rndv_cfg: ucs::config::AutoSize,
     pub(crate) zcopy_cfg: ucs::config::AutoSize,
     pub(crate) rndv_scheme: ucs::config::RndvScheme,
+    /// `UCX_ATOMIC_MODE=device`: 8-byte fetch-add and compare-and-swap go to transports
+    /// with device atomics.
+    pub(crate) atomic_device: bool,
     pub(crate) layout_cache_size: usize,
     /// Smallest same-host get rendezvous shared between receiver and sender
     /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never).
@@ -837,6 +843,7 @@ impl Worker {
             rndv_cfg: ctx.config.rndv_thresh,
             zcopy_cfg: ctx.config.zcopy_thresh,
             rndv_scheme: ctx.config.rndv_scheme,
+            atomic_device: ctx.config.atomic_mode.device(),
             layout_cache_size: ctx.config.rndv_layout_cache,
             split_thresh: ctx.config.rndv_split_thresh,
             layout_parts: ctx.config.rndv_layout_parts,

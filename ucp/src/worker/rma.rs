@@ -201,6 +201,8 @@ pub(crate) struct RmaOp {
     atomic: (AtomicOp, u8, u64, u64),
     /// Transport completions still expected (zero-copy lane).
     comps: u32,
+    /// A device atomic's old value, written by the transport before it completes.
+    amo_old: Option<Box<u64>>,
 }
 
 impl RmaOp {
@@ -723,6 +725,48 @@ impl Worker {
             (_, _, Some(l), Some(k)) if st.host_only() => st.iovs(0, total).map(|iov| (l, k, iov)),
             _ => None,
         };
+        // An 8-byte fetch-add or compare-and-swap on a transport with device atomics, when
+        // `UCX_ATOMIC_MODE=device` asks for them (the host memory lane: it reaches the
+        // peer's region).
+        let (op, size, value, compare) = atomic;
+        let device_amo = match (kind, op, size, e.rma, rkey.lane) {
+            (RmaKind::Atomic, AtomicOp::Add | AtomicOp::Cswap, 8, Some(l), Some(k))
+                if core.atomic_device
+                    && core.info[l.iface]
+                        .attr
+                        .flags
+                        .contains(uct::IfaceFlags::ATOMIC64) =>
+            {
+                Some((l, k))
+            }
+            _ => None,
+        };
+        if let Some((lane, key)) = device_amo {
+            let amo = match op {
+                AtomicOp::Add => uct::Amo64::Add(value),
+                _ => uct::Amo64::Cswap {
+                    compare,
+                    swap: value,
+                },
+            };
+            let mut o = new_op(idx, kind, st, total, remote_addr, rkey, reply_buf, atomic);
+            o.comps = 1;
+            let id = core.reqs.insert(Op::Rma(o), p.user_data, p.notify);
+            core.eps[idx].outstanding += 1;
+            core.stats.amo_device += 1;
+            let iface = ifaces[lane.iface].as_mut();
+            let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+                return Err(Status::IoError);
+            };
+            let old = o.amo_old.insert(Box::new(0));
+            let r = buf::atomic64_fetch(iface, lane.ep, amo, remote_addr, &key, old, id.0);
+            match r {
+                Ok(Done::Later) => {}
+                Ok(Done::Now) => on_completion(core, id, Status::Ok),
+                Err(s) => core.complete(id, s, None),
+            }
+            return Ok(Some(id));
+        }
         if let (Some((lane, key, iov)), true) = (direct, kind != RmaKind::Atomic) {
             {
                 let iface = ifaces[lane.iface].as_mut();
@@ -809,6 +853,7 @@ fn new_op(
         reply_buf,
         atomic,
         comps: 0,
+        amo_old: None,
     }
 }
 
@@ -935,6 +980,9 @@ pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
     if let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         o.comps = o.comps.saturating_sub(1);
         if o.comps == 0 {
+            if let (Some(old), Some(b), Status::Ok) = (&o.amo_old, o.reply_buf, status) {
+                b.write_at(0, &old.to_ne_bytes());
+            }
             core.complete(id, status, None);
         }
     }

@@ -174,18 +174,24 @@ impl Md for RcMd {
 struct Bounce {
     mem: Box<[u8]>,
     key: u32,
+    stride: usize,
 }
 
 impl Bounce {
+    /// `n` registered buffers of [`SEG`] bytes.
     fn new(hca: &mut dyn Provider, n: usize) -> UcsResult<Bounce> {
-        let mem = vec![0u8; n * SEG].into_boxed_slice();
+        Self::with_stride(hca, n, SEG)
+    }
+
+    fn with_stride(hca: &mut dyn Provider, n: usize, stride: usize) -> UcsResult<Bounce> {
+        let mem = vec![0u8; n * stride].into_boxed_slice();
         let key = hca.reg_mr(mem.as_ptr() as u64, mem.len() as u64, Access::LOCAL_WRITE)?;
-        Ok(Bounce { mem, key })
+        Ok(Bounce { mem, key, stride })
     }
 
     fn sge(&self, i: usize, len: usize) -> Sge {
         Sge {
-            addr: self.mem.as_ptr() as u64 + (i * SEG) as u64,
+            addr: self.mem.as_ptr() as u64 + (i * self.stride) as u64,
             len: len as u32,
             lkey: self.key,
         }
@@ -264,6 +270,9 @@ struct Op {
     ep: EpId,
     comp: Comp,
     regs: SmallVec<[(u64, u32); 4]>,
+    /// An atomic's caller's result word (0 for RDMA): the old value lands in this op's
+    /// slot of `amo` and is copied there on completion.
+    result: u64,
 }
 
 /// The `rc_verbs` interface.
@@ -281,6 +290,8 @@ pub struct RcIface {
     eps: Slab<RcEp>,
     passive: HashMap<u32, Passive>,
     tx: Bounce,
+    /// One 8-byte landing slot per operation slot, for atomics' old values.
+    amo: Bounce,
     tx_free: Vec<u16>,
     /// Which endpoint each send slot is in flight for.
     tx_ep: Vec<Option<EpId>>,
@@ -326,6 +337,7 @@ struct Counters {
     umr_writes: u64,
     connects: u64,
     accepts: u64,
+    atomics: u64,
 }
 
 impl std::fmt::Debug for RcIface {
@@ -391,6 +403,7 @@ impl RcIface {
             p.create_cq().map_err(|e| unavailable(e.into()))?,
         );
         let tx = Bounce::new(p.as_mut(), TX_SLOTS).map_err(unavailable)?;
+        let amo = Bounce::with_stride(p.as_mut(), MAX_OPS, 8).map_err(unavailable)?;
         let max_klm = p.caps().max_klm;
         // The key pool: creating a key object is the expensive step, taken here (a device
         // without UMR has none, and `ucp` packs layouts instead).
@@ -442,6 +455,7 @@ impl RcIface {
                     | IfaceFlags::PUT_ZCOPY
                     | IfaceFlags::GET_ZCOPY
                     | IfaceFlags::RMA_ONE_SIDED
+                    | IfaceFlags::ATOMIC64
                     | umr
                     | IfaceFlags::PENDING
                     | IfaceFlags::CONNECT_TO_IFACE
@@ -471,6 +485,7 @@ impl RcIface {
             eps: Slab::new(),
             passive: HashMap::new(),
             tx,
+            amo,
             tx_free: (0..TX_SLOTS as u16).rev().collect(),
             tx_ep: vec![None; TX_SLOTS],
             ops: Slab::new(),
@@ -790,7 +805,12 @@ impl RcIface {
             // Nothing to move: one zero-length request keeps completion in order.
             wrs.push((remote.first().map_or(0, |r| r.0), SmallVec::new()));
         }
-        let op = self.ops.insert(Op { ep, comp, regs });
+        let op = self.ops.insert(Op {
+            ep,
+            comp,
+            regs,
+            result: 0,
+        });
         let last = wrs.len() - 1;
         let mut h = lock(&self.hca);
         for (i, (raddr, sges)) in wrs.into_iter().enumerate() {
@@ -1076,6 +1096,15 @@ impl RcIface {
                 };
                 self.unref(&op.regs);
                 let st = if w.status == WcStatus::Success {
+                    if op.result != 0 {
+                        let at = v as usize * 8;
+                        let old = u64::from_ne_bytes(
+                            self.amo.mem[at..at + 8].try_into().expect("8 bytes"),
+                        );
+                        // SAFETY: the caller of `atomic64_fetch` keeps its result word
+                        // valid until this completion.
+                        unsafe { std::ptr::write_unaligned(op.result as *mut u64, old) };
+                    }
                     Status::Ok
                 } else {
                     let st = failed(self, op.ep).unwrap_or(Self::wc_status(w.status));
@@ -1453,6 +1482,57 @@ impl Iface for RcIface {
         unsafe { self.rdma(ep, false, local, remote, rkey, comp) }
     }
 
+    unsafe fn atomic64_fetch(
+        &mut self,
+        ep: EpId,
+        op: crate::iface::Amo64,
+        remote_addr: u64,
+        rkey: &RemoteKey,
+        result: *mut u64,
+        comp: Comp,
+    ) -> UcsResult<Done> {
+        let qp = self.ready(ep)?.qp;
+        if result.is_null() || !remote_addr.is_multiple_of(8) {
+            return Err(Status::InvalidParam);
+        }
+        rkey.check_range(remote_addr, 8)?;
+        let rk = u32::try_from(rkey.key).map_err(|_| Status::InvalidParam)?;
+        if self.ops.len() >= MAX_OPS {
+            return Err(Status::NoResource);
+        }
+        let slot = self.ops.insert(Op {
+            ep,
+            comp,
+            regs: SmallVec::new(),
+            result: result as u64,
+        });
+        // Fewer than MAX_OPS operations are in flight, so the slab's index is below it.
+        let wr = SendWr {
+            wr_id: wr_id(WR_OP, slot as u64),
+            opcode: match op {
+                crate::iface::Amo64::Add(add) => Opcode::FetchAdd { add },
+                crate::iface::Amo64::Cswap { compare, swap } => Opcode::CompSwap { compare, swap },
+            },
+            sges: smallvec::smallvec![self.amo.sge(slot, 8)],
+            remote_addr,
+            rkey: rk,
+            signaled: true,
+        };
+        let r = lock(&self.hca).post_send(qp, &wr);
+        if let Err(e) = r {
+            self.ops.remove(slot);
+            if e == crate::tl::verbs::VerbsError::NoMemory {
+                return Err(Status::NoResource);
+            }
+            self.fail(ep, Status::IoError);
+            return Err(Status::IoError);
+        }
+        self.counters.atomics += 1;
+        self.eps[ep.index()].outstanding += 1;
+        self.total_outstanding += 1;
+        Ok(Done::Later)
+    }
+
     fn umr_max_klm(&self) -> usize {
         self.max_klm
     }
@@ -1576,6 +1656,7 @@ impl Iface for RcIface {
             ep,
             comp,
             regs: SmallVec::new(),
+            result: 0,
         });
         let mut h = lock(&self.hca);
         let last = local.len().saturating_sub(1);
@@ -1733,6 +1814,7 @@ impl Iface for RcIface {
             ("umr_writes", c.umr_writes),
             ("connects", c.connects),
             ("accepts", c.accepts),
+            ("atomics", c.atomics),
         ]
     }
 }

@@ -99,6 +99,71 @@ fn connects_sends_writes_reads_and_flushes() {
 }
 
 #[test]
+fn fetch_add_and_compare_swap_run_on_the_hca() {
+    let (mut a, mut b) = (open(), open());
+    let (mut ea, mut eb) = (Ev::default(), Ev::default());
+    assert!(a.attr().flags.contains(IfaceFlags::ATOMIC64));
+    let ep = a.ep_connect(b.device_address(), b.iface_address()).unwrap();
+    until(&mut a, &mut ea, &mut b, &mut eb, |a, _, _| a.ep_idle(ep));
+    let mut region = vec![0u64; 8];
+    region[2] = 40;
+    let len = region.len() * 8;
+    // SAFETY: `region` outlives its registration (deregistered below).
+    let mh = unsafe { b.md().mem_reg(region.as_mut_ptr().cast(), len) }.unwrap();
+    let rk = a.md().rkey_unpack(&b.md().mkey_pack(&mh)).unwrap();
+    let word = mh.base + 16;
+    let mut old = [0u64; 4];
+    use crate::iface::Amo64;
+    let ops = [
+        (Amo64::Add(2), 40),
+        (
+            Amo64::Cswap {
+                compare: 42,
+                swap: 7,
+            },
+            42,
+        ),
+        (
+            Amo64::Cswap {
+                compare: 42,
+                swap: 9,
+            },
+            7,
+        ),
+        (Amo64::Add(u64::MAX), 7),
+    ];
+    for (i, (op, _)) in ops.iter().enumerate() {
+        // SAFETY: `old` outlives the operation (waited for below).
+        let d = unsafe { a.atomic64_fetch(ep, *op, word, &rk, &mut old[i], 20 + i as u64) };
+        assert_eq!(d, Ok(Done::Later));
+        until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
+            ea.done.len() == i + 1
+        });
+    }
+    assert!(
+        ea.done.iter().all(|(_, st)| *st == Status::Ok),
+        "{:?}",
+        ea.done
+    );
+    let want: Vec<u64> = ops.iter().map(|(_, w)| *w).collect();
+    assert_eq!(old.to_vec(), want, "old values in order");
+    assert_eq!(region[2], 6, "40 + 2, swapped to 7, not to 9, minus 1");
+    // Misaligned, outside the key, or a null result: refused before anything is posted.
+    let mut r = 0u64;
+    for (at, res) in [
+        (word + 4, &mut r as *mut u64),
+        (mh.base + len as u64, &mut r),
+        (word, std::ptr::null_mut()),
+    ] {
+        // SAFETY: nothing is posted.
+        let e = unsafe { a.atomic64_fetch(ep, Amo64::Add(1), at, &rk, res, 30) };
+        assert_eq!(e, Err(Status::InvalidParam));
+    }
+    assert!(a.counters().contains(&("atomics", 4)));
+    b.md().mem_dereg(&mh).unwrap();
+}
+
+#[test]
 fn a_request_to_a_stale_interface_address_is_rejected() {
     let (mut a, mut b) = (open(), open());
     let (mut ea, mut eb) = (Ev::default(), Ev::default());
