@@ -14,7 +14,7 @@ BIN=${BIN:-.gpu/bin}
 U=.gpu/ucx122
 exe=/tmp/gpu-msg
 cc -O2 -Ibindings-c/include -o "$exe" contrib/bench/gpu-msg.c -L"$BIN" -l:libucp.so.0 \
-  -Wl,-rpath,"$PWD/$BIN"
+  -Wl,--enable-new-dtags,-rpath,"$PWD/$BIN"
 for r in $(seq "$rounds"); do
   echo "##### round $r: Rucx"
   timeout 600 taskset -c 2,4 "$exe"
