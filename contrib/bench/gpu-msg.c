@@ -12,7 +12,9 @@
  *
  * Two processes (a fork before either touches CUDA) exchange worker addresses through
  * pipes; GPU buffers come from ucp_mem_map(UCP_MEM_MAP_ALLOCATE, UCS_MEMORY_TYPE_CUDA), so
- * no CUDA header is needed. The first round checks every byte of every size.
+ * no CUDA header is needed (UCX allocates only in a current CUDA context: each process makes
+ * device 0's primary context current first, through the driver loaded with dlopen). The
+ * first round checks every byte of every size.
  *
  *   cc -O2 -Ibindings-c/include -o gpu-msg contrib/bench/gpu-msg.c -L<dir> -l:libucp.so.0
  *   ./gpu-msg [host|cuda ...]
@@ -20,6 +22,7 @@
 #include <rucx.h>
 #include <ucp/api/ucp.h>
 
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,8 +132,22 @@ static void channel_recv(void *buf, size_t n)
     CHECK(wait_req(ucpx_channel_recv_nbx(ch, buf, n, &p)));
 }
 
+/* Makes device 0's primary context current, as a CUDA application would have (UCX's
+ * ucp_mem_map of CUDA memory needs one); nothing where there is no driver. */
+static void cuda_context(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (h == NULL) return;
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+    int (*retain)(void **, int) = (int (*)(void **, int))dlsym(h, "cuDevicePrimaryCtxRetain");
+    int (*set)(void *) = (int (*)(void *))dlsym(h, "cuCtxSetCurrent");
+    void *ctx = NULL;
+    if (init && retain && set && init(0) == 0 && retain(&ctx, 0) == 0) set(ctx);
+}
+
 static int run(int rd, int wr, int parent, int argc, char **argv)
 {
+    cuda_context();
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
     ucp_context_h ctx;
     CHECK(ucp_init(&params, NULL, &ctx));
