@@ -23,8 +23,16 @@
 //! * **Put and get** are RDMA WRITE and READ straight from and into the caller's buffers,
 //!   registered on first use and kept in a registration cache (at most `RCACHE_MAX`
 //!   regions, least recently used ones dropped when not in flight). At most `max_sge`
-//!   entries go in one work request; only the last of an operation is signalled (an error
-//!   in an earlier one flushes the last). Remote keys are the peer's memory region keys.
+//!   entries go in one work request. Remote keys are the peer's memory region keys.
+//! * **The send queue**: as on an HCA, an unsignalled request holds its slot until a later
+//!   signalled one completes. So the last request of an operation, at least one in every
+//!   `SIGNAL_EVERY`, and the one that fills the queue are signalled, and an account per
+//!   endpoint frees slots as those complete. What the queue cannot take waits in the
+//!   endpoint's backlog and goes as slots free up (an operation of more requests than the
+//!   queue holds goes in parts); while a backlog exists, later operations are refused
+//!   with `NoResource`, so nothing overtakes. An operation ends when its last signalled
+//!   request completed; an error in an earlier request is remembered until then (the
+//!   QP's flush completes the rest).
 //! * **Flush** waits for every signalled request of the endpoint; a QP's requests take
 //!   effect in order (the model executes them in order; the real provider fences a request
 //!   that follows a READ or an atomic), so `fence` has nothing to add.
@@ -89,6 +97,14 @@ const ACCESS_ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC);
+
+/// A work request of an operation is signalled at least this often: an unsignalled one
+/// holds its send-queue slot until a later signalled one completes (as on an HCA).
+const SIGNAL_EVERY: u32 = 64;
+/// In `wr_id`: a signalled request the send-queue account counts.
+const COUNTED: u64 = 1 << 55;
+/// A backlog entry of no operation (a SEND, a probe).
+const NO_OP: usize = usize::MAX;
 
 /// Kinds of send work requests, in the top byte of `wr_id`.
 const WR_AM: u64 = 1;
@@ -221,6 +237,15 @@ struct RcEp {
     outstanding: u32,
     flushes: Vec<Comp>,
     pending: VecDeque<u64>,
+    /// Send-queue slots held: requests posted and not yet covered by a completed
+    /// signalled one; per signalled request in flight, how many it covers; and requests
+    /// posted since the last signalled one.
+    sq_used: usize,
+    sq_marks: VecDeque<u32>,
+    since_signal: u32,
+    /// Work requests of operations posted when the send queue could not take them all,
+    /// in order (operation slot or `NO_OP`, request, whether it is the operation's last).
+    backlog: VecDeque<(usize, SendWr, bool)>,
 }
 
 /// A QP this interface accepted: it receives the initiator's messages.
@@ -273,6 +298,11 @@ struct Op {
     /// An atomic's caller's result word (0 for RDMA): the old value lands in this op's
     /// slot of `amo` and is copied there on completion.
     result: u64,
+    /// Signalled requests of the operation not completed yet, and the first error seen.
+    signals: u32,
+    status: Option<Status>,
+    /// Its requests still in the endpoint's backlog.
+    unposted: u32,
 }
 
 /// The `rc_verbs` interface.
@@ -292,6 +322,8 @@ pub struct RcIface {
     tx: Bounce,
     /// One 8-byte landing slot per operation slot, for atomics' old values.
     amo: Bounce,
+    /// Work requests a QP's send queue holds (the provider's `max_qp_wr`).
+    sq_depth: usize,
     tx_free: Vec<u16>,
     /// Which endpoint each send slot is in flight for.
     tx_ep: Vec<Option<EpId>>,
@@ -405,6 +437,7 @@ impl RcIface {
         let tx = Bounce::new(p.as_mut(), TX_SLOTS).map_err(unavailable)?;
         let amo = Bounce::with_stride(p.as_mut(), MAX_OPS, 8).map_err(unavailable)?;
         let max_klm = p.caps().max_klm;
+        let sq_depth = p.caps().max_qp_wr.max(1);
         // The key pool: creating a key object is the expensive step, taken here (a device
         // without UMR has none, and `ucp` packs layouts instead).
         let pool_init = if max_klm > 0 { POOL_INIT } else { 0 };
@@ -486,6 +519,7 @@ impl RcIface {
             passive: HashMap::new(),
             tx,
             amo,
+            sq_depth,
             tx_free: (0..TX_SLOTS as u16).rev().collect(),
             tx_ep: vec![None; TX_SLOTS],
             ops: Slab::new(),
@@ -575,6 +609,7 @@ impl RcIface {
                 let qp = e.qp;
                 // Whatever is queued behind the failure is flushed by the HCA.
                 let _ = lock(&self.hca).modify_qp(qp, QpState::Err, None);
+                self.abandon_backlog(ep, st);
             }
         }
     }
@@ -590,6 +625,142 @@ impl RcIface {
         }
     }
 
+    /// Posts the work requests of one operation (of `op`, an `ops` slot, or `None`) on
+    /// `ep`'s QP, in order behind any earlier operation's: `NoResource` (nothing posted)
+    /// when the endpoint has a backlog or a full send queue. What the send queue cannot
+    /// take now waits in the endpoint's backlog and goes as completions free slots: an
+    /// HCA's send queue holds unsignalled requests until a later signalled one completes,
+    /// so the last request of an operation, one in every [`SIGNAL_EVERY`], and the one
+    /// that fills the queue are signalled (and counted in `wr_id`).
+    fn post_wrs(&mut self, ep: EpId, op: Option<usize>, wrs: Vec<SendWr>) -> UcsResult<()> {
+        let depth = self.sq_depth;
+        let e = self.eps.get_mut(ep.index()).ok_or(Status::InvalidParam)?;
+        if !e.backlog.is_empty() || e.sq_used >= depth {
+            return Err(Status::NoResource);
+        }
+        let n = wrs.len();
+        let slot = op.unwrap_or(NO_OP);
+        for (i, wr) in wrs.into_iter().enumerate() {
+            e.backlog.push_back((slot, wr, i + 1 == n));
+        }
+        // One signalled completion (or the operation's end) to wait for, undone below when
+        // nothing went out.
+        e.outstanding += 1;
+        self.total_outstanding += 1;
+        if let Some(o) = op.and_then(|o| self.ops.get_mut(o)) {
+            o.unposted = n as u32;
+        }
+        match self.drain_backlog(ep) {
+            Ok(0) => {
+                // The provider's queue refused the first: nothing went, take it back.
+                self.take_back(ep);
+                Err(Status::NoResource)
+            }
+            Ok(_) => Ok(()),
+            Err((0, err)) => {
+                self.take_back(ep);
+                Err(err.into())
+            }
+            Err(_) => {
+                // Part went out and cannot be taken back: the endpoint fails, and the
+                // operation ends with the error when what went out is flushed.
+                self.fail(ep, Status::IoError);
+                Ok(())
+            }
+        }
+    }
+
+    /// Undoes a `post_wrs` of which nothing went out.
+    fn take_back(&mut self, ep: EpId) {
+        if let Some(e) = self.eps.get_mut(ep.index()) {
+            e.backlog.clear();
+            e.outstanding = e.outstanding.saturating_sub(1);
+            self.total_outstanding = self.total_outstanding.saturating_sub(1);
+        }
+    }
+
+    /// Posts from `ep`'s backlog while its send queue has room; returns how many went, or
+    /// how many went before the provider refused one for another reason than a full queue.
+    fn drain_backlog(&mut self, ep: EpId) -> Result<usize, (usize, crate::tl::verbs::VerbsError)> {
+        let depth = self.sq_depth;
+        let Some(e) = self.eps.get_mut(ep.index()) else {
+            return Ok(0);
+        };
+        let mut posted = 0;
+        let mut h = lock(&self.hca);
+        while e.sq_used < depth {
+            let Some((op, mut wr, last)) = e.backlog.pop_front() else {
+                break;
+            };
+            let signal = last || e.since_signal + 1 >= SIGNAL_EVERY || e.sq_used + 1 >= depth;
+            wr.signaled = signal;
+            if signal {
+                wr.wr_id |= COUNTED;
+            }
+            match h.post_send(e.qp, &wr) {
+                Ok(()) => {}
+                Err(crate::tl::verbs::VerbsError::NoMemory) => {
+                    wr.wr_id &= !COUNTED;
+                    e.backlog.push_front((op, wr, last));
+                    break;
+                }
+                Err(err) => return Err((posted, err)),
+            }
+            posted += 1;
+            e.sq_used += 1;
+            e.since_signal += 1;
+            if signal {
+                e.sq_marks.push_back(e.since_signal);
+                e.since_signal = 0;
+            }
+            if let Some(o) = self.ops.get_mut(op) {
+                o.unposted = o.unposted.saturating_sub(1);
+                if signal {
+                    o.signals += 1;
+                }
+            }
+        }
+        Ok(posted)
+    }
+
+    /// Drops `ep`'s backlog (the endpoint failed): its operations end with `st` once
+    /// what of them went out is flushed, or now when nothing of them is in flight.
+    fn abandon_backlog(&mut self, ep: EpId, st: Status) {
+        let Some(e) = self.eps.get_mut(ep.index()) else {
+            return;
+        };
+        let ops: Vec<usize> = e.backlog.drain(..).map(|(o, _, _)| o).collect();
+        for o in ops {
+            let Some(op) = self.ops.get_mut(o) else {
+                continue;
+            };
+            op.unposted = 0;
+            op.status.get_or_insert(st);
+            if op.signals == 0 {
+                let op = self.ops.remove(o);
+                self.unref(&op.regs);
+                self.done.push_back((op.comp, st));
+                self.retire(ep);
+            }
+        }
+    }
+
+    /// A counted signalled request of `ep` completed on QP `qpn`: the slots it covers
+    /// are free (nothing when the endpoint's QP is another by now).
+    fn sq_release(&mut self, ep: EpId, qpn: u32) {
+        let Some(e) = self.eps.get_mut(ep.index()).filter(|e| e.qp == qpn) else {
+            return;
+        };
+        let n = e.sq_marks.pop_front().unwrap_or(0) as usize;
+        e.sq_used = e.sq_used.saturating_sub(n);
+        if !e.backlog.is_empty() && e.state == State::Ready {
+            if let Err((_, err)) = self.drain_backlog(ep) {
+                log::debug!("rc_verbs: a backlogged request was refused: {err:?}");
+                self.fail(ep, Status::IoError);
+            }
+        }
+    }
+
     /// Posts a SEND of what `fill` writes after the id byte (returns its length).
     fn send_am(
         &mut self,
@@ -598,7 +769,7 @@ impl RcIface {
         fill: &mut dyn FnMut(&mut [u8]) -> usize,
     ) -> UcsResult<usize> {
         check_am_id(id)?;
-        let qp = self.ready(ep)?.qp;
+        self.ready(ep)?;
         let slot = *self.tx_free.last().ok_or(Status::NoResource)? as usize;
         let seg = &mut self.tx.mem[slot * SEG..(slot + 1) * SEG];
         seg[0] = id;
@@ -611,16 +782,9 @@ impl RcIface {
             rkey: 0,
             signaled: true,
         };
-        let r = lock(&self.hca).post_send(qp, &wr);
-        match r {
-            Ok(()) => {}
-            Err(crate::tl::verbs::VerbsError::NoMemory) => return Err(Status::NoResource),
-            Err(e) => return Err(e.into()),
-        }
+        self.post_wrs(ep, None, vec![wr])?;
         self.tx_free.pop();
         self.tx_ep[slot] = Some(ep);
-        self.eps[ep.index()].outstanding += 1;
-        self.total_outstanding += 1;
         self.counters.sends += 1;
         Ok(n)
     }
@@ -728,7 +892,7 @@ impl RcIface {
         rkey: &RemoteKey,
         comp: Comp,
     ) -> UcsResult<Done> {
-        let qp = self.ready(ep)?.qp;
+        self.ready(ep)?;
         let total = iov_total(iov) as u64;
         let mut rtotal = 0u64;
         for &(a, l) in remote {
@@ -810,45 +974,38 @@ impl RcIface {
             comp,
             regs,
             result: 0,
+            signals: 0,
+            status: None,
+            unposted: 0,
         });
-        let last = wrs.len() - 1;
-        let mut h = lock(&self.hca);
-        for (i, (raddr, sges)) in wrs.into_iter().enumerate() {
-            let wr = SendWr {
+        let opcode = if write {
+            Opcode::RdmaWrite
+        } else {
+            Opcode::RdmaRead
+        };
+        let wrs: Vec<SendWr> = wrs
+            .into_iter()
+            .map(|(raddr, sges)| SendWr {
                 wr_id: wr_id(WR_OP, op as u64),
-                opcode: if write {
-                    Opcode::RdmaWrite
-                } else {
-                    Opcode::RdmaRead
-                },
+                opcode,
                 sges,
                 remote_addr: raddr,
                 rkey: rk,
-                signaled: i == last,
-            };
-            if let Err(e) = h.post_send(qp, &wr) {
-                drop(h);
-                let o = self.ops.remove(op);
-                self.unref(&o.regs);
-                if i == 0 && e == crate::tl::verbs::VerbsError::NoMemory {
-                    // Nothing posted: the caller may retry.
-                    return Err(Status::NoResource);
-                }
-                // Part of the operation is posted and cannot be taken back: the endpoint
-                // fails, so that the caller never sees half a transfer as done.
-                self.fail(ep, Status::IoError);
-                return Err(Status::IoError);
-            }
+                signaled: false,
+            })
+            .collect();
+        if let Err(st) = self.post_wrs(ep, Some(op), wrs) {
+            // Nothing posted: the caller may retry.
+            let o = self.ops.remove(op);
+            self.unref(&o.regs);
+            return Err(st);
         }
-        drop(h);
         if write {
             self.counters.writes += 1;
         } else {
             self.counters.reads += 1;
         }
         self.counters.rma_bytes += total;
-        self.eps[ep.index()].outstanding += 1;
-        self.total_outstanding += 1;
         Ok(Done::Later)
     }
 
@@ -1073,7 +1230,8 @@ impl RcIface {
     }
 
     fn send_completion(&mut self, w: Wc) {
-        let (kind, v) = (w.wr_id >> 56, w.wr_id & ((1 << 56) - 1));
+        let (kind, v) = (w.wr_id >> 56, w.wr_id & (COUNTED - 1));
+        let counted = w.wr_id & COUNTED != 0;
         let failed = |this: &Self, ep: EpId| match this.eps.get(ep.index()).map(|e| e.state) {
             Some(State::Failed(s)) => Some(s),
             _ => None,
@@ -1084,6 +1242,9 @@ impl RcIface {
                 let Some(ep) = self.tx_ep.get_mut(slot).and_then(Option::take) else {
                     return;
                 };
+                if counted {
+                    self.sq_release(ep, w.qpn);
+                }
                 self.tx_free.push(slot as u16);
                 if w.status != WcStatus::Success {
                     self.fail(ep, Self::wc_status(w.status));
@@ -1091,31 +1252,62 @@ impl RcIface {
                 self.retire(ep);
             }
             WR_OP => {
-                let Some(op) = self.ops.try_remove(v as usize) else {
+                // An operation ends with its last counted signalled request: errors of
+                // earlier requests are remembered, and the flush that follows an error
+                // completes the counted ones.
+                let Some(o) = self.ops.get_mut(v as usize) else {
                     return;
                 };
+                let ep = o.ep;
+                if self.eps.get(ep.index()).is_some_and(|e| e.qp != w.qpn) {
+                    // A late completion of a slot reused by another endpoint's operation.
+                    return;
+                }
+                let Some(o) = self.ops.get_mut(v as usize) else {
+                    return;
+                };
+                if w.status != WcStatus::Success && o.status.is_none() {
+                    o.status = Some(Self::wc_status(w.status));
+                }
+                if counted {
+                    o.signals = o.signals.saturating_sub(1);
+                }
+                let finished = counted && o.signals == 0 && o.unposted == 0;
+                if counted {
+                    self.sq_release(ep, w.qpn);
+                }
+                if w.status != WcStatus::Success {
+                    let st = failed(self, ep).unwrap_or(Self::wc_status(w.status));
+                    self.fail(ep, st);
+                }
+                if !finished {
+                    return;
+                }
+                let op = self.ops.remove(v as usize);
                 self.unref(&op.regs);
-                let st = if w.status == WcStatus::Success {
-                    if op.result != 0 {
-                        let at = v as usize * 8;
-                        let old = u64::from_ne_bytes(
-                            self.amo.mem[at..at + 8].try_into().expect("8 bytes"),
-                        );
-                        // SAFETY: the caller of `atomic64_fetch` keeps its result word
-                        // valid until this completion.
-                        unsafe { std::ptr::write_unaligned(op.result as *mut u64, old) };
+                let st = match op.status {
+                    None => {
+                        if op.result != 0 {
+                            let at = v as usize * 8;
+                            let old = u64::from_ne_bytes(
+                                self.amo.mem[at..at + 8].try_into().expect("8 bytes"),
+                            );
+                            // SAFETY: the caller of `atomic64_fetch` keeps its result word
+                            // valid until this completion.
+                            unsafe { std::ptr::write_unaligned(op.result as *mut u64, old) };
+                        }
+                        Status::Ok
                     }
-                    Status::Ok
-                } else {
-                    let st = failed(self, op.ep).unwrap_or(Self::wc_status(w.status));
-                    self.fail(op.ep, st);
-                    failed(self, op.ep).unwrap_or(st)
+                    Some(st) => failed(self, ep).unwrap_or(st),
                 };
                 self.done.push_back((op.comp, st));
-                self.retire(op.ep);
+                self.retire(ep);
             }
             WR_PROBE => {
                 let ep = EpId(v as u32);
+                if counted {
+                    self.sq_release(ep, w.qpn);
+                }
                 if w.status != WcStatus::Success {
                     self.fail(ep, Self::wc_status(w.status));
                 }
@@ -1141,7 +1333,7 @@ impl RcIface {
             .filter(|(_, e)| e.state == State::Ready && e.outstanding == 0)
             .map(|(i, e)| (i, e.qp))
             .collect();
-        for (i, qp) in eps {
+        for (i, _) in eps {
             let wr = SendWr {
                 wr_id: wr_id(WR_PROBE, i as u64),
                 opcode: Opcode::RdmaWrite,
@@ -1150,10 +1342,8 @@ impl RcIface {
                 rkey: 0,
                 signaled: true,
             };
-            if lock(&self.hca).post_send(qp, &wr).is_ok() {
-                self.eps[i].outstanding += 1;
-                self.total_outstanding += 1;
-            }
+            // Counted as outstanding by `post_wrs`; a full queue skips this round.
+            let _ = self.post_wrs(EpId(i as u32), None, vec![wr]);
         }
         let qps: Vec<u32> = self.passive.keys().copied().collect();
         for qp in qps {
@@ -1268,7 +1458,11 @@ impl RcIface {
     }
 
     fn can_send(&self, e: &RcEp) -> bool {
-        e.state == State::Ready && !self.tx_free.is_empty() && self.ops.len() < MAX_OPS
+        e.state == State::Ready
+            && !self.tx_free.is_empty()
+            && self.ops.len() < MAX_OPS
+            && e.sq_used < self.sq_depth
+            && e.backlog.is_empty()
     }
 }
 
@@ -1351,6 +1545,10 @@ impl Iface for RcIface {
             outstanding: 0,
             flushes: Vec::new(),
             pending: VecDeque::new(),
+            sq_used: 0,
+            sq_marks: VecDeque::new(),
+            since_signal: 0,
+            backlog: VecDeque::new(),
         }) as u32);
         self.connecting += 1;
         self.send_request(id);
@@ -1491,7 +1689,7 @@ impl Iface for RcIface {
         result: *mut u64,
         comp: Comp,
     ) -> UcsResult<Done> {
-        let qp = self.ready(ep)?.qp;
+        self.ready(ep)?;
         if result.is_null() || !remote_addr.is_multiple_of(8) {
             return Err(Status::InvalidParam);
         }
@@ -1505,6 +1703,9 @@ impl Iface for RcIface {
             comp,
             regs: SmallVec::new(),
             result: result as u64,
+            signals: 0,
+            status: None,
+            unposted: 0,
         });
         // Fewer than MAX_OPS operations are in flight, so the slab's index is below it.
         let wr = SendWr {
@@ -1518,18 +1719,11 @@ impl Iface for RcIface {
             rkey: rk,
             signaled: true,
         };
-        let r = lock(&self.hca).post_send(qp, &wr);
-        if let Err(e) = r {
+        if let Err(st) = self.post_wrs(ep, Some(slot), vec![wr]) {
             self.ops.remove(slot);
-            if e == crate::tl::verbs::VerbsError::NoMemory {
-                return Err(Status::NoResource);
-            }
-            self.fail(ep, Status::IoError);
-            return Err(Status::IoError);
+            return Err(st);
         }
         self.counters.atomics += 1;
-        self.eps[ep.index()].outstanding += 1;
-        self.total_outstanding += 1;
         Ok(Done::Later)
     }
 
@@ -1641,7 +1835,7 @@ impl Iface for RcIface {
         total: u64,
         comp: Comp,
     ) -> UcsResult<Done> {
-        let qp = self.ready(ep)?.qp;
+        self.ready(ep)?;
         if chunk == 0
             || local.len() != remote.len()
             || total.div_ceil(chunk) != local.len() as u64
@@ -1657,38 +1851,33 @@ impl Iface for RcIface {
             comp,
             regs: SmallVec::new(),
             result: 0,
+            signals: 0,
+            status: None,
+            unposted: 0,
         });
-        let mut h = lock(&self.hca);
-        let last = local.len().saturating_sub(1);
-        for (i, (&l, &r)) in local.iter().zip(remote).enumerate() {
-            let n = chunk.min(total - i as u64 * chunk);
-            let wr = SendWr {
+        let wrs: Vec<SendWr> = local
+            .iter()
+            .zip(remote)
+            .enumerate()
+            .map(|(i, (&l, &r))| SendWr {
                 wr_id: wr_id(WR_OP, op as u64),
                 opcode: Opcode::RdmaWrite,
                 sges: smallvec::smallvec![Sge {
                     addr: 0,
-                    len: n as u32,
+                    len: chunk.min(total - i as u64 * chunk) as u32,
                     lkey: l,
                 }],
                 remote_addr: 0,
                 rkey: r,
-                signaled: i == last,
-            };
-            if let Err(e) = h.post_send(qp, &wr) {
-                drop(h);
-                self.ops.remove(op);
-                if i == 0 && e == crate::tl::verbs::VerbsError::NoMemory {
-                    return Err(Status::NoResource);
-                }
-                self.fail(ep, Status::IoError);
-                return Err(Status::IoError);
-            }
+                signaled: false,
+            })
+            .collect();
+        if let Err(st) = self.post_wrs(ep, Some(op), wrs) {
+            self.ops.remove(op);
+            return Err(st);
         }
-        drop(h);
         self.counters.umr_writes += local.len() as u64;
         self.counters.rma_bytes += total;
-        self.eps[ep.index()].outstanding += 1;
-        self.total_outstanding += 1;
         Ok(Done::Later)
     }
 

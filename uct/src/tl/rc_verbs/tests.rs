@@ -163,6 +163,74 @@ fn fetch_add_and_compare_swap_run_on_the_hca() {
     b.md().mem_dereg(&mh).unwrap();
 }
 
+/// An HCA's send queue holds unsignalled requests until a later signalled one completes:
+/// operations signal at least every 64 requests, and what the queue (256 on the model)
+/// cannot take waits in the endpoint's backlog, in order, while later operations are
+/// refused (`NoResource`) until it drained. An operation of more requests than the
+/// queue holds goes in parts.
+#[test]
+fn operations_respect_the_send_queue() {
+    let (mut a, mut b) = (open(), open());
+    let (mut ea, mut eb) = (Ev::default(), Ev::default());
+    let ep = a.ep_connect(b.device_address(), b.iface_address()).unwrap();
+    until(&mut a, &mut ea, &mut b, &mut eb, |a, _, _| a.ep_idle(ep));
+    let mut region: Vec<u8> = (0..131072u32).map(|i| (i * 7 + i / 256) as u8).collect();
+    // SAFETY: `region` outlives its registration (deregistered below).
+    let mh = unsafe { b.md().mem_reg(region.as_mut_ptr(), region.len()) }.unwrap();
+    let rk = a.md().rkey_unpack(&b.md().mkey_pack(&mh)).unwrap();
+    // A gather of n segments of 16 bytes, 128 apart: one work request each.
+    let segs = |n: u64, from: u64| -> Vec<(u64, u64)> {
+        (0..n).map(|k| (mh.base + from + k * 128, 16)).collect()
+    };
+    let sizes = [100u64, 100, 100, 100, 700];
+    let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n as usize * 16]).collect();
+    let post = |a: &mut RcIface, dst: &mut Vec<Vec<u8>>, i: usize| {
+        let l = [Iov::from_mut_slice(&mut dst[i])];
+        // SAFETY: `dst` outlives the operations (waited for below).
+        unsafe { a.get_zcopy_iov(ep, &l, &segs(sizes[i], i as u64 * 16), &rk, i as u64) }
+    };
+    assert_eq!(post(&mut a, &mut dst, 0), Ok(Done::Later));
+    assert_eq!(post(&mut a, &mut dst, 1), Ok(Done::Later));
+    // 56 of the third's requests fit the queue, 44 wait in the backlog.
+    assert_eq!(post(&mut a, &mut dst, 2), Ok(Done::Later));
+    assert!(!a.ep_idle(ep));
+    assert_eq!(
+        post(&mut a, &mut dst, 3),
+        Err(Status::NoResource),
+        "behind a backlog"
+    );
+    until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
+        ea.done.len() == 3
+    });
+    assert_eq!(post(&mut a, &mut dst, 3), Ok(Done::Later));
+    // 700 requests: more than the queue holds, in parts as completions come.
+    until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
+        ea.done.len() == 4
+    });
+    assert_eq!(post(&mut a, &mut dst, 4), Ok(Done::Later));
+    until(&mut a, &mut ea, &mut b, &mut eb, |_, ea, _| {
+        ea.done.len() == 5
+    });
+    let comps: Vec<(u64, Status)> = (0..5).map(|i| (i, Status::Ok)).collect();
+    assert_eq!(ea.done, comps);
+    for (i, d) in dst.iter().enumerate() {
+        let want: Vec<u8> = segs(sizes[i], i as u64 * 16)
+            .iter()
+            .flat_map(|&(at, n)| {
+                let o = (at - mh.base) as usize;
+                region[o..o + n as usize].to_vec()
+            })
+            .collect();
+        assert!(*d == want, "gather {i}");
+    }
+    assert_eq!(
+        a.flush(Some(ep), 9),
+        Ok(Done::Now),
+        "nothing left in flight"
+    );
+    b.md().mem_dereg(&mh).unwrap();
+}
+
 #[test]
 fn a_request_to_a_stale_interface_address_is_rejected() {
     let (mut a, mut b) = (open(), open());

@@ -444,6 +444,9 @@ pub struct SoftHca {
     peers: HashMap<(u32, u32), Segment>,
     /// Send requests posted and not run yet (waiting behind a receive-not-ready), per QP.
     pending: HashMap<u32, VecDeque<SendWr>>,
+    /// Unsignalled requests that ran and still hold their send-queue slot, per QP: as on
+    /// an HCA, a slot is free again only when a later completion covers it.
+    sq_held: HashMap<u32, usize>,
     /// Peers' device allocations mapped here: (pid, allocation base in the peer) → (IPC
     /// handle, device, address here).
     #[cfg(feature = "cuda")]
@@ -513,6 +516,7 @@ impl SoftHca {
             umr_ns: UMR_NS.min(mkey_ns),
             peers: HashMap::new(),
             pending: HashMap::new(),
+            sq_held: HashMap::new(),
             #[cfg(feature = "cuda")]
             ipc_maps: HashMap::new(),
             mkeys_created: 0,
@@ -890,6 +894,12 @@ impl SoftHca {
                     wr.sges.iter().map(|s| u64::from(s.len)).sum::<u64>()
                 );
             }
+            let held = self.sq_held.entry(qpn).or_default();
+            if status != WcStatus::Success || wr.signaled {
+                *held = 0;
+            } else {
+                *held += 1;
+            }
             let l = self.lock();
             if status != WcStatus::Success && state != QpState::Err {
                 qp_to_err(l.t, qpn);
@@ -1166,6 +1176,7 @@ impl Provider for SoftHca {
         }
         if state == QpState::Reset {
             self.pending.remove(&qpn);
+            self.sq_held.remove(&qpn);
         }
         if to_err {
             // Requests waiting to run are flushed.
@@ -1193,6 +1204,7 @@ impl Provider for SoftHca {
         q.valid = 0;
         drop(l);
         self.pending.remove(&qpn);
+        self.sq_held.remove(&qpn);
         Ok(())
     }
 
@@ -1204,8 +1216,9 @@ impl Provider for SoftHca {
         if !matches!(state, QpState::Rts | QpState::Err) {
             return Err(VerbsError::Invalid);
         }
+        let held = self.sq_held.get(&qpn).copied().unwrap_or(0);
         let q = self.pending.entry(qpn).or_default();
-        if q.len() >= RQ_DEPTH {
+        if q.len() + held >= RQ_DEPTH {
             return Err(VerbsError::NoMemory);
         }
         q.push_back(wr.clone());
@@ -1866,6 +1879,55 @@ mod tests {
     }
 
     /// One process: the state machine, key lifetimes, the UMR limit and creation cost.
+    /// As on an HCA, an unsignalled request keeps its send-queue slot after it ran, until
+    /// a later signalled request completes: a queue of unsignalled requests fills up.
+    #[test]
+    fn unsignalled_requests_hold_send_queue_slots() {
+        let mut h = SoftHca::open(2, 0).unwrap();
+        let cq = h.create_cq().unwrap();
+        let qp = h.create_qp(cq, cq).unwrap();
+        let me = QpAddr {
+            device: h.device_address(),
+            qpn: qp,
+        };
+        h.modify_qp(qp, QpState::Init, None).unwrap();
+        h.modify_qp(qp, QpState::Rtr, Some(&me)).unwrap();
+        h.modify_qp(qp, QpState::Rts, None).unwrap();
+        // Zero-length RDMA WRITEs to itself: they need no key and run at once.
+        let probe = |id: u64, signaled: bool| SendWr {
+            wr_id: id,
+            opcode: Opcode::RdmaWrite,
+            sges: smallvec![],
+            remote_addr: 0,
+            rkey: 0,
+            signaled,
+        };
+        for i in 0..RQ_DEPTH as u64 - 1 {
+            h.post_send(qp, &probe(i, false)).unwrap();
+        }
+        assert!(
+            poll_all(&mut h, cq).is_empty(),
+            "nothing signalled, nothing reported"
+        );
+        h.post_send(qp, &probe(1000, true)).unwrap();
+        assert_eq!(
+            poll_all(&mut h, cq)
+                .iter()
+                .map(|w| w.wr_id)
+                .collect::<Vec<_>>(),
+            vec![1000]
+        );
+        // Its completion covered the queue: a full queue's worth fits again, and no more.
+        for i in 0..RQ_DEPTH as u64 {
+            h.post_send(qp, &probe(i, false)).unwrap();
+        }
+        assert_eq!(
+            h.post_send(qp, &probe(2000, true)),
+            Err(VerbsError::NoMemory),
+            "every slot held by a request that ran unsignalled"
+        );
+    }
+
     #[test]
     fn state_machine_keys_and_umr_cost() {
         let mut h = SoftHca::open(2, 200_000).unwrap();
