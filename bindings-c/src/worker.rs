@@ -521,6 +521,24 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
             return;
         };
         let c = w.ctx();
+        if std::env::var_os("RUCX_STATS").is_some_and(|v| v == "1") {
+            // The worker's protocol counters, for finding out what a program's traffic
+            // took (UCX's statistics are the model: `UCX_STATS_DEST`).
+            let st = w.with(|wk| wk.stats());
+            let line: Vec<String> = st
+                .counters()
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            // One write, so that lines of processes sharing a stderr do not interleave.
+            let msg = format!(
+                "[rucx {}] worker statistics: {}\n",
+                std::process::id(),
+                line.join(", ")
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), msg.as_bytes());
+        }
         {
             let mems = lock(&c.mems);
             lock(&c.workers).retain(|&p| p != worker as usize);

@@ -190,6 +190,18 @@ fn c_example_builds_with_pkg_config_and_runs() {
         "pingpong failed:\n{out}\n{err}"
     );
     assert_eq!(announcements(&err), 2, "both processes on Rucx:\n{err}");
+    // With RUCX_STATS=1 each process prints its worker's counters when it destroys it.
+    let (ok, out, err) = run_limited_env(&exe, Duration::from_secs(60), &[("RUCX_STATS", "1")]);
+    assert!(ok && out.contains("pingpong: OK"), "{out}\n{err}");
+    let stats: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("worker statistics:"))
+        .collect();
+    assert_eq!(stats.len(), 2, "one line per process:\n{err}");
+    assert!(
+        stats.iter().all(|l| l.contains("eager")),
+        "the messages are counted:\n{err}"
+    );
 }
 
 /// The GPU example (`contrib/c-example/gpu_pingpong.c`: device memory from `ucp_mem_map`

@@ -11,7 +11,8 @@
 #   bash contrib/charm/gpu-jacobi3d.sh [GRID] [ITERS] [ROUNDS]
 #
 # ROUNDS (default 1) alternate the libraries; with MPS=1 the runs are repeated under MPS
-# (PEs sharing the GPU without time-slicing) where nvidia-cuda-mps-control exists.
+# (PEs sharing the GPU without time-slicing) where nvidia-cuda-mps-control exists; with
+# RUCX_STATS=1 each Rucx process prints its protocol counters at the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -68,6 +69,8 @@ sweep() {
             -x "$grid" -y "$grid" -z "$grid" -i "$iters" $d 2>&1)
           avg=$(grep -o "Average iteration time: [0-9.]* us" <<<"$out")
           echo "jacobi3d +p$p ${d:-(staged)} on $which: ${avg:-FAILED}"
+          # RUCX_STATS=1: each Rucx process's protocol counters.
+          grep "worker statistics" <<<"$out" || true
           if [ -z "$avg" ]; then
             tail -n 15 <<<"$out"
             status=1
