@@ -220,7 +220,10 @@ unsafe fn lock<'a>(t: *mut Table) -> Locked<'a> {
             Ok(_) => break,
             Err(owner) => {
                 spins += 1;
-                if spins.is_multiple_of(4096) && owner != 0 && !pid_alive(owner) {
+                // Whether the owner still lives is asked once the spinning turned to
+                // yielding, and every 64 yields after: under load a yield can last a
+                // time slice, and a dead owner must not hold its peers for long.
+                if spins >= 256 && spins.is_multiple_of(64) && owner != 0 && !pid_alive(owner) {
                     // The owner died holding it: take it over.
                     if word
                         .compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed)
