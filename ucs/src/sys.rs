@@ -150,6 +150,12 @@ fn read_stat(pid: i32, buf: &mut [u8; STAT_BUF]) -> Option<&str> {
     }
 }
 
+/// Whether the process a peer named by `(pid, start_time)` is gone: dead (a zombie
+/// included), or its pid now belongs to a process started at another time.
+pub fn process_gone(pid: i32, start_time: u64) -> bool {
+    !process_alive(pid) || process_start_time(pid).is_some_and(|s| s != start_time)
+}
+
 /// The process start time in clock ticks (field 22 of /proc/PID/stat): with the pid it
 /// names a process uniquely, so a recycled pid is not mistaken for the old peer.
 pub fn process_start_time(pid: i32) -> Option<u64> {

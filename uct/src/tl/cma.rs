@@ -347,11 +347,7 @@ impl CmaIface {
         let dead: Vec<usize> = self
             .eps
             .iter()
-            .filter(|(_, e)| {
-                e.failed.is_none()
-                    && (!ucs::sys::process_alive(e.pid)
-                        || ucs::sys::process_start_time(e.pid).is_some_and(|s| s != e.start_time))
-            })
+            .filter(|(_, e)| e.failed.is_none() && ucs::sys::process_gone(e.pid, e.start_time))
             .map(|(i, _)| i)
             .collect();
         for i in dead {

@@ -209,9 +209,7 @@ impl PosixIface {
             return Ok(p.clone());
         }
         let pid = a.pid as i32;
-        if !ucs::sys::process_alive(pid)
-            || ucs::sys::process_start_time(pid).is_some_and(|s| s != a.start_time)
-        {
+        if ucs::sys::process_gone(pid, a.start_time) {
             return Err(Status::Unreachable);
         }
         let len = fifo::segment_len(a.fifo_size as usize, a.seg_size as usize);

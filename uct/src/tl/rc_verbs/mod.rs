@@ -632,7 +632,12 @@ impl RcIface {
     /// HCA's send queue holds unsignalled requests until a later signalled one completes,
     /// so the last request of an operation, one in every [`SIGNAL_EVERY`], and the one
     /// that fills the queue are signalled (and counted in `wr_id`).
-    fn post_wrs(&mut self, ep: EpId, op: Option<usize>, wrs: Vec<SendWr>) -> UcsResult<()> {
+    fn post_wrs(
+        &mut self,
+        ep: EpId,
+        op: Option<usize>,
+        wrs: impl ExactSizeIterator<Item = SendWr>,
+    ) -> UcsResult<()> {
         let depth = self.sq_depth;
         let e = self.eps.get_mut(ep.index()).ok_or(Status::InvalidParam)?;
         if !e.backlog.is_empty() || e.sq_used >= depth {
@@ -640,7 +645,7 @@ impl RcIface {
         }
         let n = wrs.len();
         let slot = op.unwrap_or(NO_OP);
-        for (i, wr) in wrs.into_iter().enumerate() {
+        for (i, wr) in wrs.enumerate() {
             e.backlog.push_back((slot, wr, i + 1 == n));
         }
         // One signalled completion (or the operation's end) to wait for, undone below when
@@ -782,7 +787,7 @@ impl RcIface {
             rkey: 0,
             signaled: true,
         };
-        self.post_wrs(ep, None, vec![wr])?;
+        self.post_wrs(ep, None, std::iter::once(wr))?;
         self.tx_free.pop();
         self.tx_ep[slot] = Some(ep);
         self.counters.sends += 1;
@@ -994,7 +999,7 @@ impl RcIface {
                 signaled: false,
             })
             .collect();
-        if let Err(st) = self.post_wrs(ep, Some(op), wrs) {
+        if let Err(st) = self.post_wrs(ep, Some(op), wrs.into_iter()) {
             // Nothing posted: the caller may retry.
             let o = self.ops.remove(op);
             self.unref(&o.regs);
@@ -1343,7 +1348,7 @@ impl RcIface {
                 signaled: true,
             };
             // Counted as outstanding by `post_wrs`; a full queue skips this round.
-            let _ = self.post_wrs(EpId(i as u32), None, vec![wr]);
+            let _ = self.post_wrs(EpId(i as u32), None, std::iter::once(wr));
         }
         let qps: Vec<u32> = self.passive.keys().copied().collect();
         for qp in qps {
@@ -1719,7 +1724,7 @@ impl Iface for RcIface {
             rkey: rk,
             signaled: true,
         };
-        if let Err(st) = self.post_wrs(ep, Some(slot), vec![wr]) {
+        if let Err(st) = self.post_wrs(ep, Some(slot), std::iter::once(wr)) {
             self.ops.remove(slot);
             return Err(st);
         }
@@ -1872,7 +1877,7 @@ impl Iface for RcIface {
                 signaled: false,
             })
             .collect();
-        if let Err(st) = self.post_wrs(ep, Some(op), wrs) {
+        if let Err(st) = self.post_wrs(ep, Some(op), wrs.into_iter()) {
             self.ops.remove(op);
             return Err(st);
         }

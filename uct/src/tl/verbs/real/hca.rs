@@ -878,6 +878,17 @@ impl RealHca {
         self.regions.get(&key).map_or(key, Region::lkey)
     }
 
+    /// The verbs' SGEs of `sges`, each key translated to the region's lkey.
+    fn ib_sges(&self, sges: &[crate::tl::verbs::Sge]) -> smallvec::SmallVec<[ib::ibv_sge; 4]> {
+        sges.iter()
+            .map(|s| ib::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: self.lkey(s.lkey),
+            })
+            .collect()
+    }
+
     fn qp(&self, qpn: u32) -> VResult<*mut ib::ibv_qp> {
         self.qps.get(&qpn).copied().ok_or(VerbsError::Invalid)
     }
@@ -1135,15 +1146,7 @@ impl Provider for RealHca {
 
     fn post_send(&mut self, qpn: u32, wr: &SendWr) -> VResult<()> {
         let qp = self.qp(qpn)?;
-        let mut sges: smallvec::SmallVec<[ib::ibv_sge; 4]> = wr
-            .sges
-            .iter()
-            .map(|s| ib::ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: self.lkey(s.lkey),
-            })
-            .collect();
+        let mut sges = self.ib_sges(&wr.sges);
         // SAFETY: plain C struct (pointers null, integers 0); filled below.
         let mut w: ib::ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id;
@@ -1200,15 +1203,7 @@ impl Provider for RealHca {
 
     fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> VResult<()> {
         let qp = self.qp(qpn)?;
-        let mut sges: smallvec::SmallVec<[ib::ibv_sge; 4]> = wr
-            .sges
-            .iter()
-            .map(|s| ib::ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: self.lkey(s.lkey),
-            })
-            .collect();
+        let mut sges = self.ib_sges(&wr.sges);
         let mut w = ib::ibv_recv_wr {
             wr_id: wr.wr_id,
             next: null_mut(),
