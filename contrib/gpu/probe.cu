@@ -50,7 +50,7 @@ static int cmpd(const void *a, const void *b)
 }
 
 /* Median of n timings of f (each timing one call), in microseconds. */
-#define MEDIAN_US(n, body) ({ double *t_ = malloc(sizeof(double) * (n)); \
+#define MEDIAN_US(n, body) ({ double *t_ = (double *)malloc(sizeof(double) * (n)); \
     for (int i_ = 0; i_ < (n); i_++) { double t0_ = now(); body; t_[i_] = (now() - t0_) * 1e6; } \
     qsort(t_, (n), sizeof(double), cmpd); double m_ = t_[(n) / 2]; free(t_); m_; })
 
@@ -209,6 +209,29 @@ static void bandwidth(int ndev)
                 for (int k = 0; k < 4; k++) CK(cuStreamSynchronize(ss[k]));
             });
             printf("gpu%d -> gpu%d 64 MiB over 4 streams: %.0f GB/s\n", i, j, gbps(n, t4));
+            /* The same copy queued on a stream of the destination GPU (a pull by gpu j's
+             * copy engines), whole and split over 4 streams. */
+            CK(cuCtxSetCurrent(ctx_of(j)));
+            r = cuCtxEnablePeerAccess(ctx_of(i), 0);
+            if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) CK(r);
+            CUstream sj[4];
+            for (int k = 0; k < 4; k++) CK(cuStreamCreate(&sj[k], CU_STREAM_NON_BLOCKING));
+            CK(cuMemcpyDtoDAsync(dst, src, n, sj[0]));
+            CK(cuStreamSynchronize(sj[0]));
+            double tj = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(dst, src, n, sj[0])); CK(cuStreamSynchronize(sj[0])); });
+            double tj4 = MEDIAN_US(20, {
+                for (int k = 0; k < 4; k++) CK(cuMemcpyDtoDAsync(dst + k * (n / 4), src + k * (n / 4), n / 4, sj[k]));
+                for (int k = 0; k < 4; k++) CK(cuStreamSynchronize(sj[k]));
+            });
+            printf("gpu%d -> gpu%d 64 MiB on gpu%d's streams (pull): one stream %.0f GB/s, 4 streams %.0f GB/s\n",
+                   i, j, j, gbps(n, tj), gbps(n, tj4));
+            int smj = 0;
+            CK(cuDeviceGetAttribute(&smj, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dj));
+            kcopy(dst, src, n, sj[0], smj * 2);
+            CK(cuStreamSynchronize(sj[0]));
+            double kj = MEDIAN_US(20, { kcopy(dst, src, n, sj[0], smj * 2); CK(cuStreamSynchronize(sj[0])); });
+            printf("gpu%d -> gpu%d 64 MiB copy kernel on gpu%d (pull), 2 blocks/SM: %.0f GB/s\n", i, j, j, gbps(n, kj));
+            CK(cuCtxSetCurrent(ctx_of(i)));
             int sms = 0;
             CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, di));
             for (int m = 1; m <= 4; m *= 2) {
@@ -249,6 +272,33 @@ static void ipc_child(const char *hex, int ndev)
         double lat = MEDIAN_US(2000, CK(cuMemcpyDtoD(mine, m, 8)));
         double bw = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(mine, m, n, s)); CK(cuStreamSynchronize(s)); });
         double wr = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(m, mine, n, s)); CK(cuStreamSynchronize(s)); });
+        /* Back to back, as a transport queues a window of messages: 20 copies on one
+         * stream, an event recorded after each, one wait at the end; then the same over
+         * four streams taken in turn. */
+        CUevent evs[20];
+        for (int k = 0; k < 20; k++) CK(cuEventCreate(&evs[k], CU_EVENT_DISABLE_TIMING));
+        CUstream s4[4];
+        for (int k = 0; k < 4; k++) CK(cuStreamCreate(&s4[k], CU_STREAM_NON_BLOCKING));
+        double b2b_read = MEDIAN_US(5, {
+            for (int k = 0; k < 20; k++) { CK(cuMemcpyAsync(mine, m, n, s)); CK(cuEventRecord(evs[k], s)); }
+            CK(cuStreamSynchronize(s));
+        }) / 20;
+        double b2b_write = MEDIAN_US(5, {
+            for (int k = 0; k < 20; k++) { CK(cuMemcpyAsync(m, mine, n, s)); CK(cuEventRecord(evs[k], s)); }
+            CK(cuStreamSynchronize(s));
+        }) / 20;
+        double b2b4 = MEDIAN_US(5, {
+            for (int k = 0; k < 20; k++) { CK(cuMemcpyAsync(mine, m, n, s4[k % 4])); CK(cuEventRecord(evs[k], s4[k % 4])); }
+            for (int k = 0; k < 4; k++) CK(cuStreamSynchronize(s4[k]));
+        }) / 20;
+        /* Polling the events as a progress loop does, instead of one wait. */
+        double b2b_poll = MEDIAN_US(5, {
+            for (int k = 0; k < 20; k++) { CK(cuMemcpyAsync(mine, m, n, s)); CK(cuEventRecord(evs[k], s)); }
+            for (int k = 0; k < 20; k++) spin(evs[k]);
+        }) / 20;
+        printf("ipc from gpu0 buffer, opened on gpu%d: 20 x 64 MiB back to back: read %.0f GB/s, write %.0f GB/s, "
+               "read over 4 streams %.0f GB/s, read with polled events %.0f GB/s\n",
+               dev, gbps(n, b2b_read), gbps(n, b2b_write), gbps(n, b2b4), gbps(n, b2b_poll));
         unsigned char c = 0;
         CK(cuMemcpyDtoH(&c, m + n - 1, 1));
         CUpointer_attribute at = CU_POINTER_ATTRIBUTE_BUFFER_ID;

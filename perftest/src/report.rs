@@ -383,6 +383,7 @@ impl LatClock {
     pub fn new(args: &Args, kind: Kind, size: usize) -> LatClock {
         let rep = Reporter::new(kind, size, args.format());
         rep.header();
+        crate::mark_measured();
         let report_every = (1e9 * ucs::time::cycles_per_ns()) as u64;
         let last = ucs::time::cycles();
         LatClock {
@@ -423,6 +424,7 @@ impl StreamClock {
     pub fn new(args: &Args, size: usize) -> StreamClock {
         let rep = Reporter::new(Kind::Bandwidth, size, args.format());
         rep.header();
+        crate::mark_measured();
         let rate = ucs::time::cycles_per_ns();
         StreamClock {
             rep,
@@ -431,6 +433,15 @@ impl StreamClock {
             mark: ucs::time::cycles(),
             since: 0,
         }
+    }
+
+    /// Starts the measured part now: the loop calls it once the warm-up operations have
+    /// completed, so that their time is not counted against the measured ones (a window
+    /// of asynchronous GPU copies takes milliseconds to drain).
+    pub fn restart(&mut self) {
+        crate::mark_measured();
+        self.mark = ucs::time::cycles();
+        self.since = 0;
     }
 
     /// Counts iteration `i` (warm-up iterations restart the clock).

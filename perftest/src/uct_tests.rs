@@ -503,6 +503,10 @@ fn put_bw(args: &Args, role: Role, s: &mut Side, oob: &mut Oob) -> Result<(), Er
     let window = s.plan.window;
     let mut clock = StreamClock::new(args, s.plan.size);
     for i in 0..total {
+        if i == args.warmup && args.warmup > 0 {
+            s.wait_outstanding(0, oob)?;
+            clock.restart();
+        }
         s.wait_outstanding(window - 1, oob)?;
         s.zcopy(oob, |iface, ep, comp| {
             tx.put_zcopy(iface, ep, rk.base, &rk, comp)

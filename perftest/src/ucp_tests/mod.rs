@@ -614,6 +614,8 @@ pub fn run(args: &Args, role: Role, oob: &mut Oob) -> Result<(), Error> {
         rx_slots,
         (!heap).then_some(&mut s.worker),
     )?;
+    // Setup is done: the CPU share is counted from here (a server has no clock).
+    crate::mark_measured();
     match (plan.op, plan.latency, role) {
         (OpKind::Put, true, _) => rma::put_lat(args, &plan, role, &mut s, oob)?,
         (OpKind::Put, false, _) => rma::put_bw(args, &plan, role, &mut s, oob)?,
@@ -723,6 +725,12 @@ fn bw_client(args: &Args, plan: &Plan, s: &mut Side, tx: &Msgs, oob: &Oob) -> Re
     let warmup = args.warmup;
     let total = warmup + args.iters();
     for i in 0..total {
+        if i == warmup && warmup > 0 {
+            for id in inflight.iter_mut().filter_map(Option::take) {
+                s.wait(id, oob)?;
+            }
+            clock.restart();
+        }
         let slot = (i % window as u64) as usize;
         if let Some(id) = inflight[slot].take() {
             s.wait(id, oob)?;

@@ -131,6 +131,12 @@ pub(super) fn put_bw(
         let warmup = args.warmup;
         let total = warmup + args.iters();
         for i in 0..total {
+            if i == warmup && warmup > 0 {
+                for id in inflight.iter_mut().filter_map(Option::take) {
+                    s.wait(id, oob)?;
+                }
+                clock.restart();
+            }
             let slot = (i % plan.window as u64) as usize;
             if let Some(id) = inflight[slot].take() {
                 s.wait(id, oob)?;
@@ -265,6 +271,12 @@ pub(super) fn ops(
         Kind::Bandwidth => {
             let mut clock = StreamClock::new(args, size);
             for i in 0..total {
+                if i == warmup && warmup > 0 {
+                    for id in inflight.iter_mut().filter_map(Option::take) {
+                        s.wait(id, oob)?;
+                    }
+                    clock.restart();
+                }
                 let slot = (i % window) as usize;
                 if let Some(id) = inflight[slot].take() {
                     s.wait(id, oob)?;

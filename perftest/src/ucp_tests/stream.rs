@@ -101,6 +101,12 @@ pub(super) fn bw(
     let mut clock = StreamClock::new(args, s.size);
     let mut inflight: Vec<Option<ReqId>> = vec![None; plan.window];
     for i in 0..total {
+        if i == warmup && warmup > 0 {
+            for id in inflight.iter_mut().filter_map(Option::take) {
+                s.wait(id, oob)?;
+            }
+            clock.restart();
+        }
         let slot = (i % plan.window as u64) as usize;
         if let Some(id) = inflight[slot].take() {
             s.wait(id, oob)?;

@@ -251,8 +251,10 @@ struct InFlight {
     event: Event,
     comp: Comp,
     ep: EpId,
-    /// When a `device_rma` was posted (0 for copies): its time to completion is counted.
+    /// When it was posted: its time to completion is counted.
     t0: u64,
+    /// A `device_rma` (else copies).
+    kernel: bool,
 }
 
 /// The `cuda_ipc` interface.
@@ -285,6 +287,9 @@ pub struct CudaIpcIface {
     kernel_ops: u64,
     kernel_post_ns: u64,
     kernel_done_ns: u64,
+    /// Time spent queueing asynchronous copies, and from queueing to seeing them done.
+    async_post_ns: u64,
+    async_done_ns: u64,
     tick: u64,
     check_every_ns: u64,
     last_check: u64,
@@ -345,6 +350,8 @@ impl CudaIpcIface {
             kernel_ops: 0,
             kernel_post_ns: 0,
             kernel_done_ns: 0,
+            async_post_ns: 0,
+            async_done_ns: 0,
             tick: 0,
             check_every_ns: cfg.error_check_interval_ns,
             last_check: ucs::time::now_ns(),
@@ -471,6 +478,7 @@ impl CudaIpcIface {
         // one operation go on one stream, so the event after the last marks them all.
         let total: usize = iov.iter().map(|v| v.length).sum();
         let big = total > SYNC_MAX;
+        let t0 = if big { ucs::time::now_ns() } else { 0 };
         let mut at = remote_addr;
         let mut stream: Option<(usize, usize, Event)> = None;
         let last = iov.len().saturating_sub(1);
@@ -522,12 +530,14 @@ impl CudaIpcIface {
         let Some((dev, _, event)) = stream else {
             return Ok(Done::Now);
         };
+        self.async_post_ns += ucs::time::now_ns().saturating_sub(t0);
         self.inflight.push_back(InFlight {
             dev,
             event,
             comp,
             ep,
-            t0: 0,
+            t0,
+            kernel: false,
         });
         Ok(Done::Later)
     }
@@ -666,6 +676,7 @@ impl Iface for CudaIpcIface {
             comp,
             ep,
             t0,
+            kernel: true,
         });
         Ok(Done::Later)
     }
@@ -692,6 +703,8 @@ impl Iface for CudaIpcIface {
             ("ipc_kernel_ops", self.kernel_ops),
             ("ipc_kernel_post_ns", self.kernel_post_ns),
             ("ipc_kernel_done_ns", self.kernel_done_ns),
+            ("ipc_async_post_ns", self.async_post_ns),
+            ("ipc_async_done_ns", self.async_done_ns),
         ]
     }
 
@@ -707,8 +720,11 @@ impl Iface for CudaIpcIface {
                 continue;
             }
             let f = self.inflight.remove(i).expect("index in range");
-            if f.t0 > 0 {
-                self.kernel_done_ns += ucs::time::now_ns().saturating_sub(f.t0);
+            let took = ucs::time::now_ns().saturating_sub(f.t0);
+            if f.kernel {
+                self.kernel_done_ns += took;
+            } else {
+                self.async_done_ns += took;
             }
             let status = match r {
                 Ok(_) if f.ep == EpId(u32::MAX) => Status::Canceled,
