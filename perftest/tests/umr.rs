@@ -167,7 +167,10 @@ fn the_papers_layouts_by_umr_and_packed() {
 fn a_device_out_of_keys_falls_back_to_packing() {
     // tag_bw keeps many receives of NAS MG's x face (16384 doubles: 261 keys a set) in
     // flight at once, into a ring of buffers: more key sets in use than the model's 4096
-    // keys hold. Transfers that find no keys go packed, and every byte still arrives.
+    // keys hold. Transfers that find no keys go packed (a receiver out of keys), or by the
+    // active-message pipeline (a sender that cannot register its layout's span: those
+    // keys may be held by the receiver's caches, which wait for this very message), and
+    // every byte still arrives.
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
         .args([

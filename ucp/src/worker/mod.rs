@@ -97,6 +97,9 @@ pub struct WorkerStats {
     /// worker-allocated shared memory (reads by receivers, tail or put writes by senders),
     /// instead of the memory lane.
     pub rndv_mapped: u64,
+    /// Get rendezvous whose sender found its memory lane out of keys, sent by the
+    /// active-message pipeline instead.
+    pub rndv_no_keys: u64,
     /// Active messages sent eagerly / by rendezvous.
     pub am_eager: u64,
     pub am_rndv: u64,
@@ -137,7 +140,7 @@ pub struct WorkerStats {
 
 impl WorkerStats {
     /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 26] {
+    pub fn counters(&self) -> [(&'static str, u64); 27] {
         [
             ("unexpected", self.unexpected),
             ("eager short", self.eager_short),
@@ -149,6 +152,7 @@ impl WorkerStats {
             ("rendezvous am", self.rndv_am),
             ("rendezvous split", self.rndv_split),
             ("rendezvous mapped", self.rndv_mapped),
+            ("rendezvous without keys", self.rndv_no_keys),
             ("am eager", self.am_eager),
             ("am rendezvous", self.am_rndv),
             ("am in place", self.am_in_place),
@@ -458,7 +462,8 @@ pub(crate) struct PutTarget {
     pub(crate) rkey: crate::proto::wire::KeyBytes,
     pub(crate) segs: crate::proto::wire::Segs,
     pub(crate) layout: Option<(u64, crate::dt::Canon)>,
-    /// The message offset of the first byte written (0 for a put rendezvous).
+    /// The message offset of the first byte still to write (0 for a put rendezvous not
+    /// yet begun).
     pub(crate) offset: usize,
     /// UMR: the chunk and the receiver's chunk keys (`rkey` and `segs` are then empty).
     pub(crate) umr: Option<(u64, Vec<u32>)>,

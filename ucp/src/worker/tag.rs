@@ -566,10 +566,15 @@ pub(super) fn push_send(
             .and_then(|p| RndvKey::decode(&p.rkey))
             .is_some_and(|k| k.device);
         let rma = if device { rma_dev } else { rma }.ok_or(Status::Unsupported)?;
-        if write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id, mappings)? {
-            stats.rndv_mapped += 1;
-        }
-        return Ok(true);
+        return match write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id, mappings) {
+            Ok(mapped) => {
+                stats.rndv_mapped += u64::from(mapped);
+                Ok(true)
+            }
+            // Out of resources part way: the rest waits in the endpoint's queue.
+            Err(Status::NoResource) if s.put.is_some() => Ok(false),
+            Err(e) => Err(e),
+        };
     }
     let seg = info[lane.iface].attr.am.max_bcopy;
     let iface = &mut ifaces[lane.iface];
@@ -707,7 +712,15 @@ pub(super) fn push_send(
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
                     let md = ifaces[rma.iface].md();
-                    let m = buf::register_span(md, lo, (hi - lo) as usize)?;
+                    let Some(m) = nb_reg(buf::register_span(md, lo, (hi - lo) as usize))? else {
+                        // The lane is out of keys (an HCA whose keys its peers' caches
+                        // may hold while they wait for this very message): nothing is
+                        // sent yet, so the data goes by the active-message pipeline,
+                        // which needs none, on the next progress.
+                        s.proto = Proto::RndvAm;
+                        stats.rndv_no_keys += 1;
+                        return Ok(false);
+                    };
                     (md.mkey_pack(&m), Some(m))
                 }
             };
@@ -804,7 +817,15 @@ pub(super) fn push_send(
                 Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
                 None => {
                     let md = ifaces[rma.iface].md();
-                    let m = buf::register_span(md, lo, (hi - lo) as usize)?;
+                    let Some(m) = nb_reg(buf::register_span(md, lo, (hi - lo) as usize))? else {
+                        // The lane is out of keys (an HCA whose keys its peers' caches
+                        // may hold while they wait for this very message): nothing is
+                        // sent yet, so the data goes by the active-message pipeline,
+                        // which needs none, on the next progress.
+                        s.proto = Proto::RndvAm;
+                        stats.rndv_no_keys += 1;
+                        return Ok(false);
+                    };
                     (md.mkey_pack(&m), Some(m))
                 }
             };
@@ -895,10 +916,21 @@ pub(super) fn push_send(
     Ok(true)
 }
 
+/// A registration's result with `NoResource` (a device out of keys, for now) as `None`.
+fn nb_reg<T>(r: UcsResult<T>) -> UcsResult<Option<T>> {
+    match r {
+        Ok(m) => Ok(Some(m)),
+        Err(Status::NoResource) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes send `s`'s bytes from its put target's offset on into the receiver's segments
 /// (a put rendezvous, or the tail of a split one), and marks FIN to follow completion.
 /// `Ok(true)`: written with stores into the receiver's mapped shared memory (its key
 /// carried a window `mappings` could map), not through the memory lane.
+/// `Err(NoResource)` with `s.put` given back: the lane ran out of resources part way;
+/// call again to write the rest.
 fn write_to_receiver(
     iface: &mut dyn Iface,
     ep: uct::EpId,
@@ -949,15 +981,27 @@ fn write_to_receiver(
             None => s.data.iovs(put.offset, n).ok_or(Status::InvalidParam)?,
         };
         let rk = iface.md().rkey_unpack(&key.mkey)?;
-        let mut later = 0;
-        for_each_remote_seg(&local, &put.segs, |pieces, addr| {
+        let (mut later, mut posted) = (0, 0);
+        let r = for_each_remote_seg(&local, &put.segs, |pieces, addr| {
             match buf::put_zcopy(iface, ep, pieces, addr, &rk, id.0)? {
                 Done::Now => {}
                 Done::Later => later += 1,
             }
+            posted += 1;
             Ok(())
-        })?;
+        });
         s.wait_comp += later;
+        if r == Err(Status::NoResource) {
+            // Out of resources (a registration, a send queue): what was posted stays
+            // posted, and the rest is written on a later progress, from where it stopped.
+            let mut put = put;
+            let done: u64 = put.segs[..posted].iter().map(|g| g.len).sum();
+            put.offset += done as usize;
+            put.segs.drain(..posted);
+            s.put = Some(put);
+            return Err(Status::NoResource);
+        }
+        r?;
     }
     s.offset = s.total;
     s.fin_pending = true;
