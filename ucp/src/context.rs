@@ -52,7 +52,12 @@ impl Context {
         // Where a CUDA driver exists, buffers may be device memory: detect them (before
         // discovery, which opens the driver for the CUDA transports anyway).
         #[cfg(feature = "cuda")]
-        ucs::cuda::enable_detection(config.memtype_cache);
+        {
+            ucs::cuda::enable_detection(config.memtype_cache);
+            // Small host -> device copies through gdrcopy, where gdrdrv exists, unless
+            // UCX_TLS leaves gdr_copy out.
+            ucs::cuda::gdr::allow(config.tls.selects("gdr_copy", ucs::config::TLS_ALIASES));
+        }
         let discovery = uct::discover(&config);
         Arc::new(Context { config, discovery })
     }

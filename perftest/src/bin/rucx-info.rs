@@ -159,6 +159,12 @@ fn print_gpus() {
     if ucs::cuda::driver().is_none() {
         return;
     }
+    if ucs::cuda::gdr::absent_reason().is_none() {
+        println!(
+            "# gdr_copy: host -> GPU copies of up to {} bytes by CPU stores through gdrcopy",
+            ucs::cuda::gdr::GDR_COPY_MAX
+        );
+    }
     match ucs::cuda::nvrtc::describe() {
         Some((path, (maj, min))) => {
             println!("# GPU layout kernels: compiled at run time by NVRTC {maj}.{min} ({path})")

@@ -15,6 +15,7 @@ use cudarc::driver::sys as cu;
 use crate::memtype::{MemInfo, MemoryType, PointerQuery};
 use crate::{Status, UcsResult};
 
+pub mod gdr;
 mod memops;
 pub mod nvrtc;
 pub use memops::{Function, Module, StreamRef};
@@ -764,6 +765,17 @@ impl PointerQuery for DriverQuery {
         self.0.pointer(ptr)
     }
     fn copy(&self, dst: u64, src: u64, n: usize) -> UcsResult<()> {
+        // A small copy from host memory into device memory: CPU stores through gdrcopy's
+        // mapping where gdrdrv exists, instead of a driver copy waited for.
+        if n <= gdr::GDR_COPY_MAX && gdr::usable() && self.0.pointer(src).is_none() {
+            if let Some(info) = self.0.pointer(dst) {
+                // SAFETY: `memtype::copy`'s contract: src is readable for n bytes; info is
+                // the driver's answer for dst.
+                if let Some(r) = unsafe { gdr::copy_to_device(&info, dst, src as *const u8, n) } {
+                    return r;
+                }
+            }
+        }
         self.0.copy(dst, src, n)
     }
 }

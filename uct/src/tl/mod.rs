@@ -42,25 +42,13 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
     for tl in ["cuda_copy", "cuda_ipc"] {
         v.push((tl, "built without the `cuda` feature".to_string()));
     }
-    v.push(("gdr_copy", gdr_copy_absent()));
+    #[cfg(feature = "cuda")]
+    if let Some(why) = ucs::cuda::gdr::absent_reason() {
+        v.push(("gdr_copy", why));
+    }
+    #[cfg(not(feature = "cuda"))]
+    v.push(("gdr_copy", "built without the `cuda` feature".to_string()));
     v
-}
-
-/// Why gdr_copy is not offered: it needs the gdrdrv kernel module (`/dev/gdrdrv`) and
-/// `libgdrapi.so`, and Rucx does not use it yet where both exist.
-fn gdr_copy_absent() -> String {
-    if !Path::new("/dev/gdrdrv").exists() {
-        return "/dev/gdrdrv not found (gdrdrv module not loaded)".to_string();
-    }
-    let name = c"libgdrapi.so.2";
-    // SAFETY: dlopen with a NUL-terminated name; the handle is closed at once.
-    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return "/dev/gdrdrv exists but libgdrapi.so.2 does not load".to_string();
-    }
-    // SAFETY: a handle dlopen returned.
-    unsafe { libc::dlclose(h) };
-    "/dev/gdrdrv and libgdrapi exist, but Rucx has no gdr_copy transport yet".to_string()
 }
 
 /// Copies between the local iov list and this process's range at `remote_addr`, entry
