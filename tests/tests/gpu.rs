@@ -102,6 +102,43 @@ fn between_two_gpus() {
     }
 }
 
+/// Device memory of the virtual memory API (`cuMemCreate`, exportable by descriptor) on
+/// both sides, on one GPU and across two where there are two: `cuda_ipc` shares it by a
+/// shareable handle (the exporter's descriptor, taken by the peer with `pidfd_getfd`) and
+/// the rendezvous is zero-copy through it, every byte checked; with ordinary device memory
+/// on the other side too.
+#[test]
+fn virtual_memory_allocations_go_through_shareable_handles() {
+    let Some(n) = gpus() else {
+        return;
+    };
+    let mut cases = vec![
+        "pingpong:cuda-vmm:cuda-vmm:0:0",
+        "pingpong:cuda-vmm:cuda:0:0",
+        "pingpong:cuda:cuda-vmm:0:0",
+    ];
+    if n >= 2 {
+        cases.push("pingpong:cuda-vmm:cuda-vmm:0:1");
+    }
+    for case in cases {
+        let (ra, rb) = run(case, "all");
+        for r in [&ra, &rb] {
+            assert!(!r.contains("rndv_device 0,"), "IPC rendezvous: {r}");
+        }
+        let opened = |out: &str| -> u64 {
+            out.split("(\"ipc_opened\", ")
+                .nth(1)
+                .and_then(|r| r.split(')').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(
+            opened(&ra) + opened(&rb) > 0,
+            "{case}: no mapping opened: a {ra}; b {rb}"
+        );
+    }
+}
+
 /// The copying side maps the other's allocation once (three messages, one open), and after
 /// the other frees it and allocates again at the same address, maps the new one (the stale
 /// mapping is closed, never served). Which side copies depends on the worker ids, so the

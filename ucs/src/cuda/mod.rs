@@ -18,6 +18,7 @@ use crate::{Status, UcsResult};
 pub mod gdr;
 mod memops;
 pub mod nvrtc;
+pub mod vmm;
 pub use memops::{Function, Module, StreamRef};
 
 /// A device pointer (the driver's `CUdeviceptr`; unified addressing: also a host address

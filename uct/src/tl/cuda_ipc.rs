@@ -3,7 +3,10 @@
 //!
 //! A registration of device memory packs, into its remote key, the IPC handle of the
 //! allocation that holds it (`cuIpcGetMemHandle`), the allocation's range and identity
-//! (the driver's buffer id) and the PCI bus id of its device. A peer maps each allocation
+//! (the driver's buffer id) and the PCI bus id of its device. Memory of the virtual memory
+//! API (`cuMemCreate`) has no legacy handle: its key carries instead the descriptor of a
+//! shareable handle this process exported and keeps open (`ucs::cuda::vmm`), which a peer
+//! takes a copy of and maps. A peer maps each allocation
 //! once (`cuIpcOpenMemHandle`, on the device of its local buffer when that is device memory,
 //! else on the owning device) and keeps the mapping in a cache keyed by (peer process,
 //! buffer id). A buffer freed and allocated again at the same address has another buffer
@@ -65,7 +68,11 @@ struct Exported {
     alloc_base: u64,
     alloc_len: u64,
     bus_id: String,
+    /// The legacy IPC handle (zeros when `fd` is set).
     handle: [u8; 64],
+    /// Memory of the virtual memory API: the exporter's descriptor of its shareable
+    /// handle (`ucs::cuda::vmm`), else -1.
+    fd: i32,
 }
 
 /// A peer allocation mapped here.
@@ -78,7 +85,12 @@ struct Mapping {
     alloc_base: u64,
     alloc_len: u64,
     last_use: u64,
+    /// Mapped from a shareable handle (virtual memory API) rather than a legacy one.
+    vmm: bool,
 }
+
+/// Descriptors of shareable handles kept open for peers to take, at most.
+const MAX_EXPORTS: usize = 256;
 
 /// The memory domain: registration exports IPC handles; unpacking remembers them.
 #[derive(Debug)]
@@ -86,6 +98,23 @@ pub struct IpcMd {
     driver: &'static Driver,
     /// Keys unpacked, by (peer pid, buffer id).
     keys: Mutex<HashMap<(u32, u64), Exported>>,
+    /// Our virtual-memory allocations exported by descriptor, by buffer id, oldest first
+    /// (a peer takes its own copy of a descriptor the first time it maps the allocation).
+    exports: Mutex<VecDeque<(u64, i32)>>,
+}
+
+impl Drop for IpcMd {
+    fn drop(&mut self) {
+        for (_, fd) in self
+            .exports
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            // SAFETY: descriptors this domain opened, closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
 }
 
 impl IpcMd {
@@ -93,7 +122,25 @@ impl IpcMd {
         IpcMd {
             driver,
             keys: Mutex::new(HashMap::new()),
+            exports: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// The descriptor of our virtual-memory allocation `info`, exported once.
+    fn vmm_fd(&self, info: &ucs::memtype::MemInfo) -> UcsResult<i32> {
+        let mut ex = self.exports.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, fd)) = ex.iter().find(|(id, _)| *id == info.buffer_id) {
+            return Ok(fd);
+        }
+        let fd = self.driver.vmm_export(info.device.max(0), info.base)?;
+        if ex.len() >= MAX_EXPORTS {
+            if let Some((_, old)) = ex.pop_front() {
+                // SAFETY: a descriptor this domain opened, closed once (removed).
+                unsafe { libc::close(old) };
+            }
+        }
+        ex.push_back((info.buffer_id, fd));
+        Ok(fd)
     }
 
     fn exported(&self, pid: u32, id: u64) -> Option<Exported> {
@@ -116,7 +163,10 @@ fn pack_key(base: u64, len: u64, e: &Exported) -> Vec<u8> {
         .u64(e.alloc_base)
         .u64(e.alloc_len)
         .u8(e.bus_id.len() as u8);
-    w = w.bytes(e.bus_id.as_bytes()).bytes(&e.handle);
+    w = w
+        .bytes(e.bus_id.as_bytes())
+        .bytes(&e.handle)
+        .u32(e.fd as u32);
     w.buf
 }
 
@@ -135,7 +185,8 @@ fn unpack_key(buf: &[u8]) -> UcsResult<(RemoteKey, Exported)> {
     let n = r.u8().ok_or(bad)? as usize;
     let bus_id = String::from_utf8(r.bytes(n).ok_or(bad)?.to_vec()).map_err(|_| bad)?;
     let handle: [u8; 64] = r.bytes(64).ok_or(bad)?.try_into().map_err(|_| bad)?;
-    if !r.is_empty() {
+    let fd = r.u32().ok_or(bad)? as i32;
+    if !r.is_empty() || fd < -1 {
         return Err(bad);
     }
     // The registered range lies inside the allocation.
@@ -157,6 +208,7 @@ fn unpack_key(buf: &[u8]) -> UcsResult<(RemoteKey, Exported)> {
             alloc_len,
             bus_id,
             handle,
+            fd,
         },
     ))
 }
@@ -196,14 +248,19 @@ impl Md for IpcMd {
     }
 
     fn mkey_pack(&self, memh: &MemH) -> Vec<u8> {
-        // Registration checked the pointer; a handle that cannot be made (memory of the
-        // virtual memory API without a legacy handle) packs an empty key, which peers
-        // refuse (they then use another protocol).
+        // Registration checked the pointer. Memory of the virtual memory API has no
+        // legacy handle: it goes by a shareable handle's descriptor. One that cannot be
+        // exported either (not made exportable) packs an empty key, which peers refuse
+        // (they then use another protocol).
         let Some(info) = self.driver.pointer(memh.base) else {
             return Vec::new();
         };
-        let Ok(handle) = self.driver.ipc_handle(info.base) else {
-            return Vec::new();
+        let (handle, fd) = match self.driver.ipc_handle(info.base) {
+            Ok(h) => (h, -1),
+            Err(_) => match self.vmm_fd(&info) {
+                Ok(fd) => ([0; 64], fd),
+                Err(_) => return Vec::new(),
+            },
         };
         let bus_id = self
             .driver
@@ -221,6 +278,7 @@ impl Md for IpcMd {
                 alloc_len: info.len,
                 bus_id,
                 handle,
+                fd,
             },
         )
     }
@@ -424,7 +482,13 @@ impl CudaIpcIface {
             } else {
                 self.ordinal_of(&e.bus_id).unwrap_or(0)
             };
-            (self.driver.ipc_open(dev, &e.handle)?, dev)
+            let local = if e.fd >= 0 {
+                self.driver
+                    .vmm_import(dev, pid, e.fd, e.alloc_len as usize)?
+            } else {
+                self.driver.ipc_open(dev, &e.handle)?
+            };
+            (local, dev)
         };
         self.opened += 1;
         self.mappings.insert(
@@ -435,6 +499,7 @@ impl CudaIpcIface {
                 alloc_base: e.alloc_base,
                 alloc_len: e.alloc_len,
                 last_use: self.tick,
+                vmm: e.fd >= 0,
             },
         );
         Ok((local + (addr - e.alloc_base), dev))
@@ -445,8 +510,15 @@ impl CudaIpcIface {
             if m.dev >= 0 {
                 // Copies in flight may use it: wait for them first.
                 let _ = self.streams.synchronize();
-                // SAFETY: opened by `ipc_open` on m.dev, closed once (removed from the map).
-                unsafe { self.driver.ipc_close(m.dev, m.local) };
+                // SAFETY: opened by `ipc_open` or `vmm_import` on m.dev, closed once
+                // (removed from the map).
+                unsafe {
+                    if m.vmm {
+                        self.driver.vmm_close(m.dev, m.local, m.alloc_len as usize);
+                    } else {
+                        self.driver.ipc_close(m.dev, m.local);
+                    }
+                }
             }
         }
     }
@@ -760,6 +832,7 @@ mod tests {
             alloc_len: 1 << 20,
             bus_id: "0000:19:00.0".into(),
             handle: [5; 64],
+            fd: -1,
         }
     }
 
@@ -782,5 +855,18 @@ mod tests {
         let mut wrong = blob;
         wrong[0] = b'X';
         assert!(unpack_key(&wrong).is_err());
+        // A virtual-memory allocation's key: the descriptor travels, the handle is zeros.
+        let v = Exported {
+            handle: [0; 64],
+            fd: 17,
+            ..exported()
+        };
+        let (_, back) = unpack_key(&pack_key(0x7000_0000, 64, &v)).unwrap();
+        assert_eq!(back, v);
+        // A negative descriptor other than "none" is refused.
+        let mut bad = pack_key(0x7000_0000, 64, &v);
+        let n = bad.len();
+        bad[n - 4..].copy_from_slice(&(-5i32).to_le_bytes());
+        assert!(unpack_key(&bad).is_err());
     }
 }

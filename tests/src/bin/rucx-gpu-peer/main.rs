@@ -7,7 +7,9 @@
 //!
 //! * `pingpong:<A-MEM>:<B-MEM>:<A-GPU>:<B-GPU>`: every size of `SIZES`, `a` sending from
 //!   memory of type A-MEM on its GPU and `b` receiving into B-MEM on its own, `b` sending
-//!   it back; both check every byte. MEM is `host`, `cuda` or `cuda-managed`.
+//!   it back; both check every byte. MEM is `host`, `cuda`, `cuda-managed` or `cuda-vmm`
+//!   (device memory of the virtual memory API, exportable by descriptor, which `cuda_ipc`
+//!   shares through a shareable handle instead of a legacy IPC handle).
 //! * `ipc_cache`: `a` sends one device buffer three times, then frees it and sends from a
 //!   new allocation of the same size (at the same address where the driver reuses it);
 //!   `b` checks the data and reports its `cuda_ipc` counters (mappings opened, cache hits,
@@ -38,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use rucx_tests::{from_hex, to_hex};
 use ucp::{Buf, Data, EpHandle, RecvParams, ReqId, SendParams, Worker};
+use ucs::cuda::vmm::VmmAlloc;
 use ucs::cuda::DeviceAlloc;
 use ucs::memtype::MemoryType;
 use ucs::Status;
@@ -64,6 +67,7 @@ fn byte(seq: u64, i: usize) -> u8 {
 enum Mem {
     Host(Vec<u8>),
     Device(DeviceAlloc),
+    Vmm(VmmAlloc),
 }
 
 impl Mem {
@@ -80,6 +84,7 @@ impl Mem {
         match self {
             Mem::Host(v) => v.as_mut_ptr(),
             Mem::Device(a) => a.ptr() as *mut u8,
+            Mem::Vmm(a) => a.ptr() as *mut u8,
         }
     }
 
@@ -207,10 +212,13 @@ fn pingpong(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
         return Err("pingpong:<a-mem>:<b-mem>:<a-gpu>:<b-gpu>".into());
     };
     let (mem, dev) = if a { (am, ad) } else { (bm, bd) };
-    let mem = parse_mem(mem)?;
     let dev: i32 = dev.parse().map_err(|_| format!("bad GPU {dev}"))?;
     let max = *SIZES.iter().max().unwrap_or(&0);
-    let mut buf = Mem::new(mem, dev, max)?;
+    let mut buf = if *mem == "cuda-vmm" {
+        Mem::Vmm(VmmAlloc::new(dev, max).map_err(|e| format!("cuMemCreate of {max} bytes: {e}"))?)
+    } else {
+        Mem::new(parse_mem(mem)?, dev, max)?
+    };
     let t0 = Instant::now();
     for (k, &n) in SIZES.iter().enumerate() {
         let seq = k as u64 * 2;
