@@ -227,6 +227,11 @@ pub(crate) struct Ep {
     pub(crate) peer_closed: bool,
     /// Send requests not yet complete.
     pub(crate) outstanding: u32,
+    /// Replies still due for puts carried by messages that completed when their messages
+    /// were out (the data was copied into them); a flush waits for them.
+    pub(crate) puts_unacked: u32,
+    /// The first error such a reply reported, for the next flush of the endpoint.
+    pub(crate) put_error: Option<Status>,
     /// In `Core::ready`.
     pub(crate) in_ready: bool,
     /// Stream bytes received and not yet taken (and the offset into the first chunk), and

@@ -419,7 +419,7 @@ impl Worker {
             ),
             _ => None,
         };
-        let mut w = Writer::new()
+        let mut w = Writer::with_capacity(256)
             .bytes(RKEY_MAGIC)
             .u32(h.slot)
             .u64(m.nonce)
@@ -824,6 +824,16 @@ impl Worker {
         core.eps[idx].outstanding += 1;
         core.rma_queue.push_back(id);
         core.work = true;
+        if core.rma_queue.len() == 1 {
+            // Nothing ahead of it: its messages go now, not at the next progress (and a
+            // put is then complete: `put_sent`).
+            progress_queue(ifaces, core);
+            let done = matches!(core.reqs.get(id).map(|r| &r.state), Some(Op::Done { .. }));
+            if done && !p.notify {
+                core.reqs.remove(id);
+                return Ok(None);
+            }
+        }
         Ok(Some(id))
     }
 }
@@ -865,6 +875,7 @@ pub(super) fn progress_queue(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core
         match push_rma(ifaces, core, id) {
             Ok(true) => {
                 core.rma_queue.pop_front();
+                put_sent(core, id);
                 n += 1;
             }
             Ok(false) => {
@@ -878,6 +889,26 @@ pub(super) fn progress_queue(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core
         }
     }
     n
+}
+
+/// A put whose messages are all out completes now, as UCX's puts carried by active
+/// messages do: its data was copied into the messages, so the buffer is free, and the
+/// target executes them in order before anything sent after them on the lane. Its replies
+/// are still due; the endpoint counts them (`Ep::puts_unacked`) so that a flush waits for
+/// them, and one reporting an error fails that flush.
+fn put_sent(core: &mut Core, id: ReqId) {
+    let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    if o.kind != RmaKind::Put || o.replies == 0 {
+        return;
+    }
+    let (ep, replies, status) = (o.ep, o.replies, o.status);
+    o.replies = 0;
+    if let Some(e) = core.eps.get_mut(ep) {
+        e.puts_unacked += replies;
+    }
+    core.complete(id, status, None);
 }
 
 /// `Ok(true)`: every message of `id` is out.
@@ -1107,7 +1138,21 @@ impl Core {
         let payload = r.rest();
         let id = ReqId(req);
         let Some(Op::Rma(o)) = self.reqs.get_mut(id).map(|r| &mut r.state) else {
-            return Err(Bad::Malformed(Some(ep)));
+            // The reply to a put that completed when its messages were out (`put_sent`).
+            let e = &mut self.eps[ep];
+            if e.puts_unacked == 0 {
+                return Err(Bad::Malformed(Some(ep)));
+            }
+            e.puts_unacked -= 1;
+            let status = Status::from_code(status).unwrap_or(Status::IoError);
+            if status != Status::Ok && e.put_error.is_none() {
+                e.put_error = Some(status);
+            }
+            if e.puts_unacked == 0 {
+                // A flush may have been waiting for this.
+                self.work = true;
+            }
+            return Ok(());
         };
         if o.ep != ep || o.replies == 0 {
             return Err(Bad::Malformed(Some(ep)));
@@ -1158,7 +1203,7 @@ impl Core {
 
 /// Encodes an RMA_REPLY.
 pub(super) fn encode_reply(ep: u32, req: u64, offset: u64, status: Status, data: &[u8]) -> Vec<u8> {
-    Writer::new()
+    Writer::with_capacity(21 + data.len())
         .u32(ep)
         .u64(req)
         .u64(offset)

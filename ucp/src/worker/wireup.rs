@@ -172,6 +172,8 @@ pub(super) fn new_ep(
         failed: None,
         peer_closed: false,
         outstanding: 0,
+        puts_unacked: 0,
+        put_error: None,
         in_ready: false,
         stream_rx: VecDeque::new(),
         stream_off: 0,
@@ -732,11 +734,17 @@ pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -
             keep += 1;
             continue;
         }
+        // A put that completed when its messages were out and that the target then
+        // refused is reported here, by the flush that waited for its reply.
+        let put_error = match ep {
+            Some(e) => core.eps.get_mut(e).and_then(|e| e.put_error.take()),
+            None => core.eps.iter_mut().find_map(|(_, e)| e.put_error.take()),
+        };
         let status = match ep.and_then(|e| core.eps.get(e)) {
             // Both sides closing at once: the peer's notice came first, nothing failed.
             Some(e) if close && e.peer_closed => Status::Ok,
-            Some(e) => e.failed.unwrap_or(Status::Ok),
-            None => Status::Ok,
+            Some(e) => e.failed.or(put_error).unwrap_or(Status::Ok),
+            None => put_error.unwrap_or(Status::Ok),
         };
         if close {
             if let Some(e) = ep {
@@ -764,7 +772,7 @@ fn ep_busy(core: &Core, ep: usize) -> bool {
     if e.failed.is_some() {
         return false;
     }
-    if !e.queue.is_empty() || core.ctrl.iter().any(|c| c.0 == ep) {
+    if !e.queue.is_empty() || e.puts_unacked > 0 || core.ctrl.iter().any(|c| c.0 == ep) {
         return true;
     }
     e.outstanding > 0
