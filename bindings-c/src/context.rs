@@ -782,8 +782,8 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         }
         // Blob: magic u32, body length u32, entry count u8, then per worker: worker id u64,
         // key length u32, key.
-        let mut body = Vec::new();
         let regs = m.regs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut body = Vec::with_capacity(256 * regs.len());
         let mut n = 0u8;
         for (w, h) in regs {
             // SAFETY: listed workers are live (see `unmap`).
