@@ -127,6 +127,14 @@ pub trait Md: Send + Sync + std::fmt::Debug {
 
     /// Unpacks a peer's remote key. Malformed blobs give `InvalidParam`.
     fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey>;
+
+    /// Whether the memory a peer's key names lies on the same device as this process's
+    /// memory at `local`: `Some(false)` for two different GPUs, `None` where the domain
+    /// cannot tell (host memory, or a transport without devices). `ucp` lets one process
+    /// of a pair make every copy on a shared GPU, and the receiver read directly otherwise.
+    fn rkey_same_device(&self, _packed: &[u8], _local: u64) -> Option<bool> {
+        None
+    }
 }
 
 /// A domain whose transports need no registration (self, posix, cma, and the in-process

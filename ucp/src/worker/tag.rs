@@ -1505,10 +1505,20 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     }
     if key.device {
         core.stats.rndv_device += 1;
-        // Device to device: the side with the smaller worker id makes every copy of the
-        // pair (see `handler::pushes_device`). We are not it: ask the sender to write.
-        let copier = core.eps.get(ep).is_some_and(|e| core.uuid < e.remote_uuid);
-        if let (false, None, Some(v)) = (copier, layout, r.data.device_iov(0, total)) {
+        // Device to device on one GPU: the side with the smaller worker id makes every
+        // copy of the pair (see `handler::pushes_device`), so that the GPU does not switch
+        // between the two processes' contexts for each message. We are not it: ask the
+        // sender to write. Between two GPUs there is no such switch, and reading here
+        // saves the request to write (one message of three).
+        let local = r.data.device_iov(0, total);
+        let other_gpu = local.is_some_and(|v| {
+            ifaces[lane.iface]
+                .md()
+                .rkey_same_device(&key.mkey, v.buffer as u64)
+                == Some(false)
+        });
+        let copier = other_gpu || core.eps.get(ep).is_some_and(|e| core.uuid < e.remote_uuid);
+        if let (false, None, Some(v)) = (copier, layout, local) {
             if ask_push(ifaces, core, id, lane, ep, sreq, v) {
                 return;
             }

@@ -283,6 +283,13 @@ impl Md for IpcMd {
         )
     }
 
+    fn rkey_same_device(&self, packed: &[u8], local: u64) -> Option<bool> {
+        let (_, e) = unpack_key(packed).ok()?;
+        let info = self.driver.pointer(local)?;
+        let dev = self.driver.devices().get(usize::try_from(info.device).ok()?)?;
+        Some(dev.pci_bus_id == e.bus_id)
+    }
+
     fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey> {
         let (rk, e) = unpack_key(buf)?;
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
