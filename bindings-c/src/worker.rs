@@ -308,25 +308,25 @@ impl CWorker {
             }
             n
         };
-        // Finished requests one at a time, each taken under the lock and completed outside
-        // it (its callback may call into this worker); then the rarer reports.
+        // Finished requests in batches, each batch taken under one lock and completed
+        // outside it (a callback may call into this worker, and what it finishes comes in
+        // the next batch); then the rarer reports.
         let mut busy = false;
+        let mut batch: smallvec::SmallVec<[ucp::Completion; 32]> = smallvec::SmallVec::new();
         let more = loop {
-            let next = {
+            let more = {
                 let mut g = self.inner.lock();
-                match g.w.take_completion() {
-                    Some(c) => Ok((c.user_data, c.status, info_of(c.info))),
-                    None => Err(g.w.has_reports() || !g.deferred.is_empty()),
-                }
+                g.w.take_completions(batch.inline_size(), |c| batch.push(c));
+                g.w.has_reports() || !g.deferred.is_empty()
             };
-            match next {
-                Ok((h, s, info)) => {
-                    busy = true;
-                    // SAFETY: h is the header of a live request: it was subscribed with its
-                    // address and is completed once, here.
-                    unsafe { request::complete(h as *mut ReqHdr, s, info) };
-                }
-                Err(more) => break more,
+            if batch.is_empty() {
+                break more;
+            }
+            busy = true;
+            for c in batch.drain(..) {
+                // SAFETY: user_data is the header of a live request: it was subscribed
+                // with its address and is completed once, here.
+                unsafe { request::complete(c.user_data as *mut ReqHdr, c.status, info_of(c.info)) };
             }
         };
         if more {

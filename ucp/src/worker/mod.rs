@@ -1126,6 +1126,19 @@ impl Worker {
         Some(c)
     }
 
+    /// [`take_completion`](Self::take_completion) of up to `max` completions at once, in
+    /// order, each handed to `f`: a caller that reports them outside its lock on the
+    /// worker takes the lock once for a batch.
+    #[inline]
+    pub fn take_completions(&mut self, max: usize, mut f: impl FnMut(Completion)) {
+        for _ in 0..max {
+            match self.take_completion() {
+                Some(c) => f(c),
+                None => return,
+            }
+        }
+    }
+
     /// Takes the next endpoint failure (each failed endpoint is reported once).
     pub fn poll_ep_error(&mut self) -> Option<(EpHandle, Status)> {
         self.core.ep_errors.pop_front()
