@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MPI point-to-point patterns (contrib/bench/osu.c, in the OSU micro-benchmarks' shapes)
 # with OpenMPI 4.1.4 over Debian's UCX 1.13.1 and over Rucx's libucp.so.0 (release build),
-# in alternating rounds; prints, per pattern and size, the median of each library, the
+# in alternating rounds (the order of the libraries reversed every other round); prints, per pattern and size, the median of each library, the
 # spread (min..max) of each library's rounds, the ratio Rucx / UCX of the medians and the
 # median of the per-round ratios ("paired": latency below 1.0, bandwidth above 1.0 means
 # Rucx is better).
@@ -60,7 +60,14 @@ for l in "${libs[@]}"; do printf ' %11s %19s' "$l" "(min..max)"; done
 printf ' %9s %9s\n' rucx/1.13 paired
 for pat in "${pats[@]}"; do
   for r in $(seq "$rounds"); do
-    for l in "${libs[@]}"; do
+    # The order within a round moves the figures on this VM (docs/benchmarks.md, stop 37):
+    # odd rounds run the libraries in the listed order, even rounds in reverse.
+    order=("${libs[@]}")
+    if [ $((r % 2)) -eq 0 ]; then
+      order=()
+      for ((k = ${#libs[@]} - 1; k >= 0; k--)); do order+=("${libs[k]}"); done
+    fi
+    for l in "${order[@]}"; do
       run "$l" "$pat" >"$work/$pat.$l.$r" || true
     done
   done
