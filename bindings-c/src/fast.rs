@@ -140,15 +140,10 @@ pub(crate) unsafe fn tag_send(
     let (e, w) = unsafe { CEp::from_ptr(ep) }?;
     let h = e.h;
     let id = match w.with(|wk| wk.tag_send(h, &Data::Contig(b), tag, SEND_P)) {
-        Ok(None) if p.user_req.is_null() => return Some(std::ptr::null_mut()),
-        Ok(None) => {
-            // SAFETY: the application's request memory, by UCP_OP_ATTR_FIELD_REQUEST's
-            // contract.
-            let Some(h) = (unsafe { request::alloc(w, p.user_req, Cb::None, p.user_data) }) else {
-                return Some(status_ptr(Status::NoMemory));
-            };
-            return Some(finished(w, h, Status::Ok, None, p, false));
-        }
+        // Sent in the call: NULL, and the application's request memory, if it passed
+        // some, is left untouched, as UCX's inline send leaves it (OpenMPI's blocking
+        // `MPI_Send` passes some and reads it only when a request is returned).
+        Ok(None) => return Some(std::ptr::null_mut()),
         Err(s) => return Some(status_ptr(s)),
         Ok(Some(id)) => id,
     };

@@ -308,25 +308,26 @@ impl CWorker {
             }
             n
         };
-        // Finished requests in batches, each batch taken under one lock and completed
-        // outside it (a callback may call into this worker, and what it finishes comes in
-        // the next batch); then the rarer reports.
+        // Finished requests one at a time, each taken under the lock and completed outside
+        // it (its callback may call into this worker); the lock that takes the last one
+        // says so, and what the callbacks finish comes in the next call. Then the rarer
+        // reports.
         let mut busy = false;
-        let mut batch: smallvec::SmallVec<[ucp::Completion; 32]> = smallvec::SmallVec::new();
         let more = loop {
-            let more = {
+            let (c, again, more) = {
                 let mut g = self.inner.lock();
-                g.w.take_completions(batch.inline_size(), |c| batch.push(c));
-                g.w.has_reports() || !g.deferred.is_empty()
+                let c = g.w.take_completion();
+                let again = g.w.has_completions();
+                (c, again, g.w.has_reports() || !g.deferred.is_empty())
             };
-            if batch.is_empty() {
-                break more;
-            }
-            busy = true;
-            for c in batch.drain(..) {
+            if let Some(c) = c {
+                busy = true;
                 // SAFETY: user_data is the header of a live request: it was subscribed
                 // with its address and is completed once, here.
                 unsafe { request::complete(c.user_data as *mut ReqHdr, c.status, info_of(c.info)) };
+            }
+            if !again {
+                break more;
             }
         };
         if more {

@@ -60,6 +60,10 @@ bitflags! {
         /// device (an HCA) applies them to the peer's memory, atomic with respect to the
         /// other atomics of that device, not to the peer CPU's.
         const ATOMIC64 = 1 << 15;
+        /// Its progress only delivers what this process queued on it (loopback): it
+        /// needs polling only while [`Iface::has_work`] says so, and a worker polling one
+        /// other interface keeps its one-interface fast path beside it.
+        const ON_DEMAND = 1 << 16;
     }
 }
 
@@ -426,6 +430,12 @@ pub trait Iface: Send + std::fmt::Debug {
 
     /// Makes progress; returns how many events were handed to `h`.
     fn progress(&mut self, h: &mut dyn Handler) -> usize;
+
+    /// Whether `progress` has anything to do (interfaces with `ON_DEMAND`; the others
+    /// are always polled).
+    fn has_work(&self) -> bool {
+        true
+    }
 
     /// Gives back the active message a handler kept (`Handler::am_keep`); its memory may be
     /// reused from now on. Does nothing when no message is kept.

@@ -680,6 +680,10 @@ pub(crate) struct Core {
     pub(crate) active: SmallVec<[u8; 4]>,
     /// The one interface in `active`, or `NO_IFACE` when there are none or several.
     pub(crate) poll_one: u8,
+    /// Interfaces in use that need polling only while they have work
+    /// (`IfaceFlags::ON_DEMAND`: `self`): not in `active`, so that a worker with one
+    /// other interface keeps its one-interface path.
+    pub(crate) on_demand: SmallVec<[u8; 2]>,
     pub(crate) tick: u32,
     pub(crate) stats: WorkerStats,
     /// Some stream-triggered queue has a released operation to fire or one running
@@ -897,6 +901,7 @@ impl Worker {
             cur_iface: 0,
             active: SmallVec::new(),
             poll_one: NO_IFACE,
+            on_demand: SmallVec::new(),
             tick: 0,
             stats: WorkerStats::default(),
             queues_armed: false,
@@ -999,12 +1004,32 @@ impl Worker {
             if self.core.kept.is_some() {
                 n += self.dispatch_kept();
             }
+            if !self.core.on_demand.is_empty() {
+                n += self.poll_on_demand();
+            }
             if self.core.work || !self.core.am_events.is_empty() {
                 n += self.progress_protocols();
             }
             return n;
         }
         self.progress_general()
+    }
+
+    /// Progresses the on-demand interfaces in use that have work.
+    #[inline]
+    fn poll_on_demand(&mut self) -> usize {
+        let mut n = 0;
+        for k in 0..self.core.on_demand.len() {
+            let i = usize::from(self.core.on_demand[k]);
+            if self.ifaces[i].has_work() {
+                self.core.cur_iface = i;
+                n += self.ifaces[i].progress(&mut self.core);
+                if self.core.kept.is_some() {
+                    n += self.dispatch_kept();
+                }
+            }
+        }
+        n
     }
 
     /// `progress` with several interfaces in use, queued work, or the periodic look at
@@ -1024,7 +1049,7 @@ impl Worker {
                     n += self.dispatch_kept();
                 }
             }
-            n
+            n + self.poll_on_demand()
         };
         if self.core.work || !self.core.am_events.is_empty() || self.sock.active() {
             n += self.progress_protocols();
@@ -1126,17 +1151,10 @@ impl Worker {
         Some(c)
     }
 
-    /// [`take_completion`](Self::take_completion) of up to `max` completions at once, in
-    /// order, each handed to `f`: a caller that reports them outside its lock on the
-    /// worker takes the lock once for a batch.
+    /// Whether a completion waits to be taken.
     #[inline]
-    pub fn take_completions(&mut self, max: usize, mut f: impl FnMut(Completion)) {
-        for _ in 0..max {
-            match self.take_completion() {
-                Some(c) => f(c),
-                None => return,
-            }
-        }
+    pub fn has_completions(&self) -> bool {
+        !self.core.completions.is_empty()
     }
 
     /// Takes the next endpoint failure (each failed endpoint is reported once).
@@ -1389,7 +1407,18 @@ impl Core {
     /// Makes interface `i` one that every `progress` call polls.
     pub(crate) fn mark_active(&mut self, i: usize) {
         // Worker::new refuses more than 255 interfaces.
+        let on_demand = self
+            .info
+            .get(i)
+            .is_some_and(|f| f.attr.flags.contains(uct::IfaceFlags::ON_DEMAND));
         let i = i as u8;
+        if on_demand {
+            // Polled beside the others only while it has work (`poll_on_demand`).
+            if !self.on_demand.contains(&i) {
+                self.on_demand.push(i);
+            }
+            return;
+        }
         if !self.active.contains(&i) {
             self.active.push(i);
             self.poll_one = if self.active.len() == 1 { i } else { NO_IFACE };

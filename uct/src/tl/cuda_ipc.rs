@@ -286,7 +286,10 @@ impl Md for IpcMd {
     fn rkey_same_device(&self, packed: &[u8], local: u64) -> Option<bool> {
         let (_, e) = unpack_key(packed).ok()?;
         let info = self.driver.pointer(local)?;
-        let dev = self.driver.devices().get(usize::try_from(info.device).ok()?)?;
+        let dev = self
+            .driver
+            .devices()
+            .get(usize::try_from(info.device).ok()?)?;
         Some(dev.pci_bus_id == e.bus_id)
     }
 

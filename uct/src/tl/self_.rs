@@ -62,7 +62,8 @@ impl SelfIface {
                     | IfaceFlags::GET_ZCOPY
                     | IfaceFlags::PENDING
                     | IfaceFlags::CONNECT_TO_IFACE
-                    | IfaceFlags::EP_ORDERED,
+                    | IfaceFlags::EP_ORDERED
+                    | IfaceFlags::ON_DEMAND,
                 am,
                 put: rma,
                 get: rma,
@@ -221,6 +222,10 @@ impl Iface for SelfIface {
 
     fn ep_idle(&self, ep: EpId) -> bool {
         self.check_ep(ep).is_ok()
+    }
+
+    fn has_work(&self) -> bool {
+        !self.queue.is_empty() || !self.pending.is_empty()
     }
 
     fn progress(&mut self, h: &mut dyn Handler) -> usize {
