@@ -828,10 +828,17 @@ impl Worker {
             // Nothing ahead of it: its messages go now, not at the next progress (and a
             // put is then complete: `put_sent`).
             progress_queue(ifaces, core);
-            let done = matches!(core.reqs.get(id).map(|r| &r.state), Some(Op::Done { .. }));
-            if done && !p.notify {
+            let done = match core.reqs.get(id).map(|r| &r.state) {
+                Some(Op::Done { status, .. }) => Some(*status),
+                _ => None,
+            };
+            if let (Some(status), false) = (done, p.notify) {
                 core.reqs.remove(id);
-                return Ok(None);
+                return if status == Status::Ok {
+                    Ok(None)
+                } else {
+                    Err(status)
+                };
             }
         }
         Ok(Some(id))
