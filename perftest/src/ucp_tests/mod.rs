@@ -400,6 +400,14 @@ impl Side {
     /// Progresses until request `id` completes, frees it, and returns the receive's
     /// information (None for sends).
     #[inline(always)]
+    /// Waits for every request of a window (emptying it).
+    fn wait_all(&mut self, inflight: &mut [Option<ReqId>], oob: &Oob) -> Result<(), Error> {
+        for id in inflight.iter_mut().filter_map(Option::take) {
+            self.wait(id, oob)?;
+        }
+        Ok(())
+    }
+
     fn wait(&mut self, id: ReqId, oob: &Oob) -> Result<Option<TagInfo>, Error> {
         loop {
             if let Some((st, info)) = self.worker.request_test(id) {
@@ -726,9 +734,7 @@ fn bw_client(args: &Args, plan: &Plan, s: &mut Side, tx: &Msgs, oob: &Oob) -> Re
     let total = warmup + args.iters();
     for i in 0..total {
         if i == warmup && warmup > 0 {
-            for id in inflight.iter_mut().filter_map(Option::take) {
-                s.wait(id, oob)?;
-            }
+            s.wait_all(&mut inflight, oob)?;
             clock.restart();
         }
         let slot = (i % window as u64) as usize;
@@ -741,9 +747,7 @@ fn bw_client(args: &Args, plan: &Plan, s: &mut Side, tx: &Msgs, oob: &Oob) -> Re
         inflight[slot] = s.send(tx.slot(slot).0, TAG)?;
         clock.tick(i, warmup);
     }
-    for id in inflight.iter_mut().filter_map(Option::take) {
-        s.wait(id, oob)?;
-    }
+    s.wait_all(&mut inflight, oob)?;
     // The run ends when the receiver has everything.
     s.recv_ack(oob)?;
     clock.finish();

@@ -132,9 +132,7 @@ pub(super) fn put_bw(
         let total = warmup + args.iters();
         for i in 0..total {
             if i == warmup && warmup > 0 {
-                for id in inflight.iter_mut().filter_map(Option::take) {
-                    s.wait(id, oob)?;
-                }
+                s.wait_all(&mut inflight, oob)?;
                 clock.restart();
             }
             let slot = (i % plan.window as u64) as usize;
@@ -150,9 +148,7 @@ pub(super) fn put_bw(
             }
             clock.tick(i, warmup);
         }
-        for id in inflight.iter_mut().filter_map(Option::take) {
-            s.wait(id, oob)?;
-        }
+        s.wait_all(&mut inflight, oob)?;
         flush(s, oob)?;
         clock.finish();
     }
@@ -272,9 +268,7 @@ pub(super) fn ops(
             let mut clock = StreamClock::new(args, size);
             for i in 0..total {
                 if i == warmup && warmup > 0 {
-                    for id in inflight.iter_mut().filter_map(Option::take) {
-                        s.wait(id, oob)?;
-                    }
+                    s.wait_all(&mut inflight, oob)?;
                     clock.restart();
                 }
                 let slot = (i % window) as usize;
@@ -287,9 +281,7 @@ pub(super) fn ops(
                 }
                 clock.tick(i, warmup);
             }
-            for id in inflight.iter_mut().filter_map(Option::take) {
-                s.wait(id, oob)?;
-            }
+            s.wait_all(&mut inflight, oob)?;
             flush(s, oob)?;
             clock.finish();
         }
@@ -311,9 +303,7 @@ pub(super) fn ops(
                 }
                 clock.tick(i, warmup);
             }
-            for id in inflight.iter_mut().filter_map(Option::take) {
-                s.wait(id, oob)?;
-            }
+            s.wait_all(&mut inflight, oob)?;
             clock.rep.finish();
         }
     }

@@ -102,9 +102,7 @@ pub(super) fn bw(
     let mut inflight: Vec<Option<ReqId>> = vec![None; plan.window];
     for i in 0..total {
         if i == warmup && warmup > 0 {
-            for id in inflight.iter_mut().filter_map(Option::take) {
-                s.wait(id, oob)?;
-            }
+            s.wait_all(&mut inflight, oob)?;
             clock.restart();
         }
         let slot = (i % plan.window as u64) as usize;
@@ -114,9 +112,7 @@ pub(super) fn bw(
         inflight[slot] = s.stream_send(txd)?;
         clock.tick(i, warmup);
     }
-    for id in inflight.iter_mut().filter_map(Option::take) {
-        s.wait(id, oob)?;
-    }
+    s.wait_all(&mut inflight, oob)?;
     s.recv_ack(oob)?;
     clock.finish();
     Ok(())

@@ -708,21 +708,11 @@ pub(super) fn push_send(
                 return Err(Status::InvalidParam);
             };
             let (lo, hi) = (l.span.addr(), l.span.addr() + l.span.len() as u64);
-            let (mkey, memh) = match s.memh.as_deref() {
-                Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
-                None => {
-                    let md = ifaces[rma.iface].md();
-                    let Some(m) = nb_reg(buf::register_span(md, lo, (hi - lo) as usize))? else {
-                        // The lane is out of keys (an HCA whose keys its peers' caches
-                        // may hold while they wait for this very message): nothing is
-                        // sent yet, so the data goes by the active-message pipeline,
-                        // which needs none, on the next progress.
-                        s.proto = Proto::RndvAm;
-                        stats.rndv_no_keys += 1;
-                        return Ok(false);
-                    };
-                    (md.mkey_pack(&m), Some(m))
-                }
+            let mine = s.memh.as_deref().map(|(_, m)| m);
+            let Some((mkey, memh)) = rts_mkey(ifaces[rma.iface].md(), mine, lo, hi)? else {
+                s.proto = Proto::RndvAm;
+                stats.rndv_no_keys += 1;
+                return Ok(false);
             };
             let shm = (!device)
                 .then(|| rma::shm_window(mems, *shm_regions, lo, hi))
@@ -813,21 +803,11 @@ pub(super) fn push_send(
             // One registration spanning every segment: its remote key bounds what the
             // receiver may read.
             let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
-            let (mkey, memh) = match s.memh.as_deref() {
-                Some((_, m)) => (ifaces[rma.iface].md().mkey_pack(m), None),
-                None => {
-                    let md = ifaces[rma.iface].md();
-                    let Some(m) = nb_reg(buf::register_span(md, lo, (hi - lo) as usize))? else {
-                        // The lane is out of keys (an HCA whose keys its peers' caches
-                        // may hold while they wait for this very message): nothing is
-                        // sent yet, so the data goes by the active-message pipeline,
-                        // which needs none, on the next progress.
-                        s.proto = Proto::RndvAm;
-                        stats.rndv_no_keys += 1;
-                        return Ok(false);
-                    };
-                    (md.mkey_pack(&m), Some(m))
-                }
+            let mine = s.memh.as_deref().map(|(_, m)| m);
+            let Some((mkey, memh)) = rts_mkey(ifaces[rma.iface].md(), mine, lo, hi)? else {
+                s.proto = Proto::RndvAm;
+                stats.rndv_no_keys += 1;
+                return Ok(false);
             };
             // Worker-allocated shared memory: the receiver may map it and copy directly.
             let shm = (!device)
@@ -916,10 +896,22 @@ pub(super) fn push_send(
     Ok(true)
 }
 
-/// A registration's result with `NoResource` (a device out of keys, for now) as `None`.
-fn nb_reg<T>(r: UcsResult<T>) -> UcsResult<Option<T>> {
-    match r {
-        Ok(m) => Ok(Some(m)),
+/// The packed key of an RTS whose data spans `lo..hi`: the send's registration's (`mine`)
+/// when it has one, else a new registration's (returned too, for the send to keep).
+/// `None` when the lane is out of keys (an HCA whose keys its peers' caches may hold while
+/// they wait for this very message): nothing is sent yet, and the caller sends the data
+/// by the active-message pipeline, which needs none.
+fn rts_mkey(
+    md: &dyn uct::Md,
+    mine: Option<&uct::MemH>,
+    lo: u64,
+    hi: u64,
+) -> UcsResult<Option<(Vec<u8>, Option<uct::MemH>)>> {
+    if let Some(m) = mine {
+        return Ok(Some((md.mkey_pack(m), None)));
+    }
+    match buf::register_span(md, lo, (hi - lo) as usize) {
+        Ok(m) => Ok(Some((md.mkey_pack(&m), Some(m)))),
         Err(Status::NoResource) => Ok(None),
         Err(e) => Err(e),
     }

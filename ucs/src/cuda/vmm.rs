@@ -16,7 +16,6 @@ use std::ffi::c_void;
 use cudarc::driver::sys as cu;
 
 use super::{check, driver, DevPtr, Driver};
-use crate::memtype::{MemInfo, MemoryType};
 use crate::{Status, UcsResult};
 
 const FD: cu::CUmemAllocationHandleType =
@@ -182,14 +181,6 @@ impl VmmAlloc {
         };
         if let Some(info) = d.pointer(ptr) {
             crate::memtype::remember(info);
-        } else {
-            crate::memtype::remember(MemInfo {
-                mem_type: MemoryType::Cuda,
-                device: dev,
-                base: ptr,
-                len: len as u64,
-                buffer_id: 0,
-            });
         }
         Ok(VmmAlloc {
             ptr,
