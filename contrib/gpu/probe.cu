@@ -270,6 +270,44 @@ static void ipc_child(const char *hex, int ndev)
         CK(cuMemcpyDtoDAsync(mine, m, n, s));
         CK(cuStreamSynchronize(s));
         double lat = MEDIAN_US(2000, CK(cuMemcpyDtoD(mine, m, 8)));
+        /* The small read a rendezvous receiver makes, with four ways of knowing it is done:
+         * stream synchronize, an event polled, a stream write into mapped host memory that
+         * the host polls, and a one-block copy kernel followed by that stream write. */
+        {
+            CUstream q;
+            CUevent ev;
+            CK(cuStreamCreate(&q, CU_STREAM_NON_BLOCKING));
+            CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+            volatile unsigned *flag;
+            CK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+            CUdeviceptr dflag;
+            CK(cuMemHostGetDevicePointer(&dflag, (void *)flag, 0));
+            unsigned seq = 0;
+            for (int w = 0; w < 200; w++) { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); CK(cuStreamSynchronize(q)); }
+            double a_sync = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); CK(cuStreamSynchronize(q)); });
+            double a_ev = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); CK(cuEventRecord(ev, q)); spin(ev); });
+            double a_flag = MEDIAN_US(2000, {
+                seq++;
+                CK(cuMemcpyDtoDAsync(mine, m, 8, q));
+                CK(cuStreamWriteValue32(q, dflag, seq, 0));
+                while (*flag != seq) {}
+            });
+            double k_flag = MEDIAN_US(2000, {
+                seq++;
+                kcopy(mine, m, 16, q, 1);
+                CK(cuStreamWriteValue32(q, dflag, seq, 0));
+                while (*flag != seq) {}
+            });
+            double k_sync = MEDIAN_US(2000, { kcopy(mine, m, 16, q, 1); CK(cuStreamSynchronize(q)); });
+            double call = MEDIAN_US(2000, CK(cuMemcpyDtoDAsync(mine, m, 8, q)));
+            CK(cuStreamSynchronize(q));
+            double wcall = MEDIAN_US(2000, CK(cuStreamWriteValue32(q, dflag, 0, 0)));
+            CK(cuStreamSynchronize(q));
+            printf("ipc 8 B read on gpu%d (median us): async+sync %.2f, async+event %.2f, async+host-polled "
+                   "stream write %.2f, copy kernel+stream write %.2f, copy kernel+sync %.2f; "
+                   "the copy call alone %.2f, the stream write call alone %.2f\n",
+                   dev, a_sync, a_ev, a_flag, k_flag, k_sync, call, wcall);
+        }
         double bw = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(mine, m, n, s)); CK(cuStreamSynchronize(s)); });
         double wr = MEDIAN_US(20, { CK(cuMemcpyDtoDAsync(m, mine, n, s)); CK(cuStreamSynchronize(s)); });
         /* Back to back, as a transport queues a window of messages: 20 copies on one

@@ -288,6 +288,25 @@ impl Driver {
         s.synchronize()
     }
 
+    /// [`copy`](Self::copy) on a stream of `dev`, for a caller that knows the device (a
+    /// peer mapping opened on it): no pointer query, no event, the copy and its wait.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `n` bytes until this returns, and reachable from `dev`.
+    pub unsafe fn copy_on(&self, dev: i32, dst: DevPtr, src: DevPtr, n: usize) -> UcsResult<()> {
+        let s = self
+            .copy_streams
+            .get(usize::try_from(dev).map_err(|_| Status::InvalidParam)?)
+            .ok_or(Status::InvalidParam)?
+            .get_or_init(|| self.stream(dev).ok())
+            .as_ref()
+            .ok_or(Status::NoResource)?;
+        let _b = self.bind(dev)?;
+        // SAFETY: per the contract; a stream of dev's context, which is current.
+        check(unsafe { cu::cuMemcpyAsync(dst, src, n, s.stream) })?;
+        s.synchronize()
+    }
+
     /// Lets kernels of `dev` reach memory allocated on `peer` in this process (a no-op
     /// when already enabled).
     pub fn enable_peer(&self, dev: i32, peer: i32) -> UcsResult<()> {

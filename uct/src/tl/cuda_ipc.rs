@@ -89,6 +89,8 @@ struct Mapping {
     vmm: bool,
 }
 
+/// Our own allocations whose exported key is kept, at most (the cache is emptied when full).
+const MAX_MINE: usize = 1024;
 /// Descriptors of shareable handles kept open for peers to take, at most.
 const MAX_EXPORTS: usize = 256;
 
@@ -98,6 +100,10 @@ pub struct IpcMd {
     driver: &'static Driver,
     /// Keys unpacked, by (peer pid, buffer id).
     keys: Mutex<HashMap<(u32, u64), Exported>>,
+    /// What our own allocations export, by buffer id (the driver never gives an id twice in
+    /// a process, so an entry cannot go stale): a rendezvous sends a key per message, and
+    /// the IPC handle and device of its buffer are then looked up once, not per message.
+    mine: Mutex<HashMap<u64, Exported>>,
     /// Our virtual-memory allocations exported by descriptor, by buffer id, oldest first
     /// (a peer takes its own copy of a descriptor the first time it maps the allocation).
     exports: Mutex<VecDeque<(u64, i32)>>,
@@ -122,6 +128,7 @@ impl IpcMd {
         IpcMd {
             driver,
             keys: Mutex::new(HashMap::new()),
+            mine: Mutex::new(HashMap::new()),
             exports: Mutex::new(VecDeque::new()),
         }
     }
@@ -248,10 +255,18 @@ impl Md for IpcMd {
     }
 
     fn mkey_pack(&self, memh: &MemH) -> Vec<u8> {
-        // Registration checked the pointer. Memory of the virtual memory API has no
-        // legacy handle: it goes by a shareable handle's descriptor. One that cannot be
-        // exported either (not made exportable) packs an empty key, which peers refuse
-        // (they then use another protocol).
+        // Registration checked the pointer and recorded the allocation's buffer id.
+        if let Some(e) = self
+            .mine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&memh.key)
+        {
+            return pack_key(memh.base, memh.len, e);
+        }
+        // Memory of the virtual memory API has no legacy handle: it goes by a shareable
+        // handle's descriptor. One that cannot be exported either (not made exportable)
+        // packs an empty key, which peers refuse (they then use another protocol).
         let Some(info) = self.driver.pointer(memh.base) else {
             return Vec::new();
         };
@@ -268,24 +283,32 @@ impl Md for IpcMd {
             .get(info.device.max(0) as usize)
             .map(|d| d.pci_bus_id.clone())
             .unwrap_or_default();
-        pack_key(
-            memh.base,
-            memh.len,
-            &Exported {
-                pid: std::process::id(),
-                buffer_id: info.buffer_id,
-                alloc_base: info.base,
-                alloc_len: info.len,
-                bus_id,
-                handle,
-                fd,
-            },
-        )
+        let e = Exported {
+            pid: std::process::id(),
+            buffer_id: info.buffer_id,
+            alloc_base: info.base,
+            alloc_len: info.len,
+            bus_id,
+            handle,
+            fd,
+        };
+        let key = pack_key(memh.base, memh.len, &e);
+        // A descriptor is kept open for at most MAX_EXPORTS allocations (`vmm_fd`): the
+        // cache holds legacy handles only, whose validity is the allocation's own.
+        if fd < 0 && e.buffer_id == memh.key {
+            let mut mine = self.mine.lock().unwrap_or_else(|e| e.into_inner());
+            if mine.len() >= MAX_MINE {
+                mine.clear();
+            }
+            mine.insert(e.buffer_id, e);
+        }
+        key
     }
 
     fn rkey_same_device(&self, packed: &[u8], local: u64) -> Option<bool> {
         let (_, e) = unpack_key(packed).ok()?;
-        let info = self.driver.pointer(local)?;
+        // The detector's range cache: no driver call per message.
+        let info = memtype::detect(local as *const u8);
         let dev = self
             .driver
             .devices()
@@ -299,7 +322,7 @@ impl Md for IpcMd {
         if keys.len() > 4 * MAX_MAPPINGS {
             keys.clear();
         }
-        keys.insert((e.pid, e.buffer_id), e);
+        keys.entry((e.pid, e.buffer_id)).or_insert(e);
         Ok(rk)
     }
 }
@@ -446,17 +469,24 @@ impl CudaIpcIface {
         dev: i32,
     ) -> UcsResult<(u64, i32)> {
         rkey.check_range(addr, len)?;
+        self.tick += 1;
+        // The key is the allocation's buffer id: a mapped one is served without looking
+        // further (the mapping records the allocation's base).
+        let k = (pid, rkey.key);
+        if let Some(m) = self.mappings.get_mut(&k) {
+            // A peer's key names its range; the mapping bounds it.
+            if addr < m.alloc_base || addr + len > m.alloc_base + m.alloc_len {
+                return Err(Status::InvalidParam);
+            }
+            m.last_use = self.tick;
+            self.hits += 1;
+            return Ok((m.local + (addr - m.alloc_base), m.dev));
+        }
         let e = self
             .md
             .exported(pid, rkey.key)
             .ok_or(Status::InvalidParam)?;
-        self.tick += 1;
         let k = (pid, e.buffer_id);
-        if let Some(m) = self.mappings.get_mut(&k) {
-            m.last_use = self.tick;
-            self.hits += 1;
-            return Ok((m.local + (addr - e.alloc_base), m.dev));
-        }
         // A new allocation of that peer overlapping a cached one: the old one was freed.
         let stale: Vec<(u32, u64)> = self
             .mappings
@@ -581,7 +611,13 @@ impl CudaIpcIface {
             };
             if !big {
                 let t0 = ucs::time::now_ns();
-                self.driver.copy(dst, src, n)?;
+                if map_dev >= 0 {
+                    // SAFETY: the caller keeps the local buffer valid until this returns,
+                    // and the mapping is open; the copy is waited for.
+                    unsafe { self.driver.copy_on(map_dev, dst, src, n)? };
+                } else {
+                    self.driver.copy(dst, src, n)?;
+                }
                 self.sync_ns += ucs::time::now_ns() - t0;
                 self.sync_copies += 1;
                 continue;
