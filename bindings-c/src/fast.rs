@@ -11,7 +11,7 @@
 
 use std::ffi::c_void;
 
-use ucp::{Buf, Data, RecvParams, SendParams};
+use ucp::{Buf, Data, SendParams};
 use ucs::Status;
 
 use crate::ep::CEp;
@@ -113,12 +113,6 @@ const SEND_P: SendParams = SendParams {
     force_imm: false,
 };
 
-const RECV_P: RecvParams = RecvParams {
-    user_data: 0,
-    notify: false,
-    force_imm: false,
-};
-
 /// `ucp_tag_send_nbx` with plain parameters, or `None` (nothing done) for the general path.
 ///
 /// # Safety
@@ -176,18 +170,16 @@ pub(crate) unsafe fn tag_recv(
         return Some(status_ptr(Status::NoMemory));
     };
     let r = w.with(|wk| {
-        let id = wk.tag_recv(&Data::Contig(b), tag, tag_mask, RECV_P)?;
-        // SAFETY: h is ours and not yet visible to anyone.
-        unsafe { (*h).id = id.0 };
-        Ok(wk.subscribe_or_take(id, h as u64))
+        let r = wk.tag_recv_host(b, tag, tag_mask, h as u64);
+        if let Ok(id) = r {
+            // SAFETY: h is ours; it completes in progress, which needs this worker.
+            unsafe { (*h).id = id.0 };
+        }
+        r
     });
     Some(match r {
-        Ok(Ok(())) => user_ptr(h),
-        Ok(Err((s, info))) => finished(w, h, s, info, p, true),
-        Err(s) => {
-            discard(w, h, p);
-            status_ptr(s)
-        }
+        Ok(_) => user_ptr(h),
+        Err((s, info)) => finished(w, h, s, info, p, true),
     })
 }
 

@@ -34,6 +34,37 @@ pub(crate) const F_IN_CB: u32 = 4;
 pub(crate) const F_USER: u32 = 8;
 /// Released with the deprecated `ucp_request_release`, which keeps the callback.
 pub(crate) const F_KEEP_CB: u32 = 16;
+/// Its worker is not in `UCS_THREAD_MODE_MULTI`: the application serializes every call on
+/// the worker and its requests, so the flags change with plain loads and stores (as UCX's
+/// request flags do) instead of locked read-modify-writes, three of which every request
+/// otherwise pays.
+pub(crate) const F_SERIAL: u32 = 32;
+
+impl ReqHdr {
+    /// Sets `bits` in the flags; returns the flags before.
+    #[inline(always)]
+    fn flags_or(&self, bits: u32) -> u32 {
+        let prev = self.flags.load(Ordering::Acquire);
+        if prev & F_SERIAL != 0 {
+            self.flags.store(prev | bits, Ordering::Release);
+            prev
+        } else {
+            self.flags.fetch_or(bits, Ordering::AcqRel)
+        }
+    }
+
+    /// Clears `bits` in the flags; returns the flags before.
+    #[inline(always)]
+    fn flags_clear(&self, bits: u32) -> u32 {
+        let prev = self.flags.load(Ordering::Acquire);
+        if prev & F_SERIAL != 0 {
+            self.flags.store(prev & !bits, Ordering::Release);
+            prev
+        } else {
+            self.flags.fetch_and(!bits, Ordering::AcqRel)
+        }
+    }
+}
 
 /// What to call on completion.
 #[derive(Clone, Copy, Debug)]
@@ -206,13 +237,18 @@ pub(crate) unsafe fn alloc(
     cb: Cb,
     user_data: *mut c_void,
 ) -> Option<*mut ReqHdr> {
+    let serial = if w.thread_mode != UCS_THREAD_MODE_MULTI {
+        F_SERIAL
+    } else {
+        0
+    };
     let (h, flags) = if user_req.is_null() {
-        (w.req_get()?, 0)
+        (w.req_get()?, serial)
     } else {
         // SAFETY: per the contract.
         (
             unsafe { user_req.cast::<u8>().sub(HDR) }.cast::<ReqHdr>(),
-            F_USER,
+            F_USER | serial,
         )
     };
     // SAFETY: h is HDR writable, 16-aligned bytes (pool layout; the application's
@@ -263,7 +299,7 @@ pub(crate) unsafe fn complete(h: *mut ReqHdr, status: Status, info: ucp_tag_recv
     let hd = unsafe { &mut *h };
     hd.info = info;
     hd.status.store(code(status), Ordering::Relaxed);
-    let prev = hd.flags.fetch_or(F_DONE | F_IN_CB, Ordering::AcqRel);
+    let prev = hd.flags_or(F_DONE | F_IN_CB);
     if prev & (F_RELEASED | F_KEEP_CB) == F_RELEASED {
         // SAFETY: completed now and freed before: nobody else releases it (`free` saw it
         // running), and this is the one completion.
@@ -289,7 +325,7 @@ pub(crate) unsafe fn complete(h: *mut ReqHdr, status: Status, info: ucp_tag_recv
         }
     }
     // SAFETY: still live: only this function releases a request whose F_IN_CB is set.
-    let prev = unsafe { (*h).flags.fetch_and(!F_IN_CB, Ordering::AcqRel) };
+    let prev = unsafe { (*h).flags_clear(F_IN_CB) };
     if prev & F_RELEASED != 0 {
         // SAFETY: completed and released; this is the one release.
         unsafe { release(h) };
@@ -335,7 +371,7 @@ fn free(req: *mut c_void, keep_cb: bool) {
         F_RELEASED
     };
     // SAFETY: live header.
-    let prev = unsafe { (*h).flags.fetch_or(set, Ordering::AcqRel) };
+    let prev = unsafe { (*h).flags_or(set) };
     if prev & F_RELEASED != 0 {
         return;
     }

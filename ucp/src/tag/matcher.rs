@@ -222,6 +222,21 @@ impl<T, R> TagMatcher<T, R> {
             });
         }
 
+        PostResult::Queued(self.queue_recv(tag, tag_mask, user))
+    }
+
+    /// Whether no unexpected message waits: a receive posted now is queued
+    /// ([`queue_recv`](Self::queue_recv)).
+    #[inline(always)]
+    pub fn no_unexpected(&self) -> bool {
+        self.unexp.is_empty()
+    }
+
+    /// Queues a receive as expected, without looking for an unexpected message (the caller
+    /// saw [`no_unexpected`](Self::no_unexpected)). The handle comes back in registers,
+    /// where [`PostResult`] comes back through memory.
+    #[inline]
+    pub fn queue_recv(&mut self, tag: Tag, tag_mask: TagMask, user: R) -> RecvHandle {
         let seq = self.exp_seq;
         self.exp_seq += 1;
         if self.exp.is_empty() {
@@ -232,12 +247,12 @@ impl<T, R> TagMatcher<T, R> {
                     seq,
                     user,
                 });
-                return PostResult::Queued(RecvHandle { key: LONE, seq });
+                return RecvHandle { key: LONE, seq };
             }
             self.unlone();
         }
         let key = self.queue_expected(tag, tag_mask, seq, user);
-        PostResult::Queued(RecvHandle { key, seq })
+        RecvHandle { key, seq }
     }
 
     /// Moves the lone receive into the slab and its list, ahead of a second receive.

@@ -487,9 +487,24 @@ pub(crate) struct RecvOp {
     pub(crate) peer: Option<(usize, u64)>,
     pub(crate) ack_sync: bool,
     /// A stream receive, and whether it waits until full.
-    pub(crate) stream: Option<bool>,
+    pub(crate) stream: StreamMode,
     /// Rendezvous state; `None` for eager receives (see [`RecvRndv`]).
     pub(crate) rndv: Option<Box<RecvRndv>>,
+}
+
+/// Whether a receive is a stream receive, and of which kind. Zero is "not one", so that a
+/// new receive's fields past its data are all zero: the compiler then writes them straight
+/// into the request slot (an `Option<bool>`, whose `None` is 2, had them built on the stack
+/// and copied over, with a stalled load per receive).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum StreamMode {
+    #[default]
+    No = 0,
+    /// Completes with whatever arrived.
+    Any,
+    /// Waits until the buffer is full (`UCP_STREAM_RECV_FLAG_WAITALL`).
+    WaitAll,
 }
 
 impl RecvOp {

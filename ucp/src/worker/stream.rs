@@ -15,7 +15,7 @@ use ucs::{Status, UcsResult};
 
 use super::handler::{Bad, Res};
 use super::tag::new_recv;
-use super::{Core, EpHandle, Op, Worker};
+use super::{Core, EpHandle, Op, StreamMode, Worker};
 use crate::datatype::Data;
 use crate::proto::select::Proto;
 use crate::request::ReqId;
@@ -96,7 +96,11 @@ impl Worker {
         }
         let mut r = new_recv(data);
         r.expect = r.data.len();
-        r.stream = Some(waitall);
+        r.stream = if waitall {
+            StreamMode::WaitAll
+        } else {
+            StreamMode::Any
+        };
         r.peer = Some((idx, 0));
         let id = core.reqs.insert(Op::Recv(r), p.user_data, p.notify);
         core.eps[idx].stream_recvs.push_back(id);
@@ -213,7 +217,7 @@ impl Core {
                     self.am_pool.push(v);
                 }
             }
-            let waitall = r.stream.unwrap_or(false);
+            let waitall = r.stream == StreamMode::WaitAll;
             let e = &self.eps[ep];
             let more = !e.stream_rx.is_empty();
             if r.received == r.expect || (!waitall && !more) {

@@ -294,6 +294,45 @@ impl Worker {
         Ok(id)
     }
 
+    /// A receive into contiguous host memory, subscribed with `user_data` when it waits,
+    /// for the C ABI's receive with a request: `Ok(id)` while it waits (its completion is
+    /// reported by [`Worker::poll_completion`]); `Err` with its status and info when it
+    /// finished in the call (nothing is kept). The receive posted in time, the common case,
+    /// is queued without the general path's result enum, whose trip through memory cost
+    /// more than the queueing.
+    #[inline]
+    pub fn tag_recv_host(
+        &mut self,
+        buf: crate::Buf,
+        tag: u64,
+        tag_mask: u64,
+        user_data: u64,
+    ) -> Result<ReqId, (Status, Option<TagInfo>)> {
+        let core = &mut self.core;
+        if core.matcher.no_unexpected() && buf.host_accessible() {
+            let id = core.reqs.insert_with(
+                move || Op::Recv(recv_into(DataState::Contig(buf))),
+                user_data,
+                true,
+            );
+            let h = core.matcher.queue_recv(tag, tag_mask, id);
+            if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+                r.handle = Some(h);
+            }
+            return Ok(id);
+        }
+        let p = RecvParams {
+            user_data: 0,
+            notify: false,
+            force_imm: false,
+        };
+        let id = post_recv(core, &Data::Contig(buf), tag, tag_mask, p);
+        if self.core.work {
+            self.answer_now();
+        }
+        self.subscribe_or_take(id, user_data).map(|()| id)
+    }
+
     /// Whether the oldest unexpected message matching `(tag, tag_mask)` is here whole,
     /// so that a receive of it completes at once.
     #[cold]
@@ -389,9 +428,10 @@ impl Worker {
 /// Posts a receive into `data` (its final form: no iov list left to turn into a vector).
 #[inline(always)]
 fn post_recv(core: &mut Core, data: &Data, tag: u64, tag_mask: u64, p: RecvParams) -> ReqId {
+    let ds = data.start_unpack();
     let id = core
         .reqs
-        .insert_with(|| Op::Recv(new_recv(data)), p.user_data, p.notify);
+        .insert_with(move || Op::Recv(recv_into(ds)), p.user_data, p.notify);
     match core.matcher.post_recv(tag, tag_mask, id) {
         PostResult::Matched(m) => deliver(core, m.info, m.msg, id),
         PostResult::Queued(h) => {
@@ -478,8 +518,14 @@ fn device_iov_layout(v: &[crate::Buf]) -> Option<Data> {
 
 #[inline(always)]
 pub(super) fn new_recv(data: &Data) -> RecvOp {
+    recv_into(data.start_unpack())
+}
+
+/// A receive into `data`, with nothing received yet.
+#[inline(always)]
+fn recv_into(data: DataState) -> RecvOp {
     RecvOp {
-        data: data.start_unpack(),
+        data,
         handle: None,
         info: None,
         received: 0,
@@ -487,7 +533,7 @@ pub(super) fn new_recv(data: &Data) -> RecvOp {
         status: Status::Ok,
         peer: None,
         ack_sync: false,
-        stream: None,
+        stream: super::StreamMode::No,
         rndv: None,
     }
 }
@@ -1301,7 +1347,7 @@ fn owns_nothing(r: &RecvOp) -> bool {
         Status,
         Option<(usize, u64)>,
         bool,
-        Option<bool>,
+        super::StreamMode,
     )>());
     matches!(
         r,
