@@ -402,6 +402,7 @@ pub unsafe extern "C" fn ucpx_channel_send_nbx(
                     user_data: 0,
                     notify: false,
                     force_imm: post.force_imm,
+                    fast_cmpl: false,
                 };
                 post.run(w, |wk| wk.channel_send(h, &d, p))
             }

@@ -29,9 +29,11 @@ pub(crate) struct Plain {
     user_req: *mut c_void,
     elem: usize,
     no_imm: bool,
+    /// `FAST_CMPL`: a blocking send (see `SendParams::fast_cmpl`).
+    fast: bool,
 }
 
-/// The attributes [`plain`] accepts (`FAST_CMPL` is a hint with nothing to do here).
+/// The attributes [`plain`] accepts.
 const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
     | UCP_OP_ATTR_FIELD_USER_DATA
     | UCP_OP_ATTR_FIELD_DATATYPE
@@ -77,6 +79,7 @@ pub(crate) unsafe fn plain(param: *const ucp_request_param_t) -> Option<Plain> {
         },
         elem,
         no_imm: m & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0,
+        fast: m & UCP_OP_ATTR_FLAG_FAST_CMPL != 0,
     })
 }
 
@@ -111,6 +114,7 @@ const SEND_P: SendParams = SendParams {
     user_data: 0,
     notify: false,
     force_imm: false,
+    fast_cmpl: false,
 };
 
 /// `ucp_tag_send_nbx` with plain parameters, or `None` (nothing done) for the general path.
@@ -133,7 +137,11 @@ pub(crate) unsafe fn tag_send(
     // SAFETY: an endpoint of ours (checked by magic; the general path reports otherwise).
     let (e, w) = unsafe { CEp::from_ptr(ep) }?;
     let h = e.h;
-    let id = match w.with(|wk| wk.tag_send(h, &Data::Contig(b), tag, SEND_P)) {
+    let sp = SendParams {
+        fast_cmpl: p.fast,
+        ..SEND_P
+    };
+    let id = match w.with(|wk| wk.tag_send(h, &Data::Contig(b), tag, sp)) {
         // Sent in the call: NULL, and the application's request memory, if it passed
         // some, is left untouched, as UCX's inline send leaves it (OpenMPI's blocking
         // `MPI_Send` passes some and reads it only when a request is returned).

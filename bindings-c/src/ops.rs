@@ -50,6 +50,8 @@ pub(crate) struct Post {
     no_imm: bool,
     /// `UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL`: complete at once or fail with NO_RESOURCE.
     pub(crate) force_imm: bool,
+    /// `UCP_OP_ATTR_FLAG_FAST_CMPL`: the caller waits for local completion next.
+    pub(crate) fast_cmpl: bool,
     recv_info: RecvInfo,
     pub(crate) datatype: ucp_datatype_t,
     pub(crate) flags: u32,
@@ -70,6 +72,7 @@ impl Post {
             user_req: std::ptr::null_mut(),
             no_imm: false,
             force_imm: false,
+            fast_cmpl: false,
             recv_info: RecvInfo::None,
             datatype: 1 << UCP_DATATYPE_SHIFT,
             flags: 0,
@@ -152,6 +155,7 @@ impl Post {
             },
             no_imm: field(UCP_OP_ATTR_FLAG_NO_IMM_CMPL),
             force_imm: field(UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL),
+            fast_cmpl: field(UCP_OP_ATTR_FLAG_FAST_CMPL),
             recv_info,
             datatype: if field(UCP_OP_ATTR_FIELD_DATATYPE) {
                 p.datatype
@@ -350,6 +354,7 @@ const fn send_p(sync: bool) -> SendParams {
         user_data: 0,
         notify: false,
         force_imm: false,
+        fast_cmpl: false,
     }
 }
 
@@ -413,6 +418,7 @@ fn tag_send(
     let h = e.h;
     let p = SendParams {
         force_imm: post.force_imm,
+        fast_cmpl: post.fast_cmpl,
         ..send_p(sync)
     };
     post.run(w, |wk| wk.tag_send(h, &d, tag, p))

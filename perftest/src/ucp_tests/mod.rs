@@ -547,6 +547,8 @@ fn setup(plan: &Plan, oob: &mut Oob) -> Result<Side, Error> {
         ep,
         send_params: SendParams {
             sync: plan.sync,
+            // A latency test waits for each send before the next, as a blocking send.
+            fast_cmpl: plan.latency,
             ..SendParams::default()
         },
         tag_mask: if plan.wildcard { 0 } else { u64::MAX },

@@ -1368,27 +1368,38 @@ impl Worker {
         let mut blocked = 0;
         // The endpoints whose control messages blocked in this pass: later messages to
         // them wait too, so each endpoint's messages go out in order (a split rendezvous's
-        // RTR_SPLIT must reach the sender before the ACK that follows it).
-        let mut held: SmallVec<[usize; 4]> = SmallVec::new();
-        let len = core.ctrl.len();
-        for _ in 0..len {
-            let Some((ep, c)) = core.ctrl.pop_front() else {
-                break;
-            };
-            if held.contains(&ep) {
-                core.ctrl.push_back((ep, c));
-                blocked += 1;
-                continue;
-            }
-            match wireup::send_ctrl(ifaces, core, ep, &c) {
-                Err(Status::NoResource) => {
-                    core.ctrl.push_back((ep, c));
-                    held.push(ep);
+        // RTR_SPLIT must reach the sender before the ACK that follows it). Messages that
+        // wait stay where they are: rotating the queue moved every waiting message (192
+        // bytes each) on every pass while a full FIFO held them, 8 % of a receiver's time
+        // in bidirectional 32 KiB traffic (docs/benchmarks.md, stop 39). What sending
+        // queues meanwhile goes behind them.
+        if !core.ctrl.is_empty() {
+            let mut held: SmallVec<[usize; 4]> = SmallVec::new();
+            let mut q = std::mem::take(&mut core.ctrl);
+            q.retain(|(ep, c)| {
+                let ep = *ep;
+                if held.contains(&ep) {
                     blocked += 1;
+                    return true;
                 }
-                Err(e) => log::debug!("ucp: control message to ep {ep} dropped: {e}"),
-                Ok(()) => n += 1,
-            }
+                match wireup::send_ctrl(ifaces, core, ep, c) {
+                    Err(Status::NoResource) => {
+                        held.push(ep);
+                        blocked += 1;
+                        true
+                    }
+                    Err(e) => {
+                        log::debug!("ucp: control message to ep {ep} dropped: {e}");
+                        false
+                    }
+                    Ok(()) => {
+                        n += 1;
+                        false
+                    }
+                }
+            });
+            q.append(&mut core.ctrl);
+            core.ctrl = q;
         }
         if !core.rma_queue.is_empty() {
             n += rma::progress_queue(ifaces, core);

@@ -37,6 +37,13 @@ pub struct SendParams {
     /// Complete at once or fail with `NoResource` having sent nothing
     /// (`UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL`).
     pub force_imm: bool,
+    /// The caller waits for this send's local completion next, as a blocking send does
+    /// (`UCP_OP_ATTR_FLAG_FAST_CMPL`). Between eager and rendezvous, such a send takes
+    /// whichever the endpoint measured faster for one message alone (`proto::tune`);
+    /// any other send in that range is one of several in flight and goes zero-copy by
+    /// rendezvous, which moves its bytes once, by the receiver, and leaves both processes'
+    /// cores to the rest of the traffic (docs/ucp.md).
+    pub fast_cmpl: bool,
 }
 
 /// Options of a receive.
@@ -151,7 +158,9 @@ impl Worker {
             && e.tuner.is_some()
             && rts_fits(core, idx, data)
         {
-            if let Some(t) = core.eps[idx].tuner.as_mut() {
+            if !p.fast_cmpl {
+                proto = Proto::RndvGet;
+            } else if let Some(t) = core.eps[idx].tuner.as_mut() {
                 use crate::proto::tune::Choice;
                 match t.choose(total) {
                     Choice::Eager { timed: tm } => {

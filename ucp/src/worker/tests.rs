@@ -95,6 +95,8 @@ fn round(a: &mut Worker, b: &mut Worker, ab: EpHandle, n: usize, sync: bool) -> 
             tag,
             SendParams {
                 sync,
+                // Waited for at once: a blocking send.
+                fast_cmpl: true,
                 ..Default::default()
             },
         )
@@ -498,6 +500,31 @@ fn protocol_table_is_printed() {
     assert!(t.contains("rendezvous get from 32K: split"), "{t}");
     let (a, _b, ab, _) = pair("posix,cma;RNDV_SPLIT_THRESH=inf");
     assert!(!a.ep_proto_info(ab).unwrap().contains("split"));
+}
+
+#[test]
+fn sends_not_waited_for_at_once_go_zero_copy_in_the_tuned_range() {
+    let n = 64 << 10;
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    let src = pattern(n, 3);
+    let mut dst = vec![0u8; n];
+    let before = a.stats();
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 5, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), 5, SendParams::default())
+        .unwrap()
+        .expect("a rendezvous waits for the receiver");
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress && a.request_status(s) != Status::InProgress
+    });
+    assert_eq!(a.wait(s).0, Status::Ok);
+    assert_eq!(b.wait(r).0, Status::Ok);
+    assert!(dst == src);
+    let st = a.stats();
+    assert_eq!(st.rndv_get - before.rndv_get, 1, "{st:?}");
+    assert_eq!(st.eager_multi, before.eager_multi, "{st:?}");
 }
 
 #[test]
