@@ -658,7 +658,7 @@ pub(crate) struct Core {
     /// Endpoints whose peer closed (`WIREUP_CLOSE`), failed once what arrived before the
     /// notice is done with (an ACK's send completes first).
     pub(crate) peer_closes: Vec<usize>,
-    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) completions: crate::request::CompletionQueue,
     /// Active messages waiting for their handlers, and buffers to reuse for them.
     pub(crate) am_events: VecDeque<am::QueuedAm>,
     pub(crate) am_pool: Vec<Vec<u8>>,
@@ -898,7 +898,7 @@ impl Worker {
             waiting_gets: VecDeque::new(),
             mt_copy,
             peer_closes: Vec::new(),
-            completions: VecDeque::new(),
+            completions: Default::default(),
             am_events: VecDeque::new(),
             am_pool: Vec::new(),
             stream_ready: VecDeque::new(),
