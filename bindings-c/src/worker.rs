@@ -924,6 +924,9 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
         let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
             return crate::status_ptr(Status::InvalidParam);
         };
+        if w.with(|wk| wk.flush_idle(None)) == Ok(true) {
+            return std::ptr::null_mut();
+        }
         let p = crate::ops::Post::legacy(request::Cb::Send(cb));
         p.run(w, |wk| wk.flush_nb(None))
     })

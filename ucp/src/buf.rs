@@ -169,8 +169,11 @@ impl Buf {
             return;
         }
         // SAFETY: the range is inside the region (checked above), which the constructor's
-        // contract keeps valid and unwritten by others; dst is a distinct Rust slice.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+        // contract keeps valid and unwritten by others; dst is a distinct Rust slice, and
+        // the slice made here does not outlive this call.
+        let s = unsafe { std::slice::from_raw_parts(self.ptr.add(off), dst.len()) };
+        // A few bytes (an 8-byte put) are moved inline, not through a `memcpy` call.
+        ucs::wire::copy(dst, s);
     }
 
     /// Copies `src` to offset `off`; the few bytes of a short message are moved inline

@@ -278,13 +278,20 @@ impl Worker {
     /// when nothing this side posted is still in flight (the common case of
     /// `MPI_Win_flush` after mapped or synchronous puts), else the request.
     pub fn flush_nb(&mut self, ep: Option<EpHandle>) -> UcsResult<Option<ReqId>> {
+        if self.flush_idle(ep)? {
+            return Ok(None);
+        }
+        self.flush(ep).map(Some)
+    }
+
+    /// Whether a flush of `ep` (or of every endpoint) would have nothing to wait for:
+    /// [`flush_nb`](Self::flush_nb) then returns `None`. For a caller that answers that case
+    /// without the machinery of a request (the C ABI's `MPI_Win_flush` path).
+    #[inline]
+    pub fn flush_idle(&self, ep: Option<EpHandle>) -> UcsResult<bool> {
         let core = &self.core;
-        let idle = |e: &Ep| {
-            [Some(e.am), e.rma, e.rma_dev]
-                .into_iter()
-                .flatten()
-                .all(|l| self.ifaces[l.iface].ep_idle(l.ep))
-        };
+        let lane_idle = |l: Option<Lane>| l.is_none_or(|l| self.ifaces[l.iface].ep_idle(l.ep));
+        let idle = |e: &Ep| lane_idle(Some(e.am)) && lane_idle(e.rma) && lane_idle(e.rma_dev);
         let quick = core.flushes.is_empty()
             && match ep {
                 Some(h) => {
@@ -296,10 +303,7 @@ impl Worker {
                     .iter()
                     .all(|(i, e)| e.failed.is_some() || (!ep_busy(core, i) && idle(e))),
             };
-        if quick {
-            return Ok(None);
-        }
-        self.flush(ep).map(Some)
+        Ok(quick)
     }
 
     /// Closes an endpoint after flushing it (`ucp_ep_close_nbx` in flush mode); the handle
@@ -772,7 +776,10 @@ fn ep_busy(core: &Core, ep: usize) -> bool {
     if e.failed.is_some() {
         return false;
     }
-    if !e.queue.is_empty() || e.puts_unacked > 0 || core.ctrl.iter().any(|c| c.0 == ep) {
+    if !e.queue.is_empty()
+        || e.puts_unacked > 0
+        || (!core.ctrl.is_empty() && core.ctrl.iter().any(|c| c.0 == ep))
+    {
         return true;
     }
     e.outstanding > 0
