@@ -322,7 +322,19 @@ impl Md for IpcMd {
         if keys.len() > 4 * MAX_MAPPINGS {
             keys.clear();
         }
-        keys.entry((e.pid, e.buffer_id)).or_insert(e);
+        // The latest key wins: the exporter may have closed and re-exported a
+        // virtual-memory allocation's descriptor under another number. An unchanged key
+        // (every message of a rendezvous carries one) is left as it is.
+        match keys.entry((e.pid, e.buffer_id)) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                if *o.get() != e {
+                    o.insert(e);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(e);
+            }
+        }
         Ok(rk)
     }
 }
