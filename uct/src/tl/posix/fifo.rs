@@ -295,6 +295,12 @@ impl FifoView {
         Some((len, wake, self.cell(h.wrapping_add(1)) as usize))
     }
 
+    /// The index of the next cell a producer will claim: every cell below it has been
+    /// claimed (and is published, or being written, or abandoned by a dead writer).
+    pub(crate) fn claimed(&self) -> u64 {
+        self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & !ARMED
+    }
+
     /// Consumer: true when the cell at `index` has been published.
     #[inline(always)]
     pub(crate) fn ready(&self, index: u64) -> bool {

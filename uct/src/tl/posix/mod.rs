@@ -117,6 +117,11 @@ pub struct PosixIface {
     peers: HashMap<Addr, Arc<PeerFifo>>,
     pending: VecDeque<(EpId, u64)>,
     errors: VecDeque<(EpId, Status)>,
+    /// A peer found gone: its failure is reported once the receive FIFO has been read up
+    /// to this cell, the claim position when it was found. Messages it published before it
+    /// exited (an acknowledgement, then its close) are delivered first; reporting at once
+    /// lost them to an operation that ended with the error instead.
+    report_after: Option<u64>,
     check_interval_ns: u64,
     next_check: u64,
     progress_calls: u32,
@@ -195,6 +200,7 @@ impl PosixIface {
             peers: HashMap::new(),
             pending: VecDeque::new(),
             errors: VecDeque::new(),
+            report_after: None,
             check_interval_ns: cfg.error_check_interval_ns.max(1_000_000),
             next_check: 0,
             progress_calls: 0,
@@ -296,7 +302,16 @@ impl PosixIface {
                 }
             }
         }
-        for i in dead {
+        self.peers_gone(&dead);
+    }
+
+    /// Marks the endpoints `dead` failed; their failure is reported once what their peers
+    /// published before exiting has been read (`report_after`).
+    fn peers_gone(&mut self, dead: &[usize]) {
+        if !dead.is_empty() {
+            self.report_after = Some(self.rx.view().claimed());
+        }
+        for &i in dead {
             log::debug!("posix: peer pid {} is gone", self.eps[i].peer.pid);
             self.eps[i].failed = Some(Status::ConnectionReset);
             self.errors
@@ -586,6 +601,14 @@ impl PosixIface {
                 self.skip_dead_claim();
             }
         }
+        if let Some(at) = self.report_after {
+            // (Wrapping: the receive index has reached `at` when it is at most half the
+            // counter space past it.)
+            if (self.rx_index.wrapping_sub(at) as i64) < 0 {
+                return n;
+            }
+            self.report_after = None;
+        }
         if !self.errors.is_empty() {
             n += self.report_errors(h);
         }
@@ -718,6 +741,45 @@ mod tests {
         assert_eq!(
             iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]),
             Err(Status::InvalidParam)
+        );
+    }
+
+    /// Messages and endpoint errors, in the order the interface reported them.
+    #[derive(Default)]
+    struct Events(Vec<Result<u32, (EpId, Status)>>);
+    impl Handler for Events {
+        fn am(&mut self, _id: u8, data: &[u8]) {
+            self.0
+                .push(Ok(u32::from_le_bytes(data[8..12].try_into().unwrap())));
+        }
+        fn ep_error(&mut self, ep: EpId, status: Status) {
+            self.0.push(Err((ep, status)));
+        }
+    }
+
+    #[test]
+    fn a_peer_found_gone_is_reported_after_what_it_sent() {
+        let mut iface = PosixIface::open(&Config::default()).unwrap();
+        let (dev, ifa) = (
+            iface.device_address().to_vec(),
+            iface.iface_address().to_vec(),
+        );
+        let ep = iface.ep_connect(&dev, &ifa).unwrap();
+        // The peer publishes three messages (an acknowledgement, say, then its close) and
+        // exits; the liveness check finds it gone before they are read.
+        for i in 0..3u32 {
+            iface.am_short(ep, 3, 0, &i.to_le_bytes()).unwrap();
+        }
+        iface.peers_gone(&[ep.index()]);
+        let mut ev = Events::default();
+        assert_eq!(iface.progress_slow(&mut ev), 0);
+        assert!(ev.0.is_empty(), "reported before its messages: {:?}", ev.0);
+        for _ in 0..10 {
+            iface.progress(&mut ev);
+        }
+        assert_eq!(
+            ev.0,
+            vec![Ok(0), Ok(1), Ok(2), Err((ep, Status::ConnectionReset))]
         );
     }
 
