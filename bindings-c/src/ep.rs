@@ -403,7 +403,8 @@ pub unsafe extern "C" fn ucp_ep_flush_nb(
         if w.with(|wk| wk.flush_idle(Some(e.h))) == Ok(true) {
             return std::ptr::null_mut();
         }
-        Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush_nb(Some(e.h)))
+        // Something was in flight: the flush request itself (without asking again).
+        Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush(Some(e.h)).map(Some))
     })
 }
 

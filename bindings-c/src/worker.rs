@@ -927,8 +927,9 @@ pub unsafe extern "C" fn ucp_worker_flush_nb(
         if w.with(|wk| wk.flush_idle(None)) == Ok(true) {
             return std::ptr::null_mut();
         }
+        // Something was in flight: the flush request itself (without asking again).
         let p = crate::ops::Post::legacy(request::Cb::Send(cb));
-        p.run(w, |wk| wk.flush_nb(None))
+        p.run(w, |wk| wk.flush(None).map(Some))
     })
 }
 

@@ -61,6 +61,25 @@ static void spin(CUevent e)
     CK(r);
 }
 
+/* A word of mapped host memory the GPU writes (a stream write) and the host polls. */
+struct flag { volatile unsigned *host; CUdeviceptr dev; unsigned seq; };
+
+static struct flag flag_new(void)
+{
+    struct flag f = {0, 0, 0};
+    CK(cuMemHostAlloc((void **)&f.host, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    CK(cuMemHostGetDevicePointer(&f.dev, (void *)f.host, 0));
+    return f;
+}
+
+/* Queues a write of the next value on s and waits until the host sees it. */
+static void flag_wait(struct flag *f, CUstream s)
+{
+    f->seq++;
+    CK(cuStreamWriteValue32(s, f->dev, f->seq, 0));
+    while (*f->host != f->seq) {}
+}
+
 static CUcontext ctx_of(int dev)
 {
     CUdevice d;
@@ -93,28 +112,10 @@ static void small_copies(int dev)
            MEDIAN_US(2000, CK(cuMemcpyHtoD(b, pageable, 8))),
            MEDIAN_US(2000, CK(cuMemcpyDtoH(pageable, a, 8))));
     /* Completion seen by polling host memory the GPU writes (no driver call in the loop). */
-    volatile unsigned *flag;
-    CK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
-    CUdeviceptr dflag;
-    CK(cuMemHostGetDevicePointer(&dflag, (void *)flag, 0));
-    unsigned seq = 0;
-    double flagcopy = MEDIAN_US(2000, {
-        seq++;
-        CK(cuMemcpyDtoDAsync(b, a, 8, s));
-        CK(cuStreamWriteValue32(s, dflag, seq, 0));
-        while (*flag != seq) {}
-    });
-    double flagkernel = MEDIAN_US(2000, {
-        seq++;
-        kcopy(b, a, 16, s, 1);
-        CK(cuStreamWriteValue32(s, dflag, seq, 0));
-        while (*flag != seq) {}
-    });
-    double flagonly = MEDIAN_US(2000, {
-        seq++;
-        CK(cuStreamWriteValue32(s, dflag, seq, 0));
-        while (*flag != seq) {}
-    });
+    struct flag fl = flag_new();
+    double flagcopy = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(b, a, 8, s)); flag_wait(&fl, s); });
+    double flagkernel = MEDIAN_US(2000, { kcopy(b, a, 16, s, 1); flag_wait(&fl, s); });
+    double flagonly = MEDIAN_US(2000, flag_wait(&fl, s));
     double ksync = MEDIAN_US(2000, { kcopy(b, a, 16, s, 1); CK(cuStreamSynchronize(s)); });
     printf("gpu%d 8-16 B with a host-polled stream write: DtoD copy %.2f us, copy kernel %.2f us, "
            "write alone %.2f us; copy kernel + stream sync %.2f us\n", dev, flagcopy, flagkernel,
@@ -278,30 +279,16 @@ static void ipc_child(const char *hex, int ndev)
             CUevent ev;
             CK(cuStreamCreate(&q, CU_STREAM_NON_BLOCKING));
             CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
-            volatile unsigned *flag;
-            CK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
-            CUdeviceptr dflag;
-            CK(cuMemHostGetDevicePointer(&dflag, (void *)flag, 0));
-            unsigned seq = 0;
+            struct flag fl = flag_new();
             for (int w = 0; w < 200; w++) { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); CK(cuStreamSynchronize(q)); }
             double a_sync = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); CK(cuStreamSynchronize(q)); });
             double a_ev = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); CK(cuEventRecord(ev, q)); spin(ev); });
-            double a_flag = MEDIAN_US(2000, {
-                seq++;
-                CK(cuMemcpyDtoDAsync(mine, m, 8, q));
-                CK(cuStreamWriteValue32(q, dflag, seq, 0));
-                while (*flag != seq) {}
-            });
-            double k_flag = MEDIAN_US(2000, {
-                seq++;
-                kcopy(mine, m, 16, q, 1);
-                CK(cuStreamWriteValue32(q, dflag, seq, 0));
-                while (*flag != seq) {}
-            });
+            double a_flag = MEDIAN_US(2000, { CK(cuMemcpyDtoDAsync(mine, m, 8, q)); flag_wait(&fl, q); });
+            double k_flag = MEDIAN_US(2000, { kcopy(mine, m, 16, q, 1); flag_wait(&fl, q); });
             double k_sync = MEDIAN_US(2000, { kcopy(mine, m, 16, q, 1); CK(cuStreamSynchronize(q)); });
             double call = MEDIAN_US(2000, CK(cuMemcpyDtoDAsync(mine, m, 8, q)));
             CK(cuStreamSynchronize(q));
-            double wcall = MEDIAN_US(2000, CK(cuStreamWriteValue32(q, dflag, 0, 0)));
+            double wcall = MEDIAN_US(2000, CK(cuStreamWriteValue32(q, fl.dev, 0, 0)));
             CK(cuStreamSynchronize(q));
             printf("ipc 8 B read on gpu%d (median us): async+sync %.2f, async+event %.2f, async+host-polled "
                    "stream write %.2f, copy kernel+stream write %.2f, copy kernel+sync %.2f; "
