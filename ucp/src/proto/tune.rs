@@ -87,10 +87,8 @@ struct Class {
     sends: u32,
     /// A timed run in progress: the protocol (true: rendezvous) and the sends left.
     run: Option<(bool, u8)>,
-    /// The protocol serving the class once decided (true: rendezvous), and whether it
-    /// has decided once.
-    serving_rndv: bool,
-    ever_decided: bool,
+    /// The protocol serving the class once decided (true: rendezvous).
+    serving: Option<bool>,
 }
 
 impl Class {
@@ -101,7 +99,7 @@ impl Class {
     /// Whether rendezvous serves the class: the protocol serving it keeps it unless the
     /// other is faster by `MARGIN`.
     fn rndv_wins(&self) -> bool {
-        self.serving_rndv
+        self.serving == Some(true)
     }
 
     /// Re-decides after a sample: the first decision takes the faster; later ones switch
@@ -111,14 +109,11 @@ impl Class {
             return;
         }
         let (e, r) = (self.eager.best(), self.rndv.best());
-        if !self.ever_decided {
-            self.ever_decided = true;
-            self.serving_rndv = r < e;
-        } else if self.serving_rndv {
-            self.serving_rndv = e >= r * (1.0 - MARGIN);
-        } else {
-            self.serving_rndv = r < e * (1.0 - MARGIN);
-        }
+        self.serving = Some(match self.serving {
+            None => r < e,
+            Some(true) => e >= r * (1.0 - MARGIN),
+            Some(false) => r < e * (1.0 - MARGIN),
+        });
     }
 }
 
