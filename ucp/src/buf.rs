@@ -14,6 +14,94 @@ use std::fmt;
 use ucs::UcsResult;
 use uct::{Comp, Done, EpId, Iface, Iov, Md, MemH, MemoryType, RemoteKey};
 
+/// Pinned host bytes that a copy to or from device memory fills or drains in the
+/// background: a fragment of the staged rendezvous (`worker::stage`). While the copy is in
+/// flight nothing else touches the bytes (the accessors say `None`), and dropping waits for
+/// it, so the bounce goes back to its pool only once the copy engine is done with it.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    /// Declared before `buf`: dropped first, it waits for the copy.
+    copy: Option<Box<dyn ucs::memtype::PendingCopy>>,
+    buf: crate::worker::Bounce,
+}
+
+impl Staged {
+    /// `len` bytes, pinned where a driver gives them.
+    pub(crate) fn new(len: usize) -> Staged {
+        Staged {
+            copy: None,
+            buf: crate::worker::Bounce::for_device(len),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.buf.as_slice().len()
+    }
+
+    /// Starts copying the `len()` bytes at `off` of device buffer `src` in.
+    pub(crate) fn load(&mut self, src: &Buf, off: usize) -> UcsResult<()> {
+        let n = self.len();
+        let part = src.sub(off, n).ok_or(ucs::Status::InvalidParam)?;
+        if self.copy.is_some() {
+            return Err(ucs::Status::Busy);
+        }
+        let dst = self.buf.as_mut_slice().as_mut_ptr();
+        // SAFETY: `part` lies in `src`, whose constructor's contract keeps it valid and
+        // unwritten until the operation completes, and an operation holding a `Staged`
+        // completes only after its copy is done or it is dropped (which waits); `dst` is
+        // this bounce's `n` bytes, owned here and not touched until the copy is done.
+        self.copy = unsafe {
+            ucs::memtype::copy_async(dst, MemoryType::Host, part.ptr, MemoryType::Cuda, n)?
+        };
+        Ok(())
+    }
+
+    /// Starts copying the bytes out into `[off, off + len())` of device buffer `dst`.
+    pub(crate) fn store(&mut self, dst: &Buf, off: usize) -> UcsResult<()> {
+        let n = self.len();
+        let part = dst.sub(off, n).ok_or(ucs::Status::InvalidParam)?;
+        if self.copy.is_some() {
+            return Err(ucs::Status::Busy);
+        }
+        let src = self.buf.as_slice().as_ptr();
+        // SAFETY: as in `load`, with the roles swapped: `part` is the receive's to write.
+        self.copy = unsafe {
+            ucs::memtype::copy_async(part.ptr, MemoryType::Cuda, src, MemoryType::Host, n)?
+        };
+        Ok(())
+    }
+
+    /// Whether a copy is in flight.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// Whether no copy is in flight any more (one that finished is let go); an error when
+    /// it failed.
+    pub(crate) fn landed(&mut self) -> UcsResult<bool> {
+        let Some(c) = self.copy.as_mut() else {
+            return Ok(true);
+        };
+        if c.done()? {
+            self.copy = None;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The bytes, unless a copy is in flight.
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        self.copy.is_none().then(|| self.buf.as_slice())
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if self.copy.is_some() {
+            return None;
+        }
+        Some(self.buf.as_mut_slice())
+    }
+}
+
 /// A region of user memory: `len` bytes at `ptr`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Buf {

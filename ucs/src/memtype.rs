@@ -89,6 +89,18 @@ pub trait PointerQuery: Send + Sync {
     fn query(&self, ptr: u64) -> Option<MemInfo>;
     /// Copies `n` bytes between any two memory types, synchronously.
     fn copy(&self, dst: u64, src: u64, n: usize) -> UcsResult<()>;
+    /// Starts copying `n` bytes between any two memory types; `None` when the copy is
+    /// complete already. By default it is made at once ([`copy`](Self::copy)).
+    fn copy_async(&self, dst: u64, src: u64, n: usize) -> UcsResult<Option<Box<dyn PendingCopy>>> {
+        self.copy(dst, src, n).map(|()| None)
+    }
+}
+
+/// A copy in flight ([`copy_async`]). Dropping it waits for the copy, so that the memory
+/// it reads and writes may be released right after.
+pub trait PendingCopy: Send + std::fmt::Debug {
+    /// Whether the bytes have landed; an error when the copy failed.
+    fn done(&mut self) -> UcsResult<bool>;
 }
 
 /// Set once a driver is loaded: until then every pointer is host memory.
@@ -247,6 +259,35 @@ pub unsafe fn copy(
     let g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     match g.query.as_ref() {
         Some(q) => q.copy(dst as u64, src as u64, n),
+        None => Err(Status::Unsupported),
+    }
+}
+
+/// Starts copying `n` bytes from `src` to `dst`, each of any memory type: `None` when the
+/// copy is complete on return (`memcpy` when both are host-accessible), else the copy in
+/// flight (on a stream of the driver's).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `n` bytes in their memory types, they do not
+/// overlap, and both stay so until the returned copy reports done or is dropped.
+pub unsafe fn copy_async(
+    dst: *mut u8,
+    dst_type: MemoryType,
+    src: *const u8,
+    src_type: MemoryType,
+    n: usize,
+) -> UcsResult<Option<Box<dyn PendingCopy>>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    if dst_type.host_accessible() && src_type.host_accessible() {
+        // SAFETY: per the contract; both are host memory.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+        return Ok(None);
+    }
+    let g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    match g.query.as_ref() {
+        Some(q) => q.copy_async(dst as u64, src as u64, n),
         None => Err(Status::Unsupported),
     }
 }

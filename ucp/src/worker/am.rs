@@ -662,6 +662,7 @@ impl Core {
                 stream: false,
                 timed: false,
                 t0: 0,
+                stage: None,
             }),
             user_data,
             notify,

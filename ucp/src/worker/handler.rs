@@ -12,7 +12,8 @@ use uct::{Comp, EpId, Handler};
 
 use super::tag::{deliver, finish_recv, on_completion, recv_eager, start_rndv_recv};
 use super::wireup::{fail_ep, Failure};
-use super::{Core, FragBuf, FragTarget, Op, Unexp, COMP_FLUSH};
+use super::{stage, Core, FragBuf, FragTarget, Op, Unexp, COMP_FLUSH};
+use crate::datatype::DataState;
 use crate::address::WorkerAddress;
 use crate::proto::select::Proto;
 use crate::proto::wire::{self, FirstHdr, FragHdr, Wireup, FLAG_SYNC};
@@ -649,13 +650,20 @@ impl Core {
                 if end > rv.expect || off != rv.received {
                     return Err(Bad::Malformed(Some(ep)));
                 }
-                if let Err(s) = rv.data.unpack(off, payload) {
+                if let DataState::Device(b) = &rv.data {
+                    // Device memory: through pinned fragments, each copied in as it fills.
+                    let (dst, expect) = (*b, rv.expect);
+                    let st = rv.rndv().stage.get_or_insert_with(Box::default);
+                    match stage::absorb(st, self.stage_cfg, &dst, expect, off, payload) {
+                        Ok(k) => self.stats.rndv_staged += k,
+                        Err(s) => rv.status = s,
+                    }
+                } else if let Err(s) = rv.data.unpack(off, payload) {
                     rv.status = s;
                 }
                 rv.received = end;
                 if end == rv.expect {
-                    let (status, info) = (rv.status, rv.info);
-                    self.complete(id, status, info);
+                    stage::finish_recv(self, id);
                 }
                 Ok(())
             }

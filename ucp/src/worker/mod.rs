@@ -33,6 +33,7 @@ pub mod channel;
 mod gpu_dt;
 mod handler;
 mod listener;
+mod stage;
 mod mapped;
 pub mod queue;
 pub mod rma;
@@ -136,11 +137,15 @@ pub struct WorkerStats {
     /// Layout rendezvous over a UMR lane that the receiver asked to have packed (the
     /// hybrid's other half).
     pub rndv_pack: u64,
+    /// Fragments of device data staged through pinned host buffers by the rendezvous
+    /// pipeline (`UCX_RNDV_FRAG_SIZE`), counted by each side: sent by the sender, copied
+    /// into the device by the receiver.
+    pub rndv_staged: u64,
 }
 
 impl WorkerStats {
     /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 27] {
+    pub fn counters(&self) -> [(&'static str, u64); 28] {
         [
             ("unexpected", self.unexpected),
             ("eager short", self.eager_short),
@@ -169,6 +174,7 @@ impl WorkerStats {
             ("umr list bytes", self.umr_list_bytes),
             ("umr list hits", self.umr_list_hits),
             ("rendezvous packed", self.rndv_pack),
+            ("rendezvous staged fragments", self.rndv_staged),
         ]
     }
 }
@@ -442,6 +448,8 @@ pub(crate) struct SendOp {
     /// other send of the endpoint was in flight), and when it started (TSC cycles).
     pub(crate) timed: bool,
     pub(crate) t0: u64,
+    /// The staged pipeline of device data (`stage`), once begun.
+    pub(crate) stage: Option<Box<stage::SendStage>>,
 }
 
 impl SendOp {
@@ -577,6 +585,8 @@ pub(crate) struct RecvRndv {
     /// UMR rendezvous: the sender writes into our chunk keys (a use of the keys of
     /// `(interface, name, chunk)`, ended when the receive completes); its FIN completes.
     pub(crate) umr: Option<UmrUse>,
+    /// The staged pipeline into device memory (`stage`), once data arrived.
+    pub(crate) stage: Option<Box<stage::RecvStage>>,
 }
 
 /// A use of the UMR keys an interface built for `(name, chunk)`: `(interface, name, chunk)`.
@@ -655,6 +665,10 @@ pub(crate) struct Core {
     /// The memory-type copy engine (an interface with `MEMTYPE_COPY`) and its endpoint to
     /// itself, where one opened.
     pub(crate) mt_copy: Option<Lane>,
+    /// The staged rendezvous pipeline's fragment size and depth, and the receives whose
+    /// data has all arrived while their last fragments are being copied into the device.
+    pub(crate) stage_cfg: stage::StageCfg,
+    pub(crate) stage_recvs: Vec<ReqId>,
     /// Endpoints whose peer closed (`WIREUP_CLOSE`), failed once what arrived before the
     /// notice is done with (an ACK's send completes first).
     pub(crate) peer_closes: Vec<usize>,
@@ -897,6 +911,11 @@ impl Worker {
             staging: Vec::new(),
             waiting_gets: VecDeque::new(),
             mt_copy,
+            stage_cfg: stage::StageCfg {
+                frag: ctx.config.rndv_frag_size,
+                depth: ctx.config.rndv_pipeline_depth,
+            },
+            stage_recvs: Vec::new(),
             peer_closes: Vec::new(),
             completions: Default::default(),
             am_events: VecDeque::new(),
@@ -1416,11 +1435,15 @@ impl Worker {
         if !core.flushes.is_empty() {
             n += wireup::progress_flushes(ifaces, core);
         }
+        if !core.stage_recvs.is_empty() {
+            n += stage::poll_recvs(core);
+        }
         if blocked > 0
             || !core.deferred_reqs.is_empty()
             || !core.ready.is_empty()
             || !core.flushes.is_empty()
             || !core.rma_queue.is_empty()
+            || !core.stage_recvs.is_empty()
             || core.queues_armed
         {
             core.work = true;

@@ -10,7 +10,7 @@ use uct::{Done, Iface, IfaceFlags, Iov, MemoryType, RemoteKey};
 
 use super::mapped;
 use super::rma::{self, MappingCache};
-use super::{wireup, Bounce, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
+use super::{stage, wireup, Bounce, Core, Ctrl, FragTarget, Op, RecvOp, SendOp, Unexp, Worker};
 use crate::buf;
 use std::sync::Arc;
 
@@ -261,6 +261,7 @@ impl Worker {
                 stream: false,
                 timed,
                 t0: 0,
+                stage: None,
             }),
             p.user_data,
             p.notify,
@@ -593,6 +594,7 @@ pub(super) fn push_send(
         mems,
         shm_regions,
         mappings,
+        stage_cfg,
         ..
     } = core;
     let split_thresh = *split_thresh;
@@ -925,11 +927,33 @@ pub(super) fn push_send(
                     return Ok(false);
                 }
                 s.started = true;
+                if stage::applies(&s.data) {
+                    // Device data goes through pinned fragments: the first copies run
+                    // while the RTS travels.
+                    stage::fill(s, *stage_cfg)?;
+                }
             }
             let Some(rreq) = s.rreq else {
                 // The RTR (or RTR_PUT) puts the request back in the queue.
                 return Ok(true);
             };
+            if s.offset >= total {
+                // Refused by the receiver (truncation): nothing to stream.
+                s.stage = None;
+                return Ok(true);
+            }
+            if s.stage.is_some() {
+                return stage::send(
+                    iface.as_mut(),
+                    lane.ep,
+                    seg,
+                    rid,
+                    rreq,
+                    s,
+                    *stage_cfg,
+                    &mut stats.rndv_staged,
+                );
+            }
             // The AM pipeline (also a put rendezvous whose receiver has no addresses).
             while s.offset < total {
                 let hdr = FragHdr {

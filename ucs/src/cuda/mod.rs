@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys as cu;
 
-use crate::memtype::{MemInfo, MemoryType, PointerQuery};
+use crate::memtype::{MemInfo, MemoryType, PendingCopy, PointerQuery};
 use crate::{Status, UcsResult};
 
 pub mod gdr;
@@ -797,6 +797,55 @@ impl PointerQuery for DriverQuery {
             }
         }
         self.0.copy(dst, src, n)
+    }
+
+    fn copy_async(&self, dst: u64, src: u64, n: usize) -> UcsResult<Option<Box<dyn PendingCopy>>> {
+        let dev = self
+            .0
+            .device_of(dst)
+            .or_else(|| self.0.device_of(src))
+            .unwrap_or(0) as usize;
+        let mut g = ASYNC.lock().unwrap_or_else(|e| e.into_inner());
+        let set = g.get_or_insert_with(|| StreamSet::new(self.0, ASYNC_STREAMS));
+        let (si, ev) = set.take(dev)?;
+        // SAFETY: `memtype::copy_async`'s contract keeps both ranges valid until the
+        // returned copy is done or dropped, and dropping it waits for the event.
+        unsafe { set.stream(dev, si).copy_recorded(dst, src, n, &ev)? };
+        Ok(Some(Box::new(AsyncCopy { dev, ev: Some(ev) })))
+    }
+}
+
+/// Streams per device of the detector's asynchronous copies (`memtype::copy_async`).
+const ASYNC_STREAMS: usize = 2;
+
+/// The streams of `memtype::copy_async`, made on its first use, and their events.
+static ASYNC: std::sync::Mutex<Option<StreamSet>> = std::sync::Mutex::new(None);
+
+/// A copy of `memtype::copy_async` in flight: its event; dropping waits for it.
+#[derive(Debug)]
+struct AsyncCopy {
+    dev: usize,
+    ev: Option<Event>,
+}
+
+impl PendingCopy for AsyncCopy {
+    fn done(&mut self) -> UcsResult<bool> {
+        match &self.ev {
+            Some(e) => e.done(),
+            None => Ok(true),
+        }
+    }
+}
+
+impl Drop for AsyncCopy {
+    fn drop(&mut self) {
+        if let Some(ev) = self.ev.take() {
+            let _ = ev.synchronize();
+            let mut g = ASYNC.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(set) = g.as_mut() {
+                set.give_back(self.dev, ev);
+            }
+        }
     }
 }
 
