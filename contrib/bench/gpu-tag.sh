@@ -2,7 +2,13 @@
 # GPU messages between two processes, Rucx beside UCX 1.22's CUDA build, in one go, on the
 # GPU machine (with the binaries contrib/gpu/pack.sh put in .gpu):
 #
-#   bash contrib/bench/gpu-tag.sh [-r ROUNDS] [BIN]     (BIN: default .gpu/bin)
+#   bash contrib/bench/gpu-tag.sh [-r ROUNDS] [-c staged] [-t TLS] [BIN]     (BIN: default .gpu/bin)
+#
+# -k REGEX: only the cases whose "name test size" matches.
+# -c staged: the staged rendezvous instead (device data through pinned host fragments,
+# where no lane maps the peer's GPU memory): GPU to GPU, GPU to host and host to GPU
+# bandwidth and GPU 1 MiB latency, run with UCX_TLS=TLS for both programs (default
+# tcp,cuda_copy; posix,cuda_copy for shared memory without cuda_ipc).
 #
 # The cases of the GPU memory issue's table: on one GPU and from GPU 0 to GPU 1, tag_lat
 # 8 B and 1 MiB (one-way
@@ -12,9 +18,13 @@
 # printed (latency below 1.0 and bandwidth above 1.0: Rucx is faster).
 set -uo pipefail
 rounds=5
-while getopts "r:" o; do
-  case $o in r) rounds=$OPTARG ;; *) exit 2 ;; esac
+set_=table
+tls=""
+only=""
+while getopts "r:c:t:k:" o; do
+  case $o in r) rounds=$OPTARG ;; c) set_=$OPTARG ;; t) tls=$OPTARG ;; k) only=$OPTARG ;; *) exit 2 ;; esac
 done
+if [ "$set_" = staged ] && [ -z "$tls" ]; then tls=tcp,cuda_copy; fi
 shift $((OPTIND - 1))
 BIN=${1:-.gpu/bin}
 U=.gpu/ucx122
@@ -35,9 +45,10 @@ one() {
   local srv=("$RUCX" -p "$port" -a "cuda:$sg,cuda:$rg")
   local cli=("$RUCX" 127.0.0.1 -p "$port" -a "cuda:$sg,cuda:$rg")
   local senv=() cenv=()
+  if [ -n "$tls" ]; then senv=(UCX_TLS="$tls") cenv=(UCX_TLS="$tls"); fi
   if [ "$prog" = ucx ]; then
     srv=("${UCX[@]}" -p "$port") cli=("${UCX[@]}" 127.0.0.1 -p "$port")
-    senv=(CUDA_VISIBLE_DEVICES="$rg") cenv=(CUDA_VISIBLE_DEVICES="$sg")
+    senv+=(CUDA_VISIBLE_DEVICES="$rg") cenv+=(CUDA_VISIBLE_DEVICES="$sg")
   fi
   env "${senv[@]}" taskset -c 2 timeout 300 "${srv[@]}" >/dev/null 2>&1 &
   local spid=$! out=""
@@ -67,10 +78,23 @@ if [ "$ngpu" -ge 2 ]; then
     "gpu0-gpu1 ucp_put_bw 67108864 100 7 cuda 0 1"
   )
 fi
+if [ "$set_" = staged ]; then
+  g1=0
+  [ "$ngpu" -ge 2 ] && g1=1
+  cases=(
+    "gpu0-gpu$g1 tag_bw 67108864 40 7 cuda 0 $g1"
+    "gpu0-gpu$g1 tag_bw 4194304 200 7 cuda 0 $g1"
+    "gpu0-gpu$g1 tag_lat 1048576 300 3 cuda 0 $g1"
+    "gpu-to-host tag_bw 67108864 40 7 cuda,host 0 0"
+    "host-to-gpu tag_bw 67108864 40 7 host,cuda 0 0"
+  )
+  echo "UCX_TLS=$tls for both"
+fi
 nvidia-smi -L
 printf '%-12s %-10s %9s %12s %12s %8s  %s\n' case test size rucx ucx1.22 ratio unit
 for c in "${cases[@]}"; do
   read -r name test size iters col mem sg rg <<<"$c"
+  if [ -n "$only" ] && ! grep -qE "$only" <<<"$name $test $size"; then continue; fi
   r=() u=()
   for _ in $(seq "$rounds"); do
     r+=("$(one rucx "$test" "$size" "$iters" "$col" "$mem" "$sg" "$rg")")

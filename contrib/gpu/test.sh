@@ -36,6 +36,8 @@ step "two-process GPU tests" env RUCX_GPU_PEER="$BIN/rucx-gpu-peer" "$BIN/gpu-te
 # memory on both sides included.
 step "software HCA model over GPU memory" "$BIN/uct-tests" --exact \
   tl::verbs::model::tests::verbs_between_two_processes --nocapture --test-threads 1
+step "cuda_copy pins host memory while registered" "$BIN/uct-tests" --exact \
+  tl::cuda_copy::tests::host_memory_is_pinned_while_registered --nocapture
 pt() { timeout 300 "$BIN/rucx-perftest" --loopback --validate "$@"; }
 for m in cuda cuda,host host,cuda cuda-managed; do
   for s in 8 100000 4m; do

@@ -71,6 +71,13 @@ fn every_memory_pairing_on_one_gpu() {
             if tls == "all" && am == "cuda" && bm == "cuda" {
                 assert!(!ra.contains("rndv_device 0,"), "IPC rendezvous: {ra}");
             }
+            if tls != "all" && am == "cuda" {
+                // Device data without a device lane: the staged pipeline's fragments.
+                assert!(
+                    counter(&ra, "rndv_staged") > 0,
+                    "{tls}: no staged fragments sent: {ra}"
+                );
+            }
             if tls.contains("cuda_copy") && am == "host" && bm == "cuda" {
                 let copies: u64 = rb
                     .split("(\"copy_async\", ")
@@ -179,8 +186,9 @@ fn peer_killed_mid_rendezvous_on_gpu_buffers() {
     if gpus().is_none() {
         return;
     }
-    for victim in ["a", "b"] {
-        let (mut a, mut b) = start_pair(&peer(), "endless", ("all", "all", "auto"));
+    // Through IPC, and staged through pinned fragments over tcp.
+    for (victim, tls) in [("a", "all"), ("b", "all"), ("a", "tcp"), ("b", "tcp")] {
+        let (mut a, mut b) = start_pair(&peer(), "endless", (tls, "all", "auto"));
         for (side, p) in [("a", &a), ("b", &b)] {
             let l = p
                 .lines
@@ -199,8 +207,11 @@ fn peer_killed_mid_rendezvous_on_gpu_buffers() {
             .lines
             .recv_timeout(Duration::from_secs(2))
             .unwrap_or_else(|_| panic!("no error 2 s after killing {victim}"));
-        assert!(r.starts_with("DONE ERR"), "{victim} killed: {r}");
-        eprintln!("{victim} killed: survivor {r} after {:?}", killed.elapsed());
+        assert!(r.starts_with("DONE ERR"), "{tls}: {victim} killed: {r}");
+        eprintln!(
+            "{tls}: {victim} killed: survivor {r} after {:?}",
+            killed.elapsed()
+        );
     }
 }
 

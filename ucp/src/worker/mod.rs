@@ -33,10 +33,10 @@ pub mod channel;
 mod gpu_dt;
 mod handler;
 mod listener;
-mod stage;
 mod mapped;
 pub mod queue;
 pub mod rma;
+mod stage;
 pub mod stream;
 pub(crate) mod tag;
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The staged rendezvous pipeline: contiguous device data that no lane of the peer's can
 //! reach (a peer over tcp, or one whose `cuda_ipc` is excluded) travels through pinned host
-//! fragments of `UCX_RNDV_FRAG_SIZE` bytes, as rendezvous data messages of the active-message
-//! pipeline.
+//! fragments of `UCX_RNDV_FRAG_SIZE` bytes (smaller for a message of fewer than
+//! `UCX_RNDV_PIPELINE_DEPTH` of them, [`StageCfg::frag_for`]), as rendezvous data messages
+//! of the active-message pipeline.
 //!
 //! - The sender copies fragments out of the device asynchronously
 //!   (`ucs::memtype::copy_async`: a stream and an event of the driver's), up to
@@ -51,6 +52,22 @@ pub(crate) struct StageCfg {
     pub(crate) depth: usize,
 }
 
+/// The smallest fragment a message is cut into below `depth` full fragments.
+const MIN_FRAG: usize = 64 << 10;
+
+impl StageCfg {
+    /// The fragment size for a message of `total` bytes: the configured one, or, for a
+    /// message smaller than `depth` of those, the message cut in `depth` (not below
+    /// 64 KiB), so that the first copy out of the device and the last one into it, which
+    /// nothing overlaps, are short. Each side cuts its own fragments: the receiver gathers
+    /// by its size whatever the sender's messages are.
+    pub(crate) fn frag_for(&self, total: usize) -> usize {
+        total
+            .div_ceil(self.depth.max(1))
+            .clamp(MIN_FRAG.min(self.frag), self.frag)
+    }
+}
+
 /// Whether a transfer of `data` is staged: contiguous device memory, which the host cannot
 /// touch.
 pub(crate) fn applies(data: &DataState) -> bool {
@@ -72,9 +89,10 @@ pub(super) fn fill(s: &mut SendOp, cfg: StageCfg) -> UcsResult<()> {
         return Err(Status::InvalidParam);
     };
     let total = s.total.min(b.len());
+    let frag = cfg.frag_for(total);
     let st = s.stage.get_or_insert_with(Box::default);
     while st.frags.len() < cfg.depth && st.next < total {
-        let len = cfg.frag.min(total - st.next);
+        let len = frag.min(total - st.next);
         let mut bytes = Staged::new(len);
         bytes.load(b, st.next)?;
         st.frags.push_back(Frag {
@@ -168,9 +186,10 @@ pub(super) fn absorb(
     mut payload: &[u8],
 ) -> UcsResult<u64> {
     let mut started = 0;
+    let frag = cfg.frag_for(total);
     while !payload.is_empty() {
-        let start = off / cfg.frag * cfg.frag;
-        let len = cfg.frag.min(total.saturating_sub(start));
+        let start = off / frag * frag;
+        let len = frag.min(total.saturating_sub(start));
         let at = off - start;
         if at >= len {
             return Err(Status::MessageTruncated);
@@ -284,4 +303,30 @@ pub(super) fn finish_recv(core: &mut Core, id: ReqId) {
     }
     let (status, info) = (r.status, r.info);
     core.complete(id, status, info);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_of_fewer_than_depth_fragments_is_cut_in_depth() {
+        let cfg = StageCfg {
+            frag: 512 << 10,
+            depth: 4,
+        };
+        assert_eq!(cfg.frag_for(64 << 20), 512 << 10);
+        assert_eq!(cfg.frag_for(2 << 20), 512 << 10);
+        assert_eq!(cfg.frag_for(1 << 20), 256 << 10);
+        assert_eq!(cfg.frag_for(100_000), 64 << 10, "not below 64 KiB");
+        let small = StageCfg {
+            frag: 4096,
+            depth: 4,
+        };
+        assert_eq!(
+            small.frag_for(1 << 20),
+            4096,
+            "never above the configured size"
+        );
+    }
 }

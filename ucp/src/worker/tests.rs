@@ -2823,7 +2823,11 @@ fn device_data_goes_through_pipelined_pinned_fragments() {
             // (A host sender over cma offers a get: the receiver reads it into one pinned
             // bounce instead.)
             let staged_in = dst_dev && (src_dev || tls == "tcp");
-            assert_eq!(copied_in, if staged_in { frags } else { 0 }, "{what}: receiver");
+            assert_eq!(
+                copied_in,
+                if staged_in { frags } else { 0 },
+                "{what}: receiver"
+            );
             if src_dev && !dst_dev {
                 assert!(
                     fake_device::MAX_IN_FLIGHT.load(Ordering::Relaxed) <= 3,

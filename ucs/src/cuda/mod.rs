@@ -378,6 +378,49 @@ impl Driver {
         Ok(p.cast())
     }
 
+    /// Page-locks `n` bytes of the application's host memory at `p` and maps them for every
+    /// device (`cuMemHostRegister`, portable): the driver's copies between them and device
+    /// memory then run at the bus's speed instead of through its own staging. `Ok(false)`:
+    /// the range (or part of it) was registered already, by someone else, so nothing was
+    /// done and there is nothing to undo.
+    ///
+    /// # Safety
+    /// The range stays mapped until [`host_unregister`](Self::host_unregister).
+    pub unsafe fn host_register(&self, p: *mut u8, n: usize) -> UcsResult<bool> {
+        let _b = self.bind(0)?;
+        // SAFETY: per the contract; a current context.
+        let r = unsafe { cu::cuMemHostRegister_v2(p.cast(), n, cu::CU_MEMHOSTREGISTER_PORTABLE) };
+        match r {
+            cu::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => Ok(false),
+            r => check(r).map(|()| true),
+        }
+    }
+
+    /// Whether the driver holds the host memory at `p` page-locked (allocated pinned, or
+    /// registered).
+    pub fn is_pinned_host(&self, p: *const u8) -> bool {
+        let mut mt = 0u32;
+        // SAFETY: one attribute whose value is an unsigned int, written to `mt`.
+        let r = unsafe {
+            cu::cuPointerGetAttribute(
+                (&mut mt as *mut u32).cast(),
+                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                p as DevPtr,
+            )
+        };
+        r == cu::CUresult::CUDA_SUCCESS && mt == cu::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+    }
+
+    /// Undoes [`host_register`](Self::host_register) of the range starting at `p`.
+    ///
+    /// # Safety
+    /// `p` is the start of a range this process registered, not unregistered since.
+    pub unsafe fn host_unregister(&self, p: *mut u8) -> UcsResult<()> {
+        let _b = self.bind(0)?;
+        // SAFETY: per the contract.
+        check(unsafe { cu::cuMemHostUnregister(p.cast()) })
+    }
+
     /// The device address of pinned host memory from [`host_alloc`](Self::host_alloc)
     /// (with unified addressing, the host address itself), for device code and stream
     /// memory operations.

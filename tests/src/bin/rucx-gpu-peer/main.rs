@@ -236,12 +236,13 @@ fn pingpong(p: &mut Peer, a: bool, spec: &[&str]) -> Result<String, String> {
     }
     let st = p.w.stats();
     Ok(format!(
-        "{} sizes up to {max} bytes in {:.2} s; rndv_device {}, eager_bcopy {}, rndv_am {}; {:?}",
+        "{} sizes up to {max} bytes in {:.2} s; rndv_device {}, eager_bcopy {}, rndv_am {}, rndv_staged {}; {:?}",
         SIZES.len(),
         t0.elapsed().as_secs_f64(),
         st.rndv_device,
         st.eager_bcopy,
         st.rndv_am,
+        st.rndv_staged,
         p.w.transport_counters()
     ))
 }
