@@ -173,12 +173,15 @@ pub const TABLE: &[ConfigVar] = &[
         name: "RNDV_FRAG_SIZE",
         default: "512k",
         doc: "Fragment size of the rendezvous pipeline that stages GPU data through pinned \
-              host buffers (GPU to host, or peers that cannot map each other's GPU memory).",
+              host buffers for peers that cannot map this GPU's memory (tcp, or cuda_ipc \
+              excluded); a message of fewer than RNDV_PIPELINE_DEPTH fragments is cut into \
+              that many (not below 64 KiB).",
     },
     ConfigVar {
         name: "RNDV_PIPELINE_DEPTH",
         default: "4",
-        doc: "Fragments of the staged rendezvous pipeline in flight at once (Rucx only).",
+        doc: "Fragments of one send of the staged rendezvous pipeline copied out of the \
+              device ahead of the network (Rucx only).",
     },
     ConfigVar {
         name: "ERROR_CHECK_INTERVAL",
