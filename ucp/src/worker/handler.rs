@@ -72,9 +72,22 @@ impl Handler for Core {
     }
 
     fn ep_error(&mut self, ep: EpId, status: Status) {
-        if let Some(&idx) = self.uct_eps.get(&(self.cur_iface, ep)) {
-            fail_ep(self, idx, status, Failure::Error);
+        let Some(&idx) = self.uct_eps.get(&(self.cur_iface, ep)) else {
+            return;
+        };
+        if self
+            .eps
+            .get(idx)
+            .is_some_and(|e| e.am.iface != self.cur_iface)
+        {
+            // Found by another lane (cma's liveness check, say) while what the peer sent
+            // before it went may still wait on the endpoint's AM lane: the worker reads
+            // that lane dry first (`Worker::fail_after_drain`), in this same progress call.
+            self.lane_errors.push((idx, status));
+            self.work = true;
+            return;
         }
+        fail_ep(self, idx, status, Failure::Error);
     }
 }
 

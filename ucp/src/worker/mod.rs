@@ -669,6 +669,9 @@ pub(crate) struct Core {
     /// data has all arrived while their last fragments are being copied into the device.
     pub(crate) stage_cfg: stage::StageCfg,
     pub(crate) stage_recvs: Vec<ReqId>,
+    /// Endpoint failures a lane other than the endpoint's AM lane found, failed once that
+    /// lane has delivered what it holds (`Worker::fail_after_drain`).
+    pub(crate) lane_errors: Vec<(usize, Status)>,
     /// Endpoints whose peer closed (`WIREUP_CLOSE`), failed once what arrived before the
     /// notice is done with (an ACK's send completes first).
     pub(crate) peer_closes: Vec<usize>,
@@ -773,6 +776,9 @@ impl Drop for Worker {
         for ep in open {
             wireup::destroy_ep(ifaces, core, ep);
         }
+        // Regions the application left mapped are deregistered before their memory goes
+        // (`cuda_copy` pins host memory while registered).
+        rma::unmap_all(ifaces, core);
     }
 }
 
@@ -916,6 +922,7 @@ impl Worker {
                 depth: ctx.config.rndv_pipeline_depth,
             },
             stage_recvs: Vec::new(),
+            lane_errors: Vec::new(),
             peer_closes: Vec::new(),
             completions: Default::default(),
             am_events: VecDeque::new(),
@@ -1091,6 +1098,45 @@ impl Worker {
         n
     }
 
+    /// Fails the endpoints another lane found dead (`Core::lane_errors`), each once its AM
+    /// lane has been read dry: a peer that sent its last messages and exited has them
+    /// delivered before its endpoint fails, whichever transport noticed first (cma checks
+    /// its peers' liveness on its own; the peer's last message may still sit in the
+    /// posix FIFO).
+    #[cold]
+    #[inline(never)]
+    fn fail_after_drain(&mut self) -> usize {
+        /// Progress calls of the AM lane at most: it is only read while it delivers.
+        const DRAIN_POLLS: usize = 64;
+        let mut n = 0;
+        for (ep, status) in std::mem::take(&mut self.core.lane_errors) {
+            let Some(i) = self
+                .core
+                .eps
+                .get(ep)
+                .filter(|e| e.failed.is_none())
+                .map(|e| e.am.iface)
+            else {
+                continue;
+            };
+            for _ in 0..DRAIN_POLLS {
+                self.release_if_owed();
+                self.core.cur_iface = i;
+                let mut k = self.ifaces[i].progress(&mut self.core);
+                if self.core.kept.is_some() {
+                    k += self.dispatch_kept();
+                }
+                n += k;
+                if k == 0 {
+                    break;
+                }
+            }
+            wireup::fail_ep(&mut self.core, ep, status, wireup::Failure::Error);
+            n += 1;
+        }
+        n
+    }
+
     /// Lets the interface whose kept message was handled, if any, reuse its memory.
     #[inline(always)]
     fn release_if_owed(&mut self) {
@@ -1132,6 +1178,9 @@ impl Worker {
     #[inline(never)]
     fn progress_protocols(&mut self) -> usize {
         let mut n = 0;
+        if !self.core.lane_errors.is_empty() {
+            n += self.fail_after_drain();
+        }
         if self.core.work {
             n += self.run_actions();
         }

@@ -876,6 +876,17 @@ fn new_op(
 
 /// Sends the messages of queued message-carried RMA operations, in order, until the
 /// transport runs out of resources (from `run_actions`).
+/// Deregisters every region still mapped, before their memory goes (a worker dropped with
+/// regions the application never unmapped; `cuda_copy` pins host memory while registered).
+pub(super) fn unmap_all(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core) {
+    for m in core.mems.drain() {
+        for (i, r) in &m.regs {
+            let _ = ifaces[*i].md().mem_dereg(r);
+        }
+    }
+    core.shm_regions = 0;
+}
+
 pub(super) fn progress_queue(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core) -> usize {
     let mut n = 0;
     while let Some(&id) = core.rma_queue.front() {

@@ -3092,3 +3092,56 @@ fn device_memory_goes_through_the_device_lane() {
     let _ = ba;
     drop((a, b));
 }
+
+/// A peer found dead by a lane other than the endpoint's AM lane (cma checks its peers'
+/// liveness on its own) while its last message still waits in the AM lane (posix): the
+/// message is delivered, to a receive bound to the endpoint, before the endpoint fails.
+#[test]
+fn a_peer_found_dead_by_another_lane_has_its_last_message_delivered_first() {
+    let (mut a, mut b, ab, ba) = pair("posix,cma");
+    let am = a.core.eps[ab.idx()].am.iface;
+    assert_eq!(a.core.info[am].tl, "posix");
+    let cma = a.core.info.iter().position(|i| i.tl == "cma").expect("cma");
+    let &(_, cma_ep) = a
+        .core
+        .uct_eps
+        .iter()
+        .find(|((i, _), e)| *i == cma && **e == ab.idx())
+        .map(|(k, _)| k)
+        .expect("a cma endpoint");
+    // Wire-up first, both ways.
+    let mut warm = vec![0u8; 8];
+    let wr = a
+        .tag_recv(&contig_mut(&mut warm), 4, u64::MAX, RecvParams::default())
+        .unwrap();
+    let ws = b
+        .tag_send(ba, &contig(&pattern(8, 1)), 4, SendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        a.request_status(wr) != Status::InProgress
+            && ws.is_none_or(|s| b.request_status(s) != Status::InProgress)
+    });
+    let mut got = vec![0u8; 8];
+    let r = a
+        .tag_recv(&contig_mut(&mut got), 5, u64::MAX, RecvParams::default())
+        .unwrap();
+    a.bind_recv(ab, r);
+    let last = pattern(8, 3);
+    let s = b
+        .tag_send(ba, &contig(&last), 5, SendParams::default())
+        .unwrap();
+    assert!(s.is_none(), "an inline send: in the FIFO now");
+    // cma reports the peer gone before `a` has read its FIFO.
+    a.core.cur_iface = cma;
+    uct::Handler::ep_error(&mut a.core, cma_ep, Status::ConnectionReset);
+    assert!(a.core.eps[ab.idx()].failed.is_none(), "not failed yet");
+    a.progress();
+    assert_eq!(
+        a.request_status(r),
+        Status::Ok,
+        "the last message came first"
+    );
+    assert_eq!(got, last);
+    assert_eq!(a.poll_ep_error(), Some((ab, Status::ConnectionReset)));
+    assert!(a.core.eps[ab.idx()].failed.is_some());
+}
