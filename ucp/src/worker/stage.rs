@@ -13,9 +13,8 @@
 //!   the fragment into the device as soon as it is whole, while the next ones arrive. The
 //!   receive completes when the last copy has landed.
 //!
-//! A copy engine works from pinned memory at the bus's speed, and a copy from or into
-//! pageable memory (what the driver did per message before, synchronously) at a fraction
-//! of it. A fragment whose copy is in flight keeps its buffer until the copy is done, or
+//! A copy engine works from pinned memory at the bus's speed, and a driver copy from or
+//! into pageable memory (an eager message's, one at a time) at a fraction of it. A fragment whose copy is in flight keeps its buffer until the copy is done, or
 //! until it is dropped, which waits for the copy (`ucs::memtype::PendingCopy`): a send or
 //! receive that fails part way frees nothing the copy engine still touches.
 //!
