@@ -6,9 +6,9 @@
 #
 # It lists the GPUs, runs the two-process GPU tests (tests/tests/gpu.rs: every memory
 # pairing and path, two GPUs, the IPC cache, a peer killed mid-rendezvous, device data
-# over rc_verbs on the software HCA model), the model's UMR over GPU memory, then
-# rucx-perftest with --validate (every byte checked) over the same paths, and prints a
-# closing line of counts.
+# over rc_verbs on the software HCA model), the model's UMR over GPU memory, cuda_copy's
+# pinning of registered host memory, then rucx-perftest with --validate (every byte
+# checked) over the same paths, and prints a closing line of counts.
 set -uo pipefail
 BIN=${1:-.gpu/bin}
 pass=0 fail=0 skip=0
