@@ -40,34 +40,34 @@ impl Staged {
 
     /// Starts copying the `len()` bytes at `off` of device buffer `src` in.
     pub(crate) fn load(&mut self, src: &Buf, off: usize) -> UcsResult<()> {
-        let n = self.len();
-        let part = src.sub(off, n).ok_or(ucs::Status::InvalidParam)?;
-        if self.copy.is_some() {
-            return Err(ucs::Status::Busy);
-        }
-        let dst = self.buf.as_mut_slice().as_mut_ptr();
-        // SAFETY: `part` lies in `src`, whose constructor's contract keeps it valid and
-        // unwritten until the operation completes, and an operation holding a `Staged`
-        // completes only after its copy is done or it is dropped (which waits); `dst` is
-        // this bounce's `n` bytes, owned here and not touched until the copy is done.
-        self.copy = unsafe {
-            ucs::memtype::copy_async(dst, MemoryType::Host, part.ptr, MemoryType::Cuda, n)?
-        };
-        Ok(())
+        self.start(src, off, true)
     }
 
     /// Starts copying the bytes out into `[off, off + len())` of device buffer `dst`.
     pub(crate) fn store(&mut self, dst: &Buf, off: usize) -> UcsResult<()> {
+        self.start(dst, off, false)
+    }
+
+    /// Starts the copy between the bounce and `[off, off + len())` of device buffer `dev`:
+    /// into the bounce when `inward`, out of it otherwise.
+    fn start(&mut self, dev: &Buf, off: usize, inward: bool) -> UcsResult<()> {
         let n = self.len();
-        let part = dst.sub(off, n).ok_or(ucs::Status::InvalidParam)?;
+        let part = dev.sub(off, n).ok_or(ucs::Status::InvalidParam)?;
         if self.copy.is_some() {
             return Err(ucs::Status::Busy);
         }
-        let src = self.buf.as_slice().as_ptr();
-        // SAFETY: as in `load`, with the roles swapped: `part` is the receive's to write.
-        self.copy = unsafe {
-            ucs::memtype::copy_async(part.ptr, MemoryType::Cuda, src, MemoryType::Host, n)?
+        let bounce = self.buf.as_mut_slice().as_mut_ptr();
+        let (dst, dst_type, src, src_type) = if inward {
+            (bounce, MemoryType::Host, part.ptr, MemoryType::Cuda)
+        } else {
+            (part.ptr, MemoryType::Cuda, bounce, MemoryType::Host)
         };
+        // SAFETY: `part` lies in `dev`, whose constructor's contract keeps it valid (and, for
+        // a send, unwritten; for a receive, untouched by others) until the operation
+        // completes, and an operation holding a `Staged` completes only after its copy is
+        // done or it is dropped (which waits); the bounce's `n` bytes are owned here and
+        // not touched until the copy is done.
+        self.copy = unsafe { ucs::memtype::copy_async(dst, dst_type, src, src_type, n)? };
         Ok(())
     }
 

@@ -2752,6 +2752,54 @@ mod fake_device {
     }
 }
 
+/// One `n`-byte message from `a` to `b` (tag `tag`), each side's buffer in the stand-in's
+/// "device memory" or on the host: posted, driven until both complete, both checked `Ok`.
+/// Returns the bytes sent and the bytes received (read back the way the stand-in copies).
+fn device_transfer(
+    a: &mut Worker,
+    b: &mut Worker,
+    ab: EpHandle,
+    n: usize,
+    (src_dev, dst_dev): (bool, bool),
+    tag: u64,
+    pat: impl Fn(usize) -> u8 + Copy,
+) -> (Vec<u8>, Vec<u8>) {
+    let src_host: Vec<u8> = (0..n).map(pat).collect();
+    let src_region = src_dev.then(|| fake_device::Region::new(n, pat));
+    let dst_region = dst_dev.then(|| fake_device::Region::new(n, |_| 0));
+    let mut dst_host = vec![0u8; n];
+    let sbuf = match &src_region {
+        // SAFETY: the region outlives the operation.
+        Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+        None => buf_of(&src_host),
+    };
+    let rbuf = match &dst_region {
+        // SAFETY: as above.
+        Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
+        None => buf_of_mut(&mut dst_host),
+    };
+    let r = b
+        .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
+        .unwrap();
+    drive(a, b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    let what = format!("{n} bytes {src_dev}->{dst_dev}");
+    if let Some(s) = s {
+        assert_eq!(a.wait(s).0, Status::Ok, "send {what}");
+    }
+    assert_eq!(b.wait(r).0, Status::Ok, "recv {what}");
+    let got = match &dst_region {
+        Some(r) => r.read(n),
+        None => dst_host,
+    };
+    (src_host, got)
+}
+
 /// Device data through the staged rendezvous pipeline (`stage`), with the stand-in's
 /// copies asynchronous: each lands only after a few polls, and its bytes move only then.
 /// Over shared memory and over tcp, device to device, device to host and, over tcp, host to
@@ -2779,43 +2827,13 @@ fn device_data_goes_through_pipelined_pinned_fragments() {
         let (mut a, mut b, ab, _) = pair(&cfg);
         for (src_dev, dst_dev) in [(true, true), (true, false), (false, true)] {
             let pat = |i: usize| (i as u8).wrapping_mul(29).wrapping_add(u8::from(src_dev));
-            let src_host: Vec<u8> = (0..n).map(pat).collect();
-            let src_region = src_dev.then(|| fake_device::Region::new(n, pat));
-            let dst_region = dst_dev.then(|| fake_device::Region::new(n, |_| 0));
-            let mut dst_host = vec![0u8; n];
-            let sbuf = match &src_region {
-                // SAFETY: the region outlives the operation.
-                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
-                None => buf_of(&src_host),
-            };
-            let rbuf = match &dst_region {
-                // SAFETY: as above.
-                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
-                None => buf_of_mut(&mut dst_host),
-            };
             let (sa, sb) = (a.stats().rndv_staged, b.stats().rndv_staged);
             fake_device::MAX_IN_FLIGHT.store(0, Ordering::Relaxed);
             let tag = 77 + u64::from(src_dev) * 2 + u64::from(dst_dev);
-            let r = b
-                .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
-                .unwrap();
-            let s = a
-                .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
-                .unwrap();
-            drive(&mut a, &mut b, |a, b| {
-                b.request_status(r) != Status::InProgress
-                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-            });
+            let (sent_bytes, got) =
+                device_transfer(&mut a, &mut b, ab, n, (src_dev, dst_dev), tag, pat);
             let what = format!("{tls}: {src_dev}->{dst_dev}");
-            if let Some(s) = s {
-                assert_eq!(a.wait(s).0, Status::Ok, "send {what}");
-            }
-            assert_eq!(b.wait(r).0, Status::Ok, "recv {what}");
-            let got = match &dst_region {
-                Some(r) => r.read(n),
-                None => dst_host.clone(),
-            };
-            assert!(got == src_host, "{what}: data differs");
+            assert!(got == sent_bytes, "{what}: data differs");
             let frags = (n / 65536) as u64;
             let sent = a.stats().rndv_staged - sa;
             let copied_in = b.stats().rndv_staged - sb;
@@ -2861,46 +2879,10 @@ fn device_memory_is_staged_where_no_lane_maps_it() {
     for n in [8usize, 3000, 100_000, 6 << 20] {
         for (src_dev, dst_dev) in [(true, true), (true, false), (false, true)] {
             let pat = |i: usize| (i as u8).wrapping_mul(13).wrapping_add(n as u8);
-            let src_host: Vec<u8> = (0..n).map(pat).collect();
-            let src_region = src_dev.then(|| fake_device::Region::new(n, pat));
-            let dst_region = dst_dev.then(|| fake_device::Region::new(n, |_| 0));
-            let mut dst_host = vec![0u8; n];
-            let sbuf = match &src_region {
-                // SAFETY: the region outlives the operation.
-                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
-                // SAFETY: the vector outlives the operation.
-                None => unsafe { Buf::from_slice(&src_host) },
-            };
-            let rbuf = match &dst_region {
-                // SAFETY: as above.
-                Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
-                // SAFETY: the vector outlives the operation.
-                None => unsafe { Buf::from_mut_slice(&mut dst_host) },
-            };
             let before = fake_device::COPIES.load(std::sync::atomic::Ordering::Relaxed);
             let tag = n as u64 * 4 + u64::from(src_dev) * 2 + u64::from(dst_dev);
-            let r = b
-                .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
-                .unwrap();
-            let s = a
-                .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
-                .unwrap();
-            drive(&mut a, &mut b, |a, b| {
-                b.request_status(r) != Status::InProgress
-                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-            });
-            if let Some(s) = s {
-                assert_eq!(a.wait(s).0, Status::Ok, "send {n} {src_dev}->{dst_dev}");
-            }
-            assert_eq!(b.wait(r).0, Status::Ok, "recv {n} {src_dev}->{dst_dev}");
-            let got = match &dst_region {
-                Some(r) => r.read(n),
-                None => dst_host.clone(),
-            };
-            assert!(
-                got == src_host,
-                "{n} bytes {src_dev}->{dst_dev}: data differs"
-            );
+            let (sent, got) = device_transfer(&mut a, &mut b, ab, n, (src_dev, dst_dev), tag, pat);
+            assert!(got == sent, "{n} bytes {src_dev}->{dst_dev}: data differs");
             assert!(
                 fake_device::COPIES.load(std::sync::atomic::Ordering::Relaxed) > before,
                 "the driver copied"
