@@ -155,7 +155,16 @@ impl Args {
             "\nSee docs/perftest.md for the tests, the output formats, --json and --plot.",
         );
         let m = Args::command().after_help(help).try_get_matches()?;
-        Args::from_arg_matches(&m)
+        let mut a = Args::from_arg_matches(&m)?;
+        a.cap_warmup();
+        Ok(a)
+    }
+
+    /// Warm-up is at most a tenth of the measured iterations, as in `ucx_perftest`: the
+    /// default 10 000 would otherwise dwarf a short run of large messages (`-n 50 -s 4M`
+    /// moved 40 GB before measuring anything).
+    pub fn cap_warmup(&mut self) {
+        self.warmup = self.warmup.min(self.iters() / 10);
     }
 
     pub fn test(&self) -> &str {
@@ -736,6 +745,20 @@ mod tests {
         let mut argv = vec!["p"];
         argv.extend(v);
         Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn warmup_is_at_most_a_tenth_of_the_run() {
+        for (argv, want) in [
+            (&["-n", "50", "-s", "4194304"][..], 5),
+            (&["-n", "5"][..], 0),
+            (&["-n", "1000", "-w", "20"][..], 20),
+            (&[][..], 10_000),
+        ] {
+            let mut a = parse(argv);
+            a.cap_warmup();
+            assert_eq!(a.warmup, want, "{argv:?}");
+        }
     }
 
     #[test]
