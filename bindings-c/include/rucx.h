@@ -88,6 +88,14 @@ ucs_status_t ucpx_enqueue_recv(ucpx_queue_h queue, ucp_ep_h src_ep, void *buffer
                                size_t count, ucp_datatype_t datatype, ucp_tag_t tag,
                                ucp_tag_t tag_mask);
 
+/* Posts the receive now, counted as an operation of the next start: it takes its message
+ * whenever it comes (a peer's rendezvous never waits for the stream to reach the start),
+ * and waits from that start on cover it. The buffer may be written at once: double-buffer
+ * across iterations. */
+ucs_status_t ucpx_enqueue_recv_posted(ucpx_queue_h queue, ucp_ep_h src_ep, void *buffer,
+                                      size_t count, ucp_datatype_t datatype, ucp_tag_t tag,
+                                      ucp_tag_t tag_mask);
+
 ucs_status_t ucpx_enqueue_start(ucpx_queue_h queue);
 
 ucs_status_t ucpx_enqueue_wait(ucpx_queue_h queue);

@@ -191,6 +191,34 @@ pub unsafe extern "C" fn ucpx_enqueue_recv(
     })
 }
 
+/// Posts a receive of a message from `src_ep`'s peer matching `(tag, tag_mask)` at once,
+/// counted as an operation of the next start: it takes its message whenever it comes, and
+/// a wait covers it from that start on (waits for earlier starts do not depend on it).
+///
+/// # Safety
+/// As for [`ucpx_enqueue_recv`]; the buffer may be written as soon as this returns.
+#[no_mangle]
+pub unsafe extern "C" fn ucpx_enqueue_recv_posted(
+    queue: *mut c_void,
+    src_ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: per the contract.
+        let r = unsafe { queue_and_ep(queue, src_ep) }.and_then(|(q, e)| {
+            // SAFETY: per the contract.
+            let d = unsafe { crate::dt::data(buffer, count, datatype) }?;
+            q.worker()
+                .with(|w| w.enqueue_recv_posted(q.id, e, &d, tag, tag_mask))
+        });
+        code(r.err().unwrap_or(Status::Ok))
+    })
+}
+
 /// Releases every operation enqueued since the last start: one write of the trigger
 /// counter on the stream (with no stream, at once).
 ///

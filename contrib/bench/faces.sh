@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Faces, the nearest-neighbour benchmark of "Stream-triggered MPI", over Rucx's
 # stream-triggered queues: baseline (stream synchronize, then tag send/receive) against the
-# queue with stream memory operations, trigger kernels, a mix of the two, and a progress
-# thread. Every variant is checked against a CPU reference before it is timed. Run on the
+# queue with stream memory operations, trigger kernels, a mix of the two, a progress
+# thread, and receives posted an iteration ahead (with and without the thread). Every variant is checked against a CPU reference before it is timed. Run on the
 # GPU machine from the repository root, with the binaries contrib/gpu/pack.sh built:
 #
 #   bash contrib/bench/faces.sh [BIN] [extra rucx-faces options]

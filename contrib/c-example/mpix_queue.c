@@ -64,6 +64,15 @@ static int MPIX_Enqueue_recv(double *buf, int count, int src, int tag, MPIX_Queu
                              UINT64_MAX) == UCS_OK ? 0 : 1;
 }
 
+/* A receive posted at once, released with the next start: the data may land before the
+ * stream gets there, so the application double-buffers. */
+static int MPIX_Enqueue_recv_posted(double *buf, int count, int src, int tag, MPIX_Queue q)
+{
+    return ucpx_enqueue_recv_posted(q->q, q->comm->eps[src], buf, (size_t)count,
+                                    ucp_dt_make_contig(sizeof(double)), mpix_tag(src, tag),
+                                    UINT64_MAX) == UCS_OK ? 0 : 1;
+}
+
 static int MPIX_Enqueue_start(MPIX_Queue q) { return ucpx_enqueue_start(q->q) == UCS_OK ? 0 : 1; }
 static int MPIX_Enqueue_wait(MPIX_Queue q) { return ucpx_enqueue_wait(q->q) == UCS_OK ? 0 : 1; }
 
@@ -124,24 +133,45 @@ static int run(int rank, int iters, int to[NPROCS][2], int from[NPROCS][2])
     }
     ucp_worker_release_address(comm.worker, addr);
 
-    /* Each iteration: send to both ring neighbours, receive from both, all in one batch. */
+    /* Each iteration: send to both ring neighbours, receive from both, all in one batch.
+     * The first half enqueues its receives with the sends; the second half posts each
+     * iteration's receives during the one before (after its start), into the other of
+     * two buffers. */
     int left = (rank + NPROCS - 1) % NPROCS, right = (rank + 1) % NPROCS;
     double *out = malloc(sizeof(double) * COUNT);
-    double *in_l = malloc(sizeof(double) * COUNT), *in_r = malloc(sizeof(double) * COUNT);
+    double *in_l[2], *in_r[2];
+    for (int b = 0; b < 2; b++) {
+        in_l[b] = malloc(sizeof(double) * COUNT);
+        in_r[b] = malloc(sizeof(double) * COUNT);
+    }
+    int half = iters / 2;
     MPIX_Queue q;
     if (MPIX_Create_queue(&comm, NULL /* no stream */, &q)) { fprintf(stderr, "create\n"); return 1; }
     for (int it = 0; it < iters; it++) {
+        double *l = in_l[it % 2], *r = in_r[it % 2];
         for (int i = 0; i < COUNT; i++) out[i] = value(rank, it, i);
-        if (MPIX_Enqueue_recv(in_l, COUNT, left, it, q) ||
-            MPIX_Enqueue_recv(in_r, COUNT, right, it, q) ||
-            MPIX_Enqueue_send(out, COUNT, left, it, q) ||
+        int rc = 0;
+        if (it < half)
+            rc = MPIX_Enqueue_recv(l, COUNT, left, it, q) || MPIX_Enqueue_recv(r, COUNT, right, it, q);
+        else if (it == half)
+            rc = MPIX_Enqueue_recv_posted(l, COUNT, left, it, q) ||
+                 MPIX_Enqueue_recv_posted(r, COUNT, right, it, q);
+        if (rc || MPIX_Enqueue_send(out, COUNT, left, it, q) ||
             MPIX_Enqueue_send(out, COUNT, right, it, q)) { fprintf(stderr, "enqueue\n"); return 1; }
-        if (MPIX_Enqueue_start(q) || MPIX_Enqueue_wait(q)) {
+        if (MPIX_Enqueue_start(q)) { fprintf(stderr, "start\n"); return 1; }
+        int next = it + 1;
+        if (it >= half && next < iters &&
+            (MPIX_Enqueue_recv_posted(in_l[next % 2], COUNT, left, next, q) ||
+             MPIX_Enqueue_recv_posted(in_r[next % 2], COUNT, right, next, q))) {
+            fprintf(stderr, "post\n");
+            return 1;
+        }
+        if (MPIX_Enqueue_wait(q)) {
             fprintf(stderr, "rank %d: iteration %d failed\n", rank, it);
             return 1;
         }
         for (int i = 0; i < COUNT; i++)
-            if (in_l[i] != value(left, it, i) || in_r[i] != value(right, it, i)) {
+            if (l[i] != value(left, it, i) || r[i] != value(right, it, i)) {
                 fprintf(stderr, "rank %d: iteration %d: element %d wrong\n", rank, it, i);
                 return 1;
             }
@@ -181,7 +211,8 @@ static int run(int rank, int iters, int to[NPROCS][2], int from[NPROCS][2])
             ucp_request_free(c);
         }
     }
-    free(out); free(in_l); free(in_r);
+    free(out);
+    for (int b = 0; b < 2; b++) { free(in_l[b]); free(in_r[b]); }
     ucp_worker_destroy(comm.worker);
     ucp_cleanup(ctx);
     return 0;

@@ -200,6 +200,12 @@ impl<T> DeferredQueue<T> {
         self.pending.pop_front().map(|(_, op)| op)
     }
 
+    /// Records an operation that its owner started without a trigger (posted at once): it
+    /// runs like a fired one and owes one [`complete`](Self::complete).
+    pub fn run_untriggered(&mut self) {
+        self.running += 1;
+    }
+
     /// Whether polling may do something: an operation runs, or the oldest waiting one has
     /// a threshold that the releases issued so far reach (`issued`: the value the last of
     /// them writes to the trigger counter). Operations no release covers yet need no

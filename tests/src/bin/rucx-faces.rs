@@ -21,7 +21,13 @@
 //! * `st-kernel`: the same with trigger kernels instead of stream memory operations;
 //! * `st-mixed`: the start by a stream memory operation, the wait by a kernel;
 //! * `st-thread`: `st-memop` with a progress thread driving the worker while the main
-//!   thread only enqueues.
+//!   thread only enqueues;
+//! * `st-posted`: `st-memop` with each iteration's receives posted at once during the
+//!   iteration before, after its start (`enqueue_recv_posted`), into the other of two
+//!   receive buffers, as the paper's Faces pre-posts its receives; `st-posted-thread`:
+//!   the same with a progress thread.
+//!
+//! Every variant receives iteration `i` into receive buffer set `i % 2`.
 //!
 //! Rank 0 prints, per variant, the median time per iteration over the rounds and its ratio
 //! to the baseline.
@@ -287,7 +293,8 @@ struct Rank {
     nbs: Vec<Nb>,
     u: DeviceAlloc,
     sends: Vec<DeviceAlloc>,
-    recvs: Vec<DeviceAlloc>,
+    /// Two sets of receive buffers: iteration `i` receives into set `i % 2`.
+    recvs: [Vec<DeviceAlloc>; 2],
     stream: StreamRef,
     _s: ucs::cuda::Stream,
     k: Kernels,
@@ -365,9 +372,9 @@ impl Rank {
         Ok(())
     }
 
-    fn unpacks(&self, poll: &dyn Fn()) -> R<()> {
+    fn unpacks(&self, it: usize, poll: &dyn Fn()) -> R<()> {
         for (i, nb) in self.nbs.iter().enumerate() {
-            self.launch_box(&self.k.unpack, &self.recvs[i], nb)?;
+            self.launch_box(&self.k.unpack, &self.recvs[it % 2][i], nb)?;
             poll();
         }
         Ok(())
@@ -489,7 +496,7 @@ impl Rank {
                 let mut w = lock(&self.w);
                 for (i, nb) in self.nbs.iter().enumerate() {
                     let back = [-nb.dir[0], -nb.dir[1], -nb.dir[2]];
-                    let d = dev_data(&self.recvs[i], nb.count() * 4);
+                    let d = dev_data(&self.recvs[it % 2][i], nb.count() * 4);
                     ids.push(
                         w.tag_recv(&d, tag(it, back), u64::MAX, RecvParams::default())
                             .map_err(|e| e.to_string())?,
@@ -514,20 +521,32 @@ impl Rank {
             if let Some(t) = &self.trace {
                 t.borrow_mut().done.push(Instant::now());
             }
-            self.unpacks(&|| ())?;
+            self.unpacks(it, &|| ())?;
         }
         self.stream.synchronize().map_err(|e| e.to_string())
     }
 
+    /// Posts iteration `it`'s receives at once on queue `q` (`st-posted`).
+    fn post_recvs(&self, w: &mut Worker, q: QueueId, it: usize) -> R<()> {
+        for (i, nb) in self.nbs.iter().enumerate() {
+            let back = [-nb.dir[0], -nb.dir[1], -nb.dir[2]];
+            let d = dev_data(&self.recvs[it % 2][i], nb.count() * 4);
+            w.enqueue_recv_posted(q, self.eps[nb.rank], &d, tag(it, back), u64::MAX)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// A run of a stream-triggered variant on the rank's queue for `kind` (made once, so
     /// that its pinned counters are not allocated inside the timing), progressed by this
-    /// thread or by `pt`.
+    /// thread or by `pt`; `posted`: receives posted an iteration ahead.
     fn st(
         &self,
         iters: usize,
         it0: usize,
         kind: TriggerKind,
         pt: Option<&ucp::ProgressThread>,
+        posted: bool,
     ) -> R<()> {
         let thread = pt.is_some();
         let q = self
@@ -568,12 +587,15 @@ impl Rank {
             .queue_counters_shared(q)
             .ok_or("queue counters")?;
         let r = (|| -> R<()> {
+            if posted {
+                self.post_recvs(&mut take(), q, it0)?;
+            }
             for (k, it) in (it0..it0 + iters).enumerate() {
-                {
+                if !posted {
                     let mut w = take();
                     for (i, nb) in self.nbs.iter().enumerate() {
                         let back = [-nb.dir[0], -nb.dir[1], -nb.dir[2]];
-                        let d = dev_data(&self.recvs[i], nb.count() * 4);
+                        let d = dev_data(&self.recvs[it % 2][i], nb.count() * 4);
                         w.enqueue_recv(q, self.eps[nb.rank], &d, tag(it, back), u64::MAX)
                             .map_err(|e| e.to_string())?;
                     }
@@ -586,10 +608,16 @@ impl Rank {
                         w.enqueue_send(q, self.eps[nb.rank], &d, tag(it, nb.dir))
                             .map_err(|e| e.to_string())?;
                     }
-                    (
+                    let ops = (
                         w.enqueue_start_deferred(q).map_err(|e| e.to_string())?,
                         w.enqueue_wait_deferred(q).map_err(|e| e.to_string())?,
-                    )
+                    );
+                    // The next iteration's receives, counted with its start; they may
+                    // take their data at once, into the other buffer set.
+                    if posted && k + 1 < iters {
+                        self.post_recvs(&mut w, q, it + 1)?;
+                    }
+                    ops
                 };
                 // The stream calls, with the worker let go; the interior work between them
                 // overlaps the exchange.
@@ -600,7 +628,7 @@ impl Rank {
                 self.interior()?;
                 poll();
                 wait.issue().map_err(|e| format!("wait: {e}"))?;
-                self.unpacks(&poll)?;
+                self.unpacks(it, &poll)?;
                 // Run at most `ahead` iterations ahead of the stream.
                 let want = per * (k as u32 + 1).saturating_sub(ahead);
                 self.progress_until(q, origin.wrapping_add(want), thread, &counters, base)?;
@@ -676,22 +704,33 @@ impl Rank {
 
     /// The progress thread a variant needs, started before its timing.
     fn prepare(&self, v: &str) -> Option<ucp::ProgressThread> {
-        (v == "st-thread").then(|| ucp::ProgressThread::spawn(Arc::clone(&self.w)))
+        v.ends_with("-thread")
+            .then(|| ucp::ProgressThread::spawn(Arc::clone(&self.w)))
     }
 
     fn run(&self, v: &str, iters: usize, it0: usize, pt: Option<&ucp::ProgressThread>) -> R<()> {
         match v {
             "baseline" => self.baseline(iters, it0),
-            "st-memop" => self.st(iters, it0, TriggerKind::MemOp, None),
-            "st-kernel" => self.st(iters, it0, TriggerKind::Kernel, None),
-            "st-mixed" => self.st(iters, it0, TriggerKind::Mixed, None),
-            "st-thread" => self.st(iters, it0, TriggerKind::MemOp, pt),
+            "st-memop" => self.st(iters, it0, TriggerKind::MemOp, None, false),
+            "st-kernel" => self.st(iters, it0, TriggerKind::Kernel, None, false),
+            "st-mixed" => self.st(iters, it0, TriggerKind::Mixed, None, false),
+            "st-thread" => self.st(iters, it0, TriggerKind::MemOp, pt, false),
+            "st-posted" => self.st(iters, it0, TriggerKind::MemOp, None, true),
+            "st-posted-thread" => self.st(iters, it0, TriggerKind::MemOp, pt, true),
             _ => Err(format!("unknown variant {v}")),
         }
     }
 }
 
-const VARIANTS: [&str; 5] = ["baseline", "st-memop", "st-kernel", "st-mixed", "st-thread"];
+const VARIANTS: [&str; 7] = [
+    "baseline",
+    "st-memop",
+    "st-kernel",
+    "st-mixed",
+    "st-thread",
+    "st-posted",
+    "st-posted-thread",
+];
 
 fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
     let np: usize = o.grid.iter().product();
@@ -740,10 +779,12 @@ fn rank_main(o: Opts, me: usize, dir: PathBuf) -> R<()> {
         .iter()
         .map(|nb| alloc(nb.count() * 4))
         .collect::<R<Vec<_>>>()?;
-    let recvs = nbs
-        .iter()
-        .map(|nb| alloc(nb.count() * 4))
-        .collect::<R<Vec<_>>>()?;
+    let recv_set = || {
+        nbs.iter()
+            .map(|nb| alloc(nb.count() * 4))
+            .collect::<R<Vec<_>>>()
+    };
+    let recvs = [recv_set()?, recv_set()?];
     let s = d.stream(dev).map_err(|e| e.to_string())?;
     let rank = Rank {
         u: alloc(o.n.pow(3) * 4)?,

@@ -13,6 +13,10 @@
 //!   number of operations every start so far released: on the stream, or, with no stream,
 //!   by progressing this worker.
 //!
+//! A receive may also be posted at once (`enqueue_recv_posted`): it takes its message as
+//! soon as it comes, but counts as an operation of the next start, so a stream's wait
+//! covers it and nothing before that start waits for it (see the method).
+//!
 //! The worker fires released operations from `progress` (in FIFO order per queue), and
 //! watches them until they finish; each finished operation adds one to the completion
 //! counter, failed or not, so a stream waiting on it never hangs. A receive names the
@@ -129,6 +133,27 @@ enum Queued {
 struct Running {
     req: ReqId,
     src: Option<EpHandle>,
+    /// A receive posted before its start: the value of `starts` from which its
+    /// completion counts.
+    counts_from: Option<u32>,
+    /// Its status, once it finished before its start (its request is freed).
+    early: Option<Status>,
+}
+
+impl Running {
+    fn fired(req: ReqId, src: Option<EpHandle>) -> Running {
+        Running {
+            req,
+            src,
+            counts_from: None,
+            early: None,
+        }
+    }
+
+    /// Whether its completion may be counted, `starts` starts having been issued.
+    fn countable(&self, starts: u32) -> bool {
+        self.counts_from.is_none_or(|c| reached(starts, c))
+    }
 }
 
 #[derive(Debug)]
@@ -250,6 +275,44 @@ impl Worker {
                 mask,
             },
         )
+    }
+
+    /// Posts a receive of a message from `src` matching `(tag, mask)` into `data` now, as
+    /// an operation of the next start (the paper's Faces pre-posts its receives this way):
+    /// the message is taken whenever it comes, so a peer's rendezvous never waits for our
+    /// stream to reach the start, while the completion counter counts the receive only
+    /// once that start is issued, so waits for earlier starts do not depend on it. The
+    /// buffer is written as soon as the message comes: the caller makes sure nothing
+    /// still reads it (a second buffer for every other iteration, as Faces does, where the
+    /// peer's message cannot leave before our stream is past the previous use).
+    pub fn enqueue_recv_posted(
+        &mut self,
+        q: QueueId,
+        src: EpHandle,
+        data: &Data,
+        tag: u64,
+        mask: u64,
+    ) -> UcsResult<()> {
+        if self.core.eps.get(src.idx()).is_none() {
+            return Err(Status::InvalidParam);
+        }
+        self.queue(q)?;
+        let req = self.tag_recv(data, tag, mask, RecvParams::default())?;
+        let qu = self.queue(q)?;
+        qu.dq.run_untriggered();
+        qu.batch = qu.batch.wrapping_add(1);
+        qu.running.push(Running {
+            req,
+            src: Some(src),
+            counts_from: Some(qu.starts.wrapping_add(1)),
+            early: None,
+        });
+        self.core.queues_armed = true;
+        self.core.work = true;
+        if let Some(k) = &self.queue_kick {
+            k.kick();
+        }
+        Ok(())
     }
 
     /// Releases every operation enqueued since the last start, as one batch
@@ -470,7 +533,7 @@ impl Worker {
                 let (r, src) = self.fire(op);
                 let qu = &mut self.queues[i];
                 match r {
-                    Ok(Some(req)) => qu.running.push(Running { req, src }),
+                    Ok(Some(req)) => qu.running.push(Running::fired(req, src)),
                     Ok(None) => qu.dq.complete(Status::Ok),
                     Err(s) => qu.dq.complete(s),
                 }
@@ -501,30 +564,42 @@ impl Worker {
         }
     }
 
-    /// Takes the finished operations of queue `i` off its running list, counting each.
-    /// A receive whose source endpoint failed is cancelled and ends with that failure.
+    /// Takes the finished operations of queue `i` off its running list, counting each
+    /// (a receive posted before its start only once that start is issued). A receive
+    /// whose source endpoint failed is cancelled and ends with that failure.
     fn reap(&mut self, i: usize) -> usize {
         let mut n = 0;
         let mut k = 0;
         while k < self.queues[i].running.len() {
             let r = self.queues[i].running[k];
-            let failure = r.src.and_then(|ep| self.ep_failure(ep));
-            if failure.is_some() {
-                self.request_cancel(r.req);
-            }
-            match self.request_test(r.req) {
-                None => k += 1,
-                Some((s, _)) => {
-                    let s = match (s, failure) {
-                        (Status::Canceled, Some(f)) => f,
-                        _ => s,
-                    };
-                    let qu = &mut self.queues[i];
-                    qu.running.swap_remove(k);
-                    qu.dq.complete(s);
-                    n += 1;
+            let s = match r.early {
+                Some(s) => s,
+                None => {
+                    let failure = r.src.and_then(|ep| self.ep_failure(ep));
+                    if failure.is_some() {
+                        self.request_cancel(r.req);
+                    }
+                    match self.request_test(r.req) {
+                        None => {
+                            k += 1;
+                            continue;
+                        }
+                        Some((s, _)) => match (s, failure) {
+                            (Status::Canceled, Some(f)) => f,
+                            _ => s,
+                        },
+                    }
                 }
+            };
+            let qu = &mut self.queues[i];
+            if !r.countable(qu.starts) {
+                qu.running[k].early = Some(s);
+                k += 1;
+                continue;
             }
+            qu.running.swap_remove(k);
+            qu.dq.complete(s);
+            n += 1;
         }
         n
     }
@@ -1021,6 +1096,90 @@ mod tests {
         assert_eq!(b.request_status(id), Status::Ok);
         assert_eq!(r, big);
         let _ = ba;
+    }
+
+    #[test]
+    fn a_posted_receive_takes_its_message_at_once_and_counts_with_the_next_start() {
+        let (mut a, mut b, ab, ba) = pair();
+        let q = external(&mut b, 50);
+        // Batch 1: a send from b that a does not receive until the end.
+        let first = vec![3u8; 64];
+        b.enqueue_send(q, ba, &data(&first), 1).unwrap();
+        assert_eq!(b.enqueue_start(q).unwrap(), 51);
+        // Posted now, counted with start 2; a rendezvous-sized message.
+        let mut got = vec![0u8; 256 << 10];
+        b.enqueue_recv_posted(q, ba, &data_mut(&mut got), 2, u64::MAX)
+            .unwrap();
+        let before = b.stats().unexpected;
+        let msg: Vec<u8> = (0..got.len()).map(|i| (i * 7) as u8).collect();
+        let sid = a
+            .tag_send(ab, &data(&msg), 2, SendParams::default())
+            .unwrap();
+        drive(&mut a, &mut b, |a, _| {
+            sid.is_none_or(|id| a.request_status(id) == Status::Ok)
+        });
+        assert_eq!(got, msg, "received before any start released it");
+        assert_eq!(b.stats().unexpected, before, "it met a posted receive");
+        spin(&mut a, &mut b, 200);
+        assert_eq!(completed(&b, q), 0, "not counted before its start");
+        assert_eq!(b.queue_query(q).unwrap().running, 1);
+
+        // Start 2 is issued (not yet reached by the "stream"): now it counts, while the
+        // send of batch 1 still waits for the trigger.
+        assert_eq!(b.enqueue_start(q).unwrap(), 52);
+        drive(&mut a, &mut b, |_, b| completed(b, q) == 1);
+        assert_eq!(b.queue_query(q).unwrap().pending, 1);
+        // The stream reaches both starts: the send goes; the wait covers all three.
+        b.queue_counters(q)
+            .unwrap()
+            .trigger()
+            .store(52, Ordering::Release);
+        let mut g = vec![0u8; 64];
+        let rid = recv(&mut a, &mut g, 1);
+        drive(&mut a, &mut b, |a, b| {
+            completed(b, q) == 2 && a.request_status(rid) == Status::Ok
+        });
+        assert_eq!(g, first);
+        assert_eq!(b.enqueue_wait(q).unwrap(), 52);
+        let info = b.queue_query(q).unwrap();
+        assert_eq!((info.started, info.failed, info.running), (2, 0, 0));
+        b.queue_destroy(q).unwrap();
+    }
+
+    #[test]
+    fn a_posted_receive_still_running_does_not_hold_back_earlier_waits() {
+        let (mut a, mut b, ab, ba) = pair();
+        let q = b.queue_create(QueueParams::default()).unwrap();
+        let m = vec![1u8; 100];
+        b.enqueue_send(q, ba, &data(&m), 1).unwrap();
+        b.enqueue_start(q).unwrap();
+        let mut later = vec![0u8; 100];
+        b.enqueue_recv_posted(q, ba, &data_mut(&mut later), 2, u64::MAX)
+            .unwrap();
+        let mut g = vec![0u8; 100];
+        let rid = recv(&mut a, &mut g, 1);
+        // The host wait covers the first start only: the posted receive, whose message
+        // never comes, does not keep it waiting.
+        assert_eq!(b.enqueue_wait(q).unwrap(), 1);
+        drive(&mut a, &mut b, |a, _| a.request_status(rid) == Status::Ok);
+        assert_eq!(g, m);
+        // Destroyed with the receive outstanding: it is cancelled and counted.
+        assert_eq!(b.queue_destroy(q), Err(Status::Canceled));
+        // A posted receive on a queue that is gone, or from an endpoint that is not, is
+        // refused before anything is posted.
+        assert_eq!(
+            b.enqueue_recv_posted(q, ba, &data_mut(&mut later), 2, u64::MAX),
+            Err(Status::InvalidParam)
+        );
+        let q2 = b.queue_create(QueueParams::default()).unwrap();
+        let bad = EpHandle(1000);
+        assert_eq!(
+            b.enqueue_recv_posted(q2, bad, &data_mut(&mut later), 2, u64::MAX),
+            Err(Status::InvalidParam)
+        );
+        assert_eq!(b.queue_query(q2).unwrap().running, 0);
+        b.queue_destroy(q2).unwrap();
+        let _ = ab;
     }
 
     #[test]
