@@ -133,7 +133,7 @@ enum Queued {
 struct Running {
     req: ReqId,
     src: Option<EpHandle>,
-    /// A receive posted before its start: the value of `starts` from which its
+    /// A receive posted before its start: the trigger value of that start, from which its
     /// completion counts.
     counts_from: Option<u32>,
     /// Its status, once it finished before its start (its request is freed).
@@ -150,9 +150,9 @@ impl Running {
         }
     }
 
-    /// Whether its completion may be counted, `starts` starts having been issued.
-    fn countable(&self, starts: u32) -> bool {
-        self.counts_from.is_none_or(|c| reached(starts, c))
+    /// Whether its completion may be counted, the trigger counter being at `trigger`.
+    fn countable(&self, trigger: u32) -> bool {
+        self.counts_from.is_none_or(|c| reached(trigger, c))
     }
 }
 
@@ -281,7 +281,10 @@ impl Worker {
     /// an operation of the next start (the paper's Faces pre-posts its receives this way):
     /// the message is taken whenever it comes, so a peer's rendezvous never waits for our
     /// stream to reach the start, while the completion counter counts the receive only
-    /// once that start is issued, so waits for earlier starts do not depend on it. The
+    /// once the trigger counter reaches that start (the stream got there). Counted
+    /// sooner — when the host issues the start, ahead of its stream — it would stand in
+    /// for an operation of an earlier batch that has not finished, and let the stream's
+    /// wait for that batch through early. The
     /// buffer is written as soon as the message comes: the caller makes sure nothing
     /// still reads it (a second buffer for every other iteration, as Faces does, where the
     /// peer's message cannot leave before our stream is past the previous use).
@@ -304,7 +307,7 @@ impl Worker {
         qu.running.push(Running {
             req,
             src: Some(src),
-            counts_from: Some(qu.starts.wrapping_add(1)),
+            counts_from: Some(qu.issued().wrapping_add(1)),
             early: None,
         });
         self.core.queues_armed = true;
@@ -565,7 +568,7 @@ impl Worker {
     }
 
     /// Takes the finished operations of queue `i` off its running list, counting each
-    /// (a receive posted before its start only once that start is issued). A receive
+    /// (a receive posted before its start only once the trigger counter reaches it). A receive
     /// whose source endpoint failed is cancelled and ends with that failure.
     fn reap(&mut self, i: usize) -> usize {
         let mut n = 0;
@@ -592,7 +595,7 @@ impl Worker {
                 }
             };
             let qu = &mut self.queues[i];
-            if !r.countable(qu.starts) {
+            if !r.countable(qu.dq.counters().trigger().load(Ordering::Acquire)) {
                 qu.running[k].early = Some(s);
                 k += 1;
                 continue;
@@ -1124,22 +1127,32 @@ mod tests {
         assert_eq!(completed(&b, q), 0, "not counted before its start");
         assert_eq!(b.queue_query(q).unwrap().running, 1);
 
-        // Start 2 is issued (not yet reached by the "stream"): now it counts, while the
-        // send of batch 1 still waits for the trigger.
+        // Start 2 is issued by the host, but the "stream" has reached neither start:
+        // counting the receive now would let a wait for start 1 through while its send has
+        // not even fired.
         assert_eq!(b.enqueue_start(q).unwrap(), 52);
-        drive(&mut a, &mut b, |_, b| completed(b, q) == 1);
+        spin(&mut a, &mut b, 200);
+        assert_eq!(completed(&b, q), 0, "not counted before the stream reaches its start");
         assert_eq!(b.queue_query(q).unwrap().pending, 1);
-        // The stream reaches both starts: the send goes; the wait covers all three.
+        let mut g = vec![0u8; 64];
+        let rid = recv(&mut a, &mut g, 1);
+        // The stream reaches start 1: the send goes and counts; the receive still waits.
+        b.queue_counters(q)
+            .unwrap()
+            .trigger()
+            .store(51, Ordering::Release);
+        drive(&mut a, &mut b, |a, b| {
+            completed(b, q) == 1 && a.request_status(rid) == Status::Ok
+        });
+        assert_eq!(g, first);
+        spin(&mut a, &mut b, 200);
+        assert_eq!(completed(&b, q), 1);
+        // Start 2: the receive counts; the wait covers both.
         b.queue_counters(q)
             .unwrap()
             .trigger()
             .store(52, Ordering::Release);
-        let mut g = vec![0u8; 64];
-        let rid = recv(&mut a, &mut g, 1);
-        drive(&mut a, &mut b, |a, b| {
-            completed(b, q) == 2 && a.request_status(rid) == Status::Ok
-        });
-        assert_eq!(g, first);
+        drive(&mut a, &mut b, |_, b| completed(b, q) == 2);
         assert_eq!(b.enqueue_wait(q).unwrap(), 52);
         let info = b.queue_query(q).unwrap();
         assert_eq!((info.started, info.failed, info.running), (2, 0, 0));
