@@ -12,6 +12,9 @@
 # time-slicing) where nvidia-cuda-mps-control exists. Needs nvcc (the kernels in
 # contrib/bench/faces/faces.cu are compiled to PTX here; the driver JIT-compiles them).
 # Defaults: block 64^3, work 500, 200 iterations x 3 interleaved rounds.
+#   FACES_ROUNDS=7                     more rounds
+#   FACES_CASES="2,2,2:2 2,1,1:2"      only these decompositions (grid:GPUs)
+#   FACES_MPS=only|no                  only the MPS sweep, or none of it
 set -euo pipefail
 BIN=${1:-.gpu/bin}
 shift || true
@@ -22,10 +25,21 @@ ngpu=$("$BIN/rucx-info" -d | grep -c '^# GPU cuda:' || true)
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 2
 run() {
   echo "=== rucx-faces $*"
-  timeout 300 "$BIN/rucx-faces" --ptx "$dir/faces.ptx" --work 500 --iters 200 --rounds 3 "$@" |
+  timeout 300 "$BIN/rucx-faces" --ptx "$dir/faces.ptx" --work 500 --iters 200 \
+    --rounds "${FACES_ROUNDS:-3}" "$@" |
     grep -v '^faces:'
 }
 sweep() {
+  if [ -n "${FACES_CASES:-}" ]; then
+    for c in $FACES_CASES; do
+      if [ "${c#*:}" -gt "$ngpu" ]; then
+        echo "=== $c: SKIPPED (${ngpu} GPU(s) here)"
+        continue
+      fi
+      run --grid "${c%:*}" --gpus "${c#*:}" "$@"
+    done
+    return
+  fi
   for g in 1 2; do
     if [ "$g" -gt "$ngpu" ]; then
       echo "=== two-GPU runs: SKIPPED (one GPU here)"
@@ -36,9 +50,13 @@ sweep() {
     run --grid 2,2,2 --gpus "$g" "$@"
   done
 }
-echo "##### without MPS"
-sweep "$@"
-if command -v nvidia-cuda-mps-control >/dev/null; then
+if [ "${FACES_MPS:-}" != only ]; then
+  echo "##### without MPS"
+  sweep "$@"
+fi
+if [ "${FACES_MPS:-}" = no ]; then
+  :
+elif command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=$dir/mps CUDA_MPS_LOG_DIRECTORY=$dir/mpslog
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then

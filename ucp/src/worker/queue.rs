@@ -1132,7 +1132,11 @@ mod tests {
         // not even fired.
         assert_eq!(b.enqueue_start(q).unwrap(), 52);
         spin(&mut a, &mut b, 200);
-        assert_eq!(completed(&b, q), 0, "not counted before the stream reaches its start");
+        assert_eq!(
+            completed(&b, q),
+            0,
+            "not counted before the stream reaches its start"
+        );
         assert_eq!(b.queue_query(q).unwrap().pending, 1);
         let mut g = vec![0u8; 64];
         let rid = recv(&mut a, &mut g, 1);
