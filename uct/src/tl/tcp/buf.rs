@@ -338,10 +338,11 @@ impl RxBuf {
         &self.buf[..self.end]
     }
 
-    /// Reads once from `fd`. Returns the bytes read (0 = end of stream) and whether the read
-    /// filled all the free space (so more may be waiting).
+    /// Reads once from `fd`, at most `max` bytes. Returns the bytes read (0 = end of
+    /// stream) and whether the read filled all the space it was given (so more may be
+    /// waiting).
     #[inline]
-    pub(super) fn fill(&mut self, fd: RawFd) -> Result<(usize, bool), i32> {
+    pub(super) fn fill(&mut self, fd: RawFd, max: usize) -> Result<(usize, bool), i32> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -357,9 +358,10 @@ impl RxBuf {
             // those; never mistake an empty read for the end of the stream.
             return Err(libc::EAGAIN);
         }
-        let n = sock::recv(fd, &mut self.buf[self.end..])?;
+        let room = free.min(max);
+        let n = sock::recv(fd, &mut self.buf[self.end..self.end + room])?;
         self.end += n;
-        Ok((n, n == free))
+        Ok((n, n == room))
     }
 
     #[cold]
@@ -403,19 +405,19 @@ mod tests {
         use std::os::fd::AsRawFd;
         let mut rx = RxBuf::new(100_000);
         b.write_all(&[1u8; 10]).unwrap();
-        assert_eq!(rx.fill(a.as_raw_fd()), Ok((10, false)));
+        assert_eq!(rx.fill(a.as_raw_fd(), usize::MAX), Ok((10, false)));
         assert_eq!(rx.buf.len(), RX_INITIAL);
         // Pretend a 60 000-byte frame starts here: the buffer grows to hold it.
         rx.need = 60_000;
         b.write_all(&vec![2u8; 59_990]).unwrap();
         let mut got = 10;
         while got < 60_000 {
-            got += rx.fill(a.as_raw_fd()).unwrap().0;
+            got += rx.fill(a.as_raw_fd(), usize::MAX).unwrap().0;
         }
         assert!(rx.buf.len() >= 60_000 && rx.buf.len() <= 100_000);
         assert_eq!(rx.bytes()[9], 1);
         assert_eq!(rx.bytes()[10], 2);
-        assert_eq!(rx.fill(a.as_raw_fd()), Err(libc::EAGAIN));
+        assert_eq!(rx.fill(a.as_raw_fd(), usize::MAX), Err(libc::EAGAIN));
     }
 
     #[test]

@@ -84,6 +84,32 @@ impl TcpMd {
         Status::Ok
     }
 
+    /// Whether `[addr, addr+len)` lies inside registration `key`.
+    pub(super) fn check(&self, key: u64, addr: u64, len: usize) -> Status {
+        match lock(&self.reg).check(key, addr, len as u64) {
+            Ok(()) => Status::Ok,
+            Err(st) => st,
+        }
+    }
+
+    /// Reads from socket `fd` straight into registration `key`'s bytes at `addr`, at most
+    /// `len` of them: `Err` with the refusal if they do not lie inside it (deregistered
+    /// meanwhile, say), else what the read gave (bytes, or an errno).
+    pub(super) fn recv_into(
+        &self,
+        key: u64,
+        addr: u64,
+        len: usize,
+        fd: std::os::fd::RawFd,
+    ) -> Result<Result<usize, i32>, Status> {
+        let t = lock(&self.reg);
+        t.check(key, addr, len as u64)?;
+        // SAFETY: as in `write`: a checked range of a live registration, held under the
+        // lock (so it cannot be deregistered during the read), which the registrant keeps
+        // mapped and writable by peers until it deregisters.
+        Ok(unsafe { super::sock::recv_raw(fd, addr as *mut u8, len) })
+    }
+
     /// Copies registration `key`'s bytes at `addr` into `out`, if they lie inside it.
     pub(super) fn read(&self, key: u64, addr: u64, out: &mut [u8]) -> Status {
         let t = lock(&self.reg);

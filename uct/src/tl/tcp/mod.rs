@@ -178,6 +178,8 @@ struct Shared {
     pending_total: usize,
     /// Connections whose send queue waits for `EPOLLOUT`.
     out_waiting: usize,
+    /// Put payload bytes read straight into their targets (`DirectPut`).
+    direct_bytes: u64,
 }
 
 impl Shared {
@@ -288,6 +290,24 @@ impl Close {
     }
 }
 
+/// A put whose payload is read from the socket straight into its target, not through
+/// the receive buffer (its headers arrived, its payload had not).
+#[derive(Debug)]
+struct DirectPut {
+    req: u32,
+    key: u64,
+    addr: u64,
+    len: usize,
+    got: usize,
+    /// Not `Ok`: the target was refused part way (deregistered); the rest is read and
+    /// dropped, and the answer says so.
+    status: Status,
+}
+
+/// Puts of at least this many payload bytes go straight into their target once their
+/// headers are in (smaller ones come whole with the frames around them).
+const DIRECT_MIN: usize = 4096;
+
 /// One TCP connection to a peer interface, in both directions.
 #[derive(Debug)]
 struct Conn {
@@ -309,6 +329,11 @@ struct Conn {
     rma_seq: u64,
     get_inflight: usize,
     waiters: VecDeque<Waiter>,
+    /// The put being read into its target.
+    direct: Option<DirectPut>,
+    /// The last frame was a put: the next read takes one frame's headers only, so that a
+    /// following put's payload is read into its target rather than into the buffer.
+    put_streak: bool,
 }
 
 impl Conn {
@@ -427,6 +452,7 @@ impl Conn {
     fn fail_ops(&mut self, st: Status, sh: &mut Shared) {
         self.tx.clear();
         self.rx.clear();
+        self.direct = None;
         for op in self.rma.drain(..) {
             if !op.canceled {
                 sh.events.push_back(Event::Completion(op.comp, st));
@@ -449,7 +475,18 @@ impl Conn {
         // A bounded number of reads, so a peer that sends faster than we handle cannot keep
         // `progress` from returning; what is left waits for the next call.
         for _ in 0..READS_PER_CALL {
-            match self.rx.fill(self.raw()) {
+            if self.direct.is_some() {
+                if self.read_direct(ctx.md, sh)? {
+                    continue;
+                }
+                return Ok(hello);
+            }
+            let max = if self.put_streak && self.rx.start == self.rx.end {
+                HDR_LEN + wire::PUT_HDR_LEN
+            } else {
+                usize::MAX
+            };
+            match self.rx.fill(self.raw(), max) {
                 Ok((0, _)) => return Err(Close::Eof),
                 Ok((_, more)) => {
                     if let Some(id) = self.process_rx(h, ctx, sh, n)? {
@@ -464,6 +501,51 @@ impl Conn {
             }
         }
         Ok(hello)
+    }
+
+    /// Reads the payload of the put in `direct` into its target (or, refused, drops it),
+    /// and answers the put once all of it is in. `Ok(true)` when the socket may have more.
+    fn read_direct(&mut self, md: &TcpMd, sh: &mut Shared) -> Result<bool, Close> {
+        let fd = self.raw();
+        let Some(d) = self.direct.as_mut() else {
+            return Ok(true);
+        };
+        let want = d.len - d.got;
+        let mut r = Err(Status::Ok);
+        if d.status == Status::Ok {
+            r = md.recv_into(d.key, d.addr + d.got as u64, want, fd);
+        }
+        let r = match r {
+            Ok(r) => r,
+            Err(st) => {
+                if d.status == Status::Ok {
+                    log::debug!("tcp: a put's target at {:#x} went away", d.addr);
+                    d.status = st;
+                }
+                let mut sink = [0u8; 16 << 10];
+                let k = want.min(sink.len());
+                sock::recv(fd, &mut sink[..k])
+            }
+        };
+        match r {
+            Ok(0) => Err(Close::Eof),
+            Ok(n) => {
+                d.got += n;
+                if d.status == Status::Ok {
+                    sh.direct_bytes += n as u64;
+                }
+                if d.got == d.len {
+                    let (req, st) = (d.req, d.status);
+                    self.direct = None;
+                    let l = HDR_LEN + wire::ACK_LEN;
+                    wire::put_ack(self.tx.reserve(l), req, st);
+                    self.tx.commit(l);
+                }
+                Ok(n == want || self.direct.is_none())
+            }
+            Err(libc::EAGAIN) => Ok(false),
+            Err(e) => Err(Close::Socket(e)),
+        }
     }
 
     fn process_rx(
@@ -483,7 +565,36 @@ impl Conn {
                     f
                 }
                 Decoded::Need(k) => {
-                    self.rx.need = k;
+                    let rest = &self.rx.bytes()[off..];
+                    match wire::put_head(rest) {
+                        Some(Err(e)) => return Err(e.into()),
+                        Some(Ok(p)) if p.len >= DIRECT_MIN
+                            && (self.side != Side::Acceptor || self.hello)
+                            && ctx.md.check(p.key, p.addr, p.len) == Status::Ok =>
+                        {
+                            // The payload goes straight into its target: what is here
+                            // first, the rest as it comes (`read_direct`).
+                            let here = &rest[p.head..];
+                            let st = ctx.md.write(p.key, p.addr, here);
+                            self.direct = Some(DirectPut {
+                                req: p.req,
+                                key: p.key,
+                                addr: p.addr,
+                                len: p.len,
+                                got: here.len(),
+                                status: st,
+                            });
+                            self.peer_sends = true;
+                            self.put_streak = true;
+                            off += rest.len();
+                            self.rx.need = 0;
+                        }
+                        Some(Ok(_)) => self.rx.need = k,
+                        None => {
+                            self.put_streak = false;
+                            self.rx.need = k;
+                        }
+                    }
                     break;
                 }
             };
@@ -496,6 +607,7 @@ impl Conn {
                 hello_from = Some(id);
                 continue;
             }
+            self.put_streak = matches!(frame, Frame::Put { .. });
             match frame {
                 Frame::Hello(_) => return Err(WireError::SecondHello.into()),
                 Frame::Am { id, data } => {
@@ -846,6 +958,7 @@ impl TcpIface {
                 groups: Slab::new(),
                 pending_total: 0,
                 out_waiting: 0,
+                direct_bytes: 0,
             },
             evs: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS],
             conns: Slab::new(),
@@ -964,6 +1077,8 @@ impl TcpIface {
             rma_seq: 0,
             get_inflight: 0,
             waiters: VecDeque::new(),
+            direct: None,
+            put_streak: false,
         });
         self.peers.entry(peer).or_default().own = Some(ci);
         // The connection may already be up (loopback); if it failed, the endpoints learn it
@@ -1173,6 +1288,8 @@ impl TcpIface {
                 rma_seq: 0,
                 get_inflight: 0,
                 waiters: VecDeque::new(),
+                direct: None,
+                put_streak: false,
             });
         }
     }

@@ -211,12 +211,14 @@ pub(super) unsafe fn sendmsg(fd: RawFd, iov: &[libc::iovec]) -> Result<usize, i3
     }
 }
 
-/// Receives into `buf`. `Ok(0)` is the end of the stream; `Err(errno)` includes `EAGAIN`.
-#[inline]
-pub(super) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
+/// `recv` into `len` bytes at `ptr` (non-blocking; EINTR retried).
+///
+/// # Safety
+/// `ptr` is writable for `len` bytes, and nothing else reads or writes them meanwhile.
+pub(super) unsafe fn recv_raw(fd: RawFd, ptr: *mut u8, len: usize) -> Result<usize, i32> {
     loop {
-        // SAFETY: buf is a live writable slice of buf.len() bytes.
-        let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        // SAFETY: per the contract.
+        let r = unsafe { libc::recv(fd, ptr.cast(), len, libc::MSG_DONTWAIT) };
         if r >= 0 {
             return Ok(r as usize);
         }
@@ -225,6 +227,13 @@ pub(super) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
             return Err(e);
         }
     }
+}
+
+/// Receives into `buf`. `Ok(0)` is the end of the stream; `Err(errno)` includes `EAGAIN`.
+#[inline]
+pub(super) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: buf is a live writable slice of buf.len() bytes, borrowed exclusively.
+    unsafe { recv_raw(fd, buf.as_mut_ptr(), buf.len()) }
 }
 
 /// One up interface with an IPv4 address.

@@ -347,6 +347,76 @@ fn put_and_get_with_iovs_and_fragments() {
     b_dereg(&p, &mh);
 }
 
+#[test]
+fn large_puts_are_read_straight_into_their_target() {
+    let mut p = Pair::new();
+    let ep = p.ep;
+    let n = 8 << 20;
+    let mut region = vec![0u8; n + 64];
+    let (mh, rk) = p.reg_at_b(&mut region);
+    for (k, off) in [0usize, 1, 4095].into_iter().enumerate() {
+        let src = pattern(k as u8 + 3, n - off);
+        // Uneven entries, so fragments and entries do not line up.
+        let iov: Vec<Iov> = src.chunks(100_003).map(Iov::from_slice).collect();
+        // SAFETY: src outlives the operation (completion awaited).
+        let d = p
+            .retry(|a| unsafe { a.put_zcopy(ep, &iov, mh.base + off as u64, &rk, k as u64) })
+            .unwrap();
+        assert_eq!(p.wait_comp(d, k as u64), Status::Ok);
+        assert_eq!(region[off..off + src.len()], src[..], "put {k}");
+        assert!(region[off + src.len()..].iter().all(|&b| b == 0));
+    }
+    // Most of the payload skipped the receive buffer (what arrived with the headers of a
+    // frame did not).
+    let direct = p.b.sh.direct_bytes;
+    assert!(
+        direct > (3 * n as u64) / 2,
+        "only {direct} of {} bytes were read into place",
+        3 * n
+    );
+    b_dereg(&p, &mh);
+}
+
+#[test]
+fn a_put_whose_target_goes_away_midway_is_refused_and_the_connection_lives_on() {
+    let mut p = Pair::new();
+    let ep = p.ep;
+    let n = 32 << 20;
+    let mut region = vec![0u8; n];
+    let (mh, rk) = p.reg_at_b(&mut region);
+    let src = pattern(7, n);
+    let iov = [Iov::from_slice(&src)];
+    // SAFETY: src outlives the operation (completion awaited).
+    let d = p
+        .retry(|a| unsafe { a.put_zcopy(ep, &iov, mh.base, &rk, 1) })
+        .unwrap();
+    p.until("a put read into place", |p| {
+        p.b.conns.iter().any(|(_, c)| c.direct.is_some())
+    });
+    b_dereg(&p, &mh);
+    assert_eq!(p.wait_comp(d, 1), Status::InvalidParam);
+    // The target was written in order up to the deregistration, and not after it.
+    let landed = region.iter().zip(&src).take_while(|(a, b)| a == b).count();
+    assert!(landed < n, "the whole put landed despite the deregistration");
+    assert!(
+        region[landed..].iter().all(|&b| b == 0),
+        "bytes landed after the deregistration"
+    );
+    // The connection carries on: a put into another registration arrives whole.
+    let mut other = vec![0u8; 1 << 20];
+    let (mh2, rk2) = p.reg_at_b(&mut other);
+    let src2 = pattern(8, other.len());
+    let iov = [Iov::from_slice(&src2)];
+    // SAFETY: src2 outlives the operation.
+    let d = p
+        .retry(|a| unsafe { a.put_zcopy(ep, &iov, mh2.base, &rk2, 2) })
+        .unwrap();
+    assert_eq!(p.wait_comp(d, 2), Status::Ok);
+    assert_eq!(other, src2);
+    assert!(p.ea.errors.is_empty() && p.eb.errors.is_empty());
+    b_dereg(&p, &mh2);
+}
+
 fn b_dereg(p: &Pair, mh: &MemH) {
     p.b.md().mem_dereg(mh).unwrap();
 }

@@ -288,6 +288,41 @@ pub(crate) fn decode<'a>(
     Ok(Decoded::Frame(frame, total))
 }
 
+/// The head of a put frame that `decode` found incomplete (`Decoded::Need`): its
+/// request, key, address and payload length, and how many bytes its headers take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PutHead {
+    pub req: u32,
+    pub key: u64,
+    pub addr: u64,
+    pub len: usize,
+    pub head: usize,
+}
+
+/// The head of the frame at the start of `buf` when it is a put whose headers have
+/// arrived (`None` otherwise). Call it only where [`decode`] answered `Need` for the same
+/// bytes: the frame header is then checked already (its type, and its length against
+/// the limits).
+pub(crate) fn put_head(buf: &[u8]) -> Option<Result<PutHead, WireError>> {
+    let mut h = Reader::new(buf);
+    let (ty, _, _, len) = (h.u8()?, h.u8()?, h.u16()?, h.u32()?);
+    if ty != Type::Put as u8 {
+        return None;
+    }
+    let mut r = Reader::new(buf.get(HDR_LEN..HDR_LEN + PUT_HDR_LEN)?);
+    let (req, reserved, key, addr) = (r.u32()?, r.u32()?, r.u64()?, r.u64()?);
+    if reserved != 0 {
+        return Some(Err(WireError::Reserved(reserved)));
+    }
+    Some(Ok(PutHead {
+        req,
+        key,
+        addr,
+        len: (len as usize).checked_sub(PUT_HDR_LEN)?,
+        head: HDR_LEN + PUT_HDR_LEN,
+    }))
+}
+
 /// A status on the wire: OK or an error code (never "in progress").
 fn status(raw: u32) -> Result<Status, WireError> {
     let v = raw as i32;
@@ -480,6 +515,36 @@ mod tests {
                 18
             ))
         );
+    }
+
+    #[test]
+    fn put_heads_are_read_from_partial_frames_only_when_whole() {
+        let mut f = vec![0u8; HDR_LEN + PUT_HDR_LEN + 4000];
+        put_req(&mut f, 9, 77, 0x4000, 4000);
+        // The frame is incomplete: decode asks for the rest, put_head reads the headers.
+        let part = &f[..HDR_LEN + PUT_HDR_LEN + 100];
+        assert_eq!(
+            decode(part, &LIM, Side::Acceptor),
+            Ok(Decoded::Need(f.len()))
+        );
+        assert_eq!(
+            put_head(part),
+            Some(Ok(PutHead {
+                req: 9,
+                key: 77,
+                addr: 0x4000,
+                len: 4000,
+                head: HDR_LEN + PUT_HDR_LEN
+            }))
+        );
+        // Headers not all in yet, or another type: nothing.
+        assert_eq!(put_head(&f[..HDR_LEN + 10]), None);
+        let mut a = vec![0u8; 40];
+        put_header(&mut a, Type::Am, 1, 32);
+        assert_eq!(put_head(&a), None);
+        // A reserved field set is an error, as `decode` says of a whole frame.
+        f[12] = 1;
+        assert!(matches!(put_head(&f), Some(Err(WireError::Reserved(1)))));
     }
 
     #[test]
