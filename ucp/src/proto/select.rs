@@ -95,6 +95,10 @@ pub struct LaneAttrs<'a> {
     /// The AM lane sends from and receives into bounce buffers of a network device
     /// (rc_verbs): an eager byte is copied at both ends, where a rendezvous reads it once.
     pub am_bounce: bool,
+    /// The memory lane moves data by messages on the AM lane's own connection (tcp): a
+    /// put is data the target places as it arrives, a get a round trip of messages. Its
+    /// rendezvous is a put, unless `UCX_RNDV_SCHEME=get_zcopy` asks otherwise.
+    pub rma_by_messages: bool,
 }
 
 impl Thresholds {
@@ -130,7 +134,8 @@ impl Thresholds {
             rndv,
             rma: l.rma.is_some(),
             rma_dev: l.rma_dev.is_some(),
-            put: scheme == RndvScheme::PutZcopy,
+            put: scheme == RndvScheme::PutZcopy
+                || (l.rma_by_messages && scheme == RndvScheme::Auto),
         }
     }
 
@@ -332,6 +337,7 @@ mod tests {
                 rma: Some(&cma),
                 rma_dev: None,
                 am_bounce: false,
+                rma_by_messages: false,
             },
             AutoSize::Auto,
             AutoSize::Auto,
@@ -352,6 +358,30 @@ mod tests {
             t.select(Op::TagSend, MemoryType::Host, DtClass::Generic, 8 << 20),
             Proto::RndvAm
         );
+        // A memory lane of messages on the AM connection (tcp): put, unless get is asked.
+        for (scheme, want) in [
+            (RndvScheme::Auto, Proto::RndvPut),
+            (RndvScheme::GetZcopy, Proto::RndvGet),
+            (RndvScheme::PutZcopy, Proto::RndvPut),
+        ] {
+            let t = Thresholds::new(
+                LaneAttrs {
+                    am: &posix,
+                    rma: Some(&posix),
+                    rma_dev: None,
+                    am_bounce: true,
+                    rma_by_messages: true,
+                },
+                AutoSize::Bytes(100_000),
+                AutoSize::Auto,
+                scheme,
+            );
+            assert_eq!(
+                t.select(Op::TagSend, MemoryType::Host, DtClass::Contig, 100_000),
+                want,
+                "{scheme}"
+            );
+        }
         // Synchronous sends never use eager short (the ack needs the sender's request id).
         assert_eq!(
             t.select(Op::TagSendSync, MemoryType::Host, DtClass::Contig, 8),
@@ -388,6 +418,7 @@ mod tests {
                     rma: Some(&cma),
                     rma_dev: dev.then_some(&ipc),
                     am_bounce: false,
+                    rma_by_messages: false,
                 },
                 AutoSize::Auto,
                 AutoSize::Auto,
@@ -448,6 +479,7 @@ mod tests {
             rma: None,
             rma_dev: None,
             am_bounce: false,
+            rma_by_messages: false,
         };
         let t = Thresholds::new(
             l,

@@ -494,9 +494,11 @@ impl Worker {
             return Err(bad);
         }
         // A same-host peer's shared memory: mapped (once per region), if the endpoint is a
-        // same-host one (it has a memory lane, or its active messages go through shared
-        // memory or loopback).
-        let shm_ep = e.rma.is_some()
+        // same-host one (it has a memory lane other than messages of a network
+        // connection, or its active messages go through shared memory or loopback).
+        let shm_ep = e
+            .rma
+            .is_some_and(|l| !super::wireup::by_messages(&self.core.info[l.iface]))
             || matches!(
                 self.core.info[e.am.iface].kind,
                 uct::component::DeviceKind::SharedMemory | uct::component::DeviceKind::Loopback

@@ -2013,8 +2013,10 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
     let local = r.data.iovs(0, total).unwrap_or_default();
     let segs = remote_segs(&local);
     let fits = 64 + segs.len() * 16 <= seg_max;
+    // The host memory lane writes with the host's hands (tcp's target copies; shared
+    // memory maps): device memory takes the pipeline, which stages it.
     let reg = match lane {
-        Some(l) if fits && !segs.is_empty() => {
+        Some(l) if fits && !segs.is_empty() && r.data.host_only() => {
             let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
             let md = ifaces[l.iface].md();
             let shm = rma::shm_window(&core.mems, core.shm_regions, lo, hi);

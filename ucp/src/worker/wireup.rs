@@ -88,7 +88,8 @@ fn select_lanes(
                 }
             }
             // Rendezvous reads through a memory transport or RDMA; a network transport
-            // whose get is emulated over its own AM (tcp) is no better than the pipeline.
+            // whose get is emulated over its own AM (tcp) is no better than the pipeline
+            // for that (it may still serve puts on the AM lane's connection: below).
             if !a.flags.contains(IfaceFlags::GET_ZCOPY)
                 || (info.kind == DeviceKind::Network
                     && !a.flags.contains(IfaceFlags::RMA_ONE_SIDED))
@@ -130,6 +131,17 @@ fn select_lanes(
             },
             None => None,
         };
+    // No memory transport reaches the peer: a network transport that carries put and get
+    // as messages on the AM lane's connection serves, for put rendezvous (the target
+    // places the data as it arrives, with no copy through a bounce buffer at either end).
+    let rma = rma.or_else(|| {
+        let a = &core.info[ai].attr;
+        (by_messages(&core.info[ai])
+            && a.flags
+                .contains(IfaceFlags::PUT_ZCOPY | IfaceFlags::EP_ORDERED)
+            && a.mem.rma_remote.has(MemoryType::Host))
+        .then_some((0.0, ai, aj))
+    });
     let rma_lane = memory_lane(ifaces, rma);
     let rma_dev = match (rma_dev, rma, rma_lane) {
         // The same interface serves both: one transport endpoint.
@@ -141,6 +153,13 @@ fn select_lanes(
         rma: rma_lane,
         rma_dev,
     })
+}
+
+/// Whether interface `info` moves put and get data as messages of its own connection (a
+/// network transport without one-sided RMA: tcp), rather than by a memory transport or
+/// RDMA.
+pub(super) fn by_messages(info: &super::IfaceInfo) -> bool {
+    info.kind == DeviceKind::Network && !info.attr.flags.contains(IfaceFlags::RMA_ONE_SIDED)
 }
 
 /// Creates an endpoint to `peer` and registers its lanes.
@@ -156,6 +175,7 @@ pub(super) fn new_ep(
             rma: rma.map(|l| &core.info[l.iface].attr),
             rma_dev: rma_dev.map(|l| &core.info[l.iface].attr),
             am_bounce: core.info[am.iface].kind == DeviceKind::Network,
+            rma_by_messages: rma.is_some_and(|l| by_messages(&core.info[l.iface])),
         },
         core.rndv_cfg,
         core.zcopy_cfg,
@@ -185,7 +205,7 @@ pub(super) fn new_ep(
         umr_taught: VecDeque::new(),
         umr_known: VecDeque::new(),
         // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
-        tuner: (rma.is_some()
+        tuner: (rma.is_some_and(|l| !by_messages(&core.info[l.iface]))
             && core.rndv_cfg == ucs::config::AutoSize::Auto
             && core.rndv_scheme != ucs::config::RndvScheme::PutZcopy
             && thresh.rndv > crate::proto::tune::MIN_TUNED)

@@ -31,6 +31,16 @@
 //! `TX_HARD_CAP` (64 MiB) of answers pile up is disconnected. A reset connection fails every
 //! operation outstanding on it with `ConnectionReset` and reports `ep_error` once per
 //! endpoint.
+//!
+//! **Puts move no byte through a buffer.** The initiator sends a put's data from the
+//! caller's memory (`sendmsg` of borrowed pieces), in frames of up to `PUT_FRAME_SEGS`
+//! segments. The target reads a put's headers into its receive buffer and, once the
+//! payload does not fit what was read with them, the rest straight into the registered
+//! target (`DirectPut`, checked against the table under its lock for every read, so a
+//! region deregistered part way is not written again: the rest is read and dropped and
+//! the answer is an error). After a put, the next read takes one frame's headers only, so
+//! that a following put's payload is not read into the buffer first. `ucp` uses this for
+//! rendezvous over tcp (a put of the sender's buffer into the receiver's).
 
 mod buf;
 mod md;
@@ -511,22 +521,23 @@ impl Conn {
             return Ok(true);
         };
         let want = d.len - d.got;
-        let mut r = Err(Status::Ok);
-        if d.status == Status::Ok {
-            r = md.recv_into(d.key, d.addr + d.got as u64, want, fd);
-        }
-        let r = match r {
-            Ok(r) => r,
-            Err(st) => {
-                if d.status == Status::Ok {
+        let placed = if d.status == Status::Ok {
+            match md.recv_into(d.key, d.addr + d.got as u64, want, fd) {
+                Ok(r) => Some(r),
+                Err(st) => {
                     log::debug!("tcp: a put's target at {:#x} went away", d.addr);
                     d.status = st;
+                    None
                 }
-                let mut sink = [0u8; 16 << 10];
-                let k = want.min(sink.len());
-                sock::recv(fd, &mut sink[..k])
             }
+        } else {
+            None
         };
+        let r = placed.unwrap_or_else(|| {
+            let mut sink = [0u8; 16 << 10];
+            let k = want.min(sink.len());
+            sock::recv(fd, &mut sink[..k])
+        });
         match r {
             Ok(0) => Err(Close::Eof),
             Ok(n) => {
@@ -568,14 +579,26 @@ impl Conn {
                     let rest = &self.rx.bytes()[off..];
                     match wire::put_head(rest) {
                         Some(Err(e)) => return Err(e.into()),
-                        Some(Ok(p)) if p.len >= DIRECT_MIN
-                            && (self.side != Side::Acceptor || self.hello)
-                            && ctx.md.check(p.key, p.addr, p.len) == Status::Ok =>
-                        {
+                        Some(Ok(_)) if self.side == Side::Acceptor && !self.hello => {
+                            return Err(WireError::NoHello.into());
+                        }
+                        Some(Ok(p)) if p.len >= DIRECT_MIN => {
                             // The payload goes straight into its target: what is here
-                            // first, the rest as it comes (`read_direct`).
+                            // first, the rest as it comes (`read_direct`). A put the
+                            // target refuses is read and dropped the same way (it may
+                            // be longer than the receive buffer), and answered so.
                             let here = &rest[p.head..];
-                            let st = ctx.md.write(p.key, p.addr, here);
+                            let st = match ctx.md.check(p.key, p.addr, p.len) {
+                                Status::Ok => ctx.md.write(p.key, p.addr, here),
+                                refused => {
+                                    log::debug!(
+                                        "tcp: refused a put of {} bytes at {:#x}",
+                                        p.len,
+                                        p.addr
+                                    );
+                                    refused
+                                }
+                            };
                             self.direct = Some(DirectPut {
                                 req: p.req,
                                 key: p.key,
@@ -882,6 +905,7 @@ impl TcpIface {
         let limits = Limits {
             am: seg + MAX_HDR,
             rma: seg,
+            put: seg * wire::PUT_FRAME_SEGS,
         };
         let me = IfaceId {
             ip: ip.octets(),
@@ -1678,7 +1702,8 @@ impl Iface for TcpIface {
         comp: Comp,
     ) -> UcsResult<Done> {
         let total = Self::check_rma(iov, remote_addr, rkey)?;
-        let seg = self.seg;
+        // The peer takes put frames as long as ours (its segment is at least ours).
+        let seg = self.seg * wire::PUT_FRAME_SEGS;
         let ci = self.ready_conn(ep)?;
         let c = &mut self.conns[ci];
         let seq = c.rma_seq;

@@ -292,7 +292,8 @@ fn put_and_get_with_iovs_and_fragments() {
     let mut p = Pair::new();
     let ep = p.ep;
     let seg = p.a.seg;
-    let mut region = vec![0u8; 4 * seg + 4096];
+    let frame = seg * wire::PUT_FRAME_SEGS;
+    let mut region = vec![0u8; 4 * frame + 4096];
     let (mh, rk) = p.reg_at_b(&mut region);
     // A small put of three pieces.
     let src = pattern(9, 300);
@@ -306,9 +307,9 @@ fn put_and_get_with_iovs_and_fragments() {
     assert_eq!(region[10..310], src[..]);
     assert_eq!(region[9], 0);
     assert_eq!(region[310], 0);
-    // A put over several fragments, with entries straddling fragment boundaries.
-    let big = pattern(5, 3 * seg + 777);
-    let iov: Vec<Iov> = big.chunks(seg / 3 + 11).map(Iov::from_slice).collect();
+    // A put over several frames, with entries straddling frame boundaries.
+    let big = pattern(5, 3 * frame + 777);
+    let iov: Vec<Iov> = big.chunks(frame / 3 + 11).map(Iov::from_slice).collect();
     // SAFETY: big outlives the operation (completion awaited).
     let d = p
         .retry(|a| unsafe { a.put_zcopy(ep, &iov, mh.base + 1000, &rk, 2) })
@@ -397,11 +398,25 @@ fn a_put_whose_target_goes_away_midway_is_refused_and_the_connection_lives_on() 
     assert_eq!(p.wait_comp(d, 1), Status::InvalidParam);
     // The target was written in order up to the deregistration, and not after it.
     let landed = region.iter().zip(&src).take_while(|(a, b)| a == b).count();
-    assert!(landed < n, "the whole put landed despite the deregistration");
+    assert!(
+        landed < n,
+        "the whole put landed despite the deregistration"
+    );
     assert!(
         region[landed..].iter().all(|&b| b == 0),
         "bytes landed after the deregistration"
     );
+    // A long put under a key the target never gave out is read, dropped and refused.
+    let bogus = RemoteKey {
+        key: rk.key + 999,
+        ..rk
+    };
+    let iov = [Iov::from_slice(&src)];
+    // SAFETY: src outlives the operation.
+    let d = p
+        .retry(|a| unsafe { a.put_zcopy(ep, &iov, mh.base, &bogus, 3) })
+        .unwrap();
+    assert_eq!(p.wait_comp(d, 3), Status::InvalidParam);
     // The connection carries on: a put into another registration arrives whole.
     let mut other = vec![0u8; 1 << 20];
     let (mh2, rk2) = p.reg_at_b(&mut other);

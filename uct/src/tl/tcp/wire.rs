@@ -91,8 +91,11 @@ pub(crate) struct IfaceId {
 pub(crate) struct Limits {
     /// Largest `AM` body (header + payload).
     pub am: usize,
-    /// Largest data part of a `PUT`, `GET_REQ` length and `GET_RESP` data.
+    /// Largest `GET_REQ` length and `GET_RESP` data.
     pub rma: usize,
+    /// Largest data part of a `PUT` (read into its target as it arrives, so it need not
+    /// fit the receive buffer).
+    pub put: usize,
 }
 
 impl Limits {
@@ -203,7 +206,7 @@ pub(crate) fn decode<'a>(
     let len_ok = match ty {
         Type::Hello => len == HELLO_LEN,
         Type::Am => len <= lim.am,
-        Type::Put => (PUT_HDR_LEN..=PUT_HDR_LEN + lim.rma).contains(&len),
+        Type::Put => (PUT_HDR_LEN..=PUT_HDR_LEN + lim.put).contains(&len),
         Type::PutAck => len == ACK_LEN,
         Type::GetReq => len == GET_REQ_LEN,
         Type::GetResp => (GET_RESP_HDR_LEN..=GET_RESP_HDR_LEN + lim.rma).contains(&len),
@@ -287,6 +290,11 @@ pub(crate) fn decode<'a>(
     };
     Ok(Decoded::Frame(frame, total))
 }
+
+/// A put frame carries up to this many segments of data (`UCX_TCP_SEG_SIZE`): its target
+/// reads the payload straight into place, so fewer, longer frames cost fewer headers and
+/// answers.
+pub(crate) const PUT_FRAME_SEGS: usize = 16;
 
 /// The head of a put frame that `decode` found incomplete (`Decoded::Need`): its
 /// request, key, address and payload length, and how many bytes its headers take.
@@ -402,7 +410,8 @@ pub(crate) fn get_resp(out: &mut [u8], req: u32, status: Status, data_len: usize
 pub fn fuzz_stream(buf: &[u8]) -> usize {
     let lim = Limits {
         am: 64 << 10,
-        rma: 1 << 20,
+        rma: 64 << 10,
+        put: PUT_FRAME_SEGS * (64 << 10),
     };
     let mut frames = 0;
     for side in [Side::Acceptor, Side::Initiator] {
@@ -428,6 +437,7 @@ mod tests {
     const LIM: Limits = Limits {
         am: 1000,
         rma: 4096,
+        put: 4096,
     };
     const ME: IfaceId = IfaceId {
         ip: [10, 1, 2, 3],
