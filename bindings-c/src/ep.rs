@@ -31,6 +31,9 @@ pub struct CEp {
     pub(crate) err: ucp_err_handler_t,
     pub(crate) user_data: Option<*mut c_void>,
     pub(crate) name: String,
+    /// The endpoint failed (set where its failure is reported): the copy path of
+    /// `crate::fast::rma_mapped` leaves it to the general path, which says so.
+    pub(crate) failed: std::sync::atomic::AtomicBool,
 }
 
 impl CEp {
@@ -48,6 +51,26 @@ impl CEp {
         // SAFETY: an endpoint's worker outlives it.
         let w = unsafe { CWorker::from_ptr(e.worker.cast()) }?;
         Some((e, w))
+    }
+
+    /// An endpoint of ours on a worker that is not broken, or `None`; says nothing and
+    /// cannot panic (the copy path of `crate::fast::rma_mapped` runs without the guard).
+    ///
+    /// # Safety
+    /// `p` is NULL or an endpoint pointer of ours (checked by magic).
+    #[inline(always)]
+    pub(crate) unsafe fn from_ptr_quiet<'a>(p: *const c_void) -> Option<&'a CEp> {
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: per the contract.
+        let e = unsafe { &*p.cast::<CEp>() };
+        if e.magic != EP_MAGIC {
+            return None;
+        }
+        // SAFETY: an endpoint's worker outlives it.
+        let usable = unsafe { CWorker::usable(e.worker) };
+        usable.then_some(e)
     }
 
     /// The argument of the error handler: `user_data` when set, else the handler's arg.
@@ -84,6 +107,7 @@ pub(crate) fn handle_of(w: &CWorker, ep: EpHandle) -> *mut c_void {
                 },
                 user_data: None,
                 name: format!("ep{}", ep.0),
+                failed: Default::default(),
             })) as usize
         })
     }) as *mut c_void

@@ -253,3 +253,48 @@ fn discard(w: &CWorker, h: *mut ReqHdr, p: &Plain) {
     // SAFETY: h came from `alloc` on this worker and nobody else has seen it.
     unsafe { request::discard(w, h, !p.user_req.is_null()) };
 }
+
+/// `ucp_put_nbi` / `ucp_get_nbi` (`get`) of host memory into or out of a peer's region
+/// mapped here (same-host shared memory, `ucp_mem_map`ped by the peer): one copy, done
+/// before anything else. It touches no worker state (the mapping lives as long as the
+/// key, and a copy needs no completion), so it takes neither the worker's lock nor the
+/// panic guard: nothing here can panic (pointer, magic and flag checks, checked
+/// arithmetic, the copy). `None`, with nothing done, sends the call down the general path:
+/// anything not mapped, an endpoint that failed (reported there), or memory types in play.
+///
+/// # Safety
+/// ucp.h's contract for `ucp_put_nbi` / `ucp_get_nbi`: `buffer` holds `length` bytes (a
+/// get's writable) for the call.
+#[inline(always)]
+pub(crate) unsafe fn rma_mapped(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    get: bool,
+) -> Option<ucs_status_t> {
+    if (buffer.is_null() && length != 0) || ucs::memtype::active() {
+        return None;
+    }
+    // SAFETY: an endpoint of ours or anything else (checked by magic, quietly).
+    let e = unsafe { CEp::from_ptr_quiet(ep) }?;
+    if e.failed.load(std::sync::atomic::Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: as above, for the key.
+    let k = unsafe { crate::ep::CRkey::from_ptr(rkey) }?;
+    let at = k.rkey.mapped_range(e.h, remote_addr, length)?;
+    let local = buffer.cast::<u8>();
+    // SAFETY: `at` holds `length` bytes of the peer's region, mapped for as long as the
+    // key lives; `local` holds `length` bytes by the contract. `copy` (memmove): the
+    // application may pass a pointer into the mapping itself.
+    unsafe {
+        if get {
+            std::ptr::copy(at.cast_const(), local, length);
+        } else {
+            std::ptr::copy(local.cast_const(), at, length);
+        }
+    }
+    Some(crate::code(Status::Ok))
+}

@@ -924,6 +924,12 @@ pub unsafe extern "C" fn ucp_put_nbi(
     remote_addr: u64,
     rkey: *mut c_void,
 ) -> ucs_status_t {
+    // SAFETY: forwarded contract.
+    if let Some(s) =
+        unsafe { crate::fast::rma_mapped(ep, buffer.cast_mut(), length, remote_addr, rkey, false) }
+    {
+        return s;
+    }
     guard(code(Status::InvalidParam), || {
         // SAFETY: forwarded contract.
         let mapped =
@@ -953,6 +959,11 @@ pub unsafe extern "C" fn ucp_get_nbi(
     remote_addr: u64,
     rkey: *mut c_void,
 ) -> ucs_status_t {
+    // SAFETY: forwarded contract.
+    if let Some(s) = unsafe { crate::fast::rma_mapped(ep, buffer, length, remote_addr, rkey, true) }
+    {
+        return s;
+    }
     guard(code(Status::InvalidParam), || {
         // SAFETY: forwarded contract.
         if let Some(s) = unsafe { rma_mapped_nbi(ep, buffer, length, remote_addr, rkey, true) } {

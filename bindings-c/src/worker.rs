@@ -240,6 +240,20 @@ impl CWorker {
         Some(w)
     }
 
+    /// Whether `p` is a worker of ours that is not broken, without a word either way.
+    ///
+    /// # Safety
+    /// `p` is NULL or a worker pointer of ours (checked by magic).
+    #[inline(always)]
+    pub(crate) unsafe fn usable(p: *const CWorker) -> bool {
+        // SAFETY: per the contract.
+        !p.is_null()
+            && unsafe {
+                (*p).magic == WORKER_MAGIC
+                    && !(*p).broken.load(std::sync::atomic::Ordering::Acquire)
+            }
+    }
+
     /// Says once per process that calls on a broken worker fail.
     #[cold]
     fn refuse_broken() {
@@ -364,6 +378,7 @@ impl CWorker {
                         i.eps.get(&ep.0).copied().map(|p| {
                             // SAFETY: endpoints in the map are live.
                             let e = unsafe { &*(p as *const CEp) };
+                            e.failed.store(true, std::sync::atomic::Ordering::Release);
                             (p, e.err.cb, e.err_arg())
                         })
                     });

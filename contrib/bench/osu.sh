@@ -12,6 +12,8 @@
 # mlatN is the multi-pair latency with N pairs (2N ranks; this 2-core machine then runs
 # more ranks than cores, so those figures measure oversubscription as much as the library).
 # With UCX122=1, UCX 1.22 (the wheel, contrib/bench/ucx-env.sh) is a third column.
+# OSU_SCALE=k runs k times the iterations (the small-message bandwidth loops take a few
+# milliseconds by default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=3 sizes="1,8,64,512,4096,32768,262144,1048576,4194304"
@@ -51,7 +53,7 @@ run() {
   esac
   timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$np" "${bind[@]}" \
     --mca plm isolated --mca btl self --mca pml ucx --mca pml_ucx_tls any \
-    --mca pml_ucx_devices any "${osc[@]}" -x UCX_TLS=posix,cma,self "${env[@]}" \
+    --mca pml_ucx_devices any "${osc[@]}" -x UCX_TLS=posix,cma,self ${OSU_SCALE:+-x OSU_SCALE} "${env[@]}" \
     "$work/osu" "$pat" "$sizes" 2>/dev/null | awk '{print $2, $3}'
 }
 

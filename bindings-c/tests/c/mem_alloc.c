@@ -167,6 +167,24 @@ static int run(int rd, int wr, int target)
         /* An access past the region is refused and performs nothing. */
         ucs_status_ptr_t bad = ucp_put_nbx(ep, local, PIECE, *at + REGION - 8, rkey, &pp);
         EXPECT(UCS_PTR_IS_ERR(bad) || wait_req(bad) != UCS_OK, "a put past the region succeeded");
+        /* The same through the _nbi calls (OpenMPI's osc: a copy done in the call when the
+         * region is mapped here): the first piece again, read back. */
+        for (size_t i = 0; i < PIECE; i++) local[i] = pat(i, 2);
+        ucs_status_t s = ucp_put_nbi(ep, local, PIECE, *at, rkey);
+        EXPECT(s == UCS_OK || s == UCS_INPROGRESS, "put_nbi: %s", ucs_status_string(s));
+        CHECK(wait_req(ucp_ep_flush_nbx(ep, &pp)));
+        memset(local, 0, PIECE);
+        s = ucp_get_nbi(ep, local, PIECE, *at, rkey);
+        EXPECT(s == UCS_OK || s == UCS_INPROGRESS, "get_nbi: %s", ucs_status_string(s));
+        CHECK(wait_req(ucp_ep_flush_nbx(ep, &pp)));
+        for (size_t i = 0; i < PIECE; i++)
+            EXPECT(local[i] == pat(i, 2), "get_nbi: byte %zu is %u, not %u", i, local[i], pat(i, 2));
+        EXPECT(UCS_STATUS_IS_ERR(ucp_put_nbi(ep, local, PIECE, *at + REGION - 8, rkey)),
+               "a put_nbi past the region succeeded");
+        EXPECT(UCS_STATUS_IS_ERR(ucp_get_nbi(ep, local, PIECE, *at - 1, rkey)),
+               "a get_nbi before the region succeeded");
+        EXPECT(ucp_put_nbi(ep, local, PIECE, *at, NULL) == UCS_ERR_INVALID_PARAM,
+               "a put_nbi without a key was taken");
         signal_peer(wr);
         for (size_t i = 0; i < MSG; i++) msg[i] = pat(i, 3);
         ucp_request_param_t sp = {0};

@@ -139,6 +139,18 @@ impl Rkey {
         Ok(seg.base().wrapping_add((addr - self.base) as usize))
     }
 
+    /// Where `len` bytes at remote address `addr` lie in this process, when the key is
+    /// endpoint `ep`'s and the peer's region is mapped here and holds them all: what a put
+    /// or get of host memory that touches nothing else needs (the mapping lives as long as
+    /// the key). `None` otherwise, the general path's to report.
+    #[inline]
+    pub fn mapped_range(&self, ep: EpHandle, addr: u64, len: usize) -> Option<*mut u8> {
+        let seg = self.mapped.as_ref()?;
+        let off = addr.checked_sub(self.base)?;
+        let end = off.checked_add(len as u64)?;
+        (self.ep == ep.0 as usize && end <= self.len).then(|| seg.base().wrapping_add(off as usize))
+    }
+
     /// Spoils the key's nonce, as a peer forging a key would.
     #[cfg(test)]
     pub(crate) fn forge_nonce_for_test(&mut self) {
