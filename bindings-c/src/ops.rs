@@ -925,9 +925,9 @@ pub unsafe extern "C" fn ucp_put_nbi(
     rkey: *mut c_void,
 ) -> ucs_status_t {
     // SAFETY: forwarded contract.
-    if let Some(s) =
-        unsafe { crate::fast::rma_mapped(ep, buffer.cast_mut(), length, remote_addr, rkey, false) }
-    {
+    let fast =
+        unsafe { crate::fast::rma_mapped(ep, buffer.cast_mut(), length, remote_addr, rkey, false) };
+    if let Some(s) = fast {
         return s;
     }
     guard(code(Status::InvalidParam), || {
