@@ -298,3 +298,31 @@ pub(crate) unsafe fn rma_mapped(
     }
     Some(crate::code(Status::Ok))
 }
+
+/// [`rma_mapped`] for `ucp_put_nbx` / `ucp_get_nbx` with plain parameters (what MPICH's
+/// and OpenSHMEM's ucx layers pass): done in the call, so NULL is returned and no callback
+/// runs, as UCX does for an operation that completes at once. `None` for anything else,
+/// `NO_IMM_CMPL` included.
+///
+/// # Safety
+/// ucp.h's contract for `ucp_put_nbx` / `ucp_get_nbx`.
+#[inline(always)]
+pub(crate) unsafe fn rma_mapped_nbx(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    param: *const ucp_request_param_t,
+    get: bool,
+) -> Option<ucs_status_ptr_t> {
+    // SAFETY: `param` readable by the contract.
+    let p = unsafe { plain(param) }?;
+    if p.no_imm {
+        return None;
+    }
+    let len = count.checked_mul(p.elem)?;
+    // SAFETY: forwarded contract.
+    unsafe { rma_mapped(ep, buffer, len, remote_addr, rkey, get) }?;
+    Some(std::ptr::null_mut())
+}

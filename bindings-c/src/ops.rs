@@ -1040,6 +1040,21 @@ pub unsafe extern "C" fn ucp_put_nbx(
     rkey: *mut c_void,
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
+    // SAFETY: forwarded contract.
+    let fast = unsafe {
+        crate::fast::rma_mapped_nbx(
+            ep,
+            buffer.cast_mut(),
+            count,
+            remote_addr,
+            rkey,
+            param,
+            false,
+        )
+    };
+    if let Some(r) = fast {
+        return r;
+    }
     guard(status_ptr(Status::InvalidParam), || {
         let p = nbx_or_ret!(param, CbKind::Send);
         rma(ep, buffer.cast_mut(), count, remote_addr, rkey, p, Rma::Put)
@@ -1057,6 +1072,12 @@ pub unsafe extern "C" fn ucp_get_nbx(
     rkey: *mut c_void,
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
+    // SAFETY: forwarded contract.
+    let fast =
+        unsafe { crate::fast::rma_mapped_nbx(ep, buffer, count, remote_addr, rkey, param, true) };
+    if let Some(r) = fast {
+        return r;
+    }
     guard(status_ptr(Status::InvalidParam), || {
         let p = nbx_or_ret!(param, CbKind::Send);
         rma(ep, buffer, count, remote_addr, rkey, p, Rma::Get)
