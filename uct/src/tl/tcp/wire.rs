@@ -416,14 +416,27 @@ pub fn fuzz_stream(buf: &[u8]) -> usize {
     let mut frames = 0;
     for side in [Side::Acceptor, Side::Initiator] {
         let mut b = buf;
-        while let Ok(Decoded::Frame(_, used)) = decode(b, &lim, side) {
-            assert!(
-                used > 0 && used <= b.len(),
-                "frame of {used} bytes in {}",
-                b.len()
-            );
-            frames += 1;
-            b = &b[used..];
+        loop {
+            match decode(b, &lim, side) {
+                Ok(Decoded::Frame(_, used)) => {
+                    assert!(
+                        used > 0 && used <= b.len(),
+                        "frame of {used} bytes in {}",
+                        b.len()
+                    );
+                    frames += 1;
+                    b = &b[used..];
+                }
+                // An incomplete put is read into its target from its headers on: they
+                // must name no more than the frame holds.
+                Ok(Decoded::Need(k)) => {
+                    if let Some(Ok(p)) = put_head(b) {
+                        assert!(p.head + p.len <= k, "put head {p:?} beyond a frame of {k}");
+                    }
+                    break;
+                }
+                Err(_) => break,
+            }
         }
     }
     frames
