@@ -595,6 +595,8 @@ pub(super) fn push_send(
         shm_regions,
         mappings,
         stage_cfg,
+        ctrl,
+        work,
         ..
     } = core;
     let split_thresh = *split_thresh;
@@ -626,6 +628,29 @@ pub(super) fn push_send(
         return match write_to_receiver(ifaces[rma.iface].as_mut(), rma.ep, s, id, mappings) {
             Ok(mapped) => {
                 stats.rndv_mapped += u64::from(mapped);
+                // Puts carried as messages of the AM lane's own connection (tcp): the FIN
+                // follows the data at once, and the connection's order makes the
+                // receiver read every byte before it. The receiver so completes a round
+                // trip sooner than after the puts' answers; this send still completes
+                // on them (its buffer is in use until then). A put the target refuses
+                // can only be into a receive that ended already, which the FIN then
+                // finds gone.
+                let same_connection = rma.iface == lane.iface
+                    && rma.ep == lane.ep
+                    && super::wireup::by_messages(&info[rma.iface])
+                    && info[rma.iface].attr.flags.contains(IfaceFlags::EP_ORDERED);
+                if same_connection && s.fin_pending && s.put.is_none() {
+                    s.fin_pending = false;
+                    let rreq = s.rreq.unwrap_or(0);
+                    ctrl.push_back((
+                        s.ep,
+                        Ctrl::Fin {
+                            rreq,
+                            status: Status::Ok,
+                        },
+                    ));
+                    *work = true;
+                }
                 Ok(true)
             }
             // Out of resources part way: the rest waits in the endpoint's queue.
