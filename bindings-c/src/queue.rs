@@ -179,16 +179,18 @@ pub unsafe extern "C" fn ucpx_enqueue_recv(
     tag: ucp_tag_t,
     tag_mask: ucp_tag_t,
 ) -> ucs_status_t {
-    guard(code(Status::InvalidParam), || {
-        // SAFETY: per the contract.
-        let r = unsafe { queue_and_ep(queue, src_ep) }.and_then(|(q, e)| {
-            // SAFETY: per the contract.
-            let d = unsafe { crate::dt::data(buffer, count, datatype) }?;
-            q.worker()
-                .with(|w| w.enqueue_recv(q.id, e, &d, tag, tag_mask))
-        });
-        code(r.err().unwrap_or(Status::Ok))
-    })
+    // SAFETY: forwarded contract.
+    unsafe {
+        enqueue_recv(
+            queue,
+            src_ep,
+            buffer,
+            count,
+            datatype,
+            (tag, tag_mask),
+            false,
+        )
+    }
 }
 
 /// Posts a receive of a message from `src_ep`'s peer matching `(tag, tag_mask)` at once,
@@ -207,13 +209,45 @@ pub unsafe extern "C" fn ucpx_enqueue_recv_posted(
     tag: ucp_tag_t,
     tag_mask: ucp_tag_t,
 ) -> ucs_status_t {
+    // SAFETY: forwarded contract.
+    unsafe {
+        enqueue_recv(
+            queue,
+            src_ep,
+            buffer,
+            count,
+            datatype,
+            (tag, tag_mask),
+            true,
+        )
+    }
+}
+
+/// The two receives: released by the next start, or `posted` at once.
+///
+/// # Safety
+/// As for [`ucpx_enqueue_recv`].
+unsafe fn enqueue_recv(
+    queue: *mut c_void,
+    src_ep: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    (tag, mask): (ucp_tag_t, ucp_tag_t),
+    posted: bool,
+) -> ucs_status_t {
     guard(code(Status::InvalidParam), || {
         // SAFETY: per the contract.
         let r = unsafe { queue_and_ep(queue, src_ep) }.and_then(|(q, e)| {
             // SAFETY: per the contract.
             let d = unsafe { crate::dt::data(buffer, count, datatype) }?;
-            q.worker()
-                .with(|w| w.enqueue_recv_posted(q.id, e, &d, tag, tag_mask))
+            q.worker().with(|w| {
+                if posted {
+                    w.enqueue_recv_posted(q.id, e, &d, tag, mask)
+                } else {
+                    w.enqueue_recv(q.id, e, &d, tag, mask)
+                }
+            })
         });
         code(r.err().unwrap_or(Status::Ok))
     })

@@ -222,6 +222,15 @@ impl Worker {
         self.queues.get(q.idx as usize).filter(|qu| qu.gen == q.gen)
     }
 
+    /// `InvalidParam` for an endpoint this worker does not have.
+    fn ep_known(&self, ep: EpHandle) -> UcsResult<()> {
+        self.core
+            .eps
+            .get(ep.idx())
+            .map(|_| ())
+            .ok_or(Status::InvalidParam)
+    }
+
     fn enqueue(&mut self, q: QueueId, op: Queued) -> UcsResult<()> {
         let qu = self.queue(q)?;
         let th = qu.issued().wrapping_add(1);
@@ -240,9 +249,7 @@ impl Worker {
         data: &Data,
         tag: u64,
     ) -> UcsResult<()> {
-        if self.core.eps.get(ep.idx()).is_none() {
-            return Err(Status::InvalidParam);
-        }
+        self.ep_known(ep)?;
         self.enqueue(
             q,
             Queued::Send {
@@ -263,9 +270,7 @@ impl Worker {
         tag: u64,
         mask: u64,
     ) -> UcsResult<()> {
-        if self.core.eps.get(src.idx()).is_none() {
-            return Err(Status::InvalidParam);
-        }
+        self.ep_known(src)?;
         self.enqueue(
             q,
             Queued::Recv {
@@ -284,10 +289,10 @@ impl Worker {
     /// once the trigger counter reaches that start (the stream got there). Counted
     /// sooner — when the host issues the start, ahead of its stream — it would stand in
     /// for an operation of an earlier batch that has not finished, and let the stream's
-    /// wait for that batch through early. The
-    /// buffer is written as soon as the message comes: the caller makes sure nothing
-    /// still reads it (a second buffer for every other iteration, as Faces does, where the
-    /// peer's message cannot leave before our stream is past the previous use).
+    /// wait for that batch through early. The buffer is written as soon as the message
+    /// comes: the caller makes sure nothing still reads it (a second buffer for every
+    /// other iteration, as Faces does, where the peer's message cannot leave before our
+    /// stream is past the previous use).
     pub fn enqueue_recv_posted(
         &mut self,
         q: QueueId,
@@ -296,9 +301,7 @@ impl Worker {
         tag: u64,
         mask: u64,
     ) -> UcsResult<()> {
-        if self.core.eps.get(src.idx()).is_none() {
-            return Err(Status::InvalidParam);
-        }
+        self.ep_known(src)?;
         self.queue(q)?;
         let req = self.tag_recv(data, tag, mask, RecvParams::default())?;
         let qu = self.queue(q)?;
