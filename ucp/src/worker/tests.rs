@@ -2761,6 +2761,33 @@ mod fake_device {
     }
 }
 
+/// Receives `rbuf` at `b` and sends `sbuf` from `a` over `ab` with `tag`, drives both until
+/// they finish, and asserts both ended `Ok` (`what` names the case).
+fn exchange(
+    a: &mut Worker,
+    b: &mut Worker,
+    ab: EpHandle,
+    sbuf: Buf,
+    rbuf: Buf,
+    tag: u64,
+    what: &str,
+) {
+    let r = b
+        .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
+        .unwrap();
+    drive(a, b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    if let Some(s) = s {
+        assert_eq!(a.wait(s).0, Status::Ok, "send {what}");
+    }
+    assert_eq!(b.wait(r).0, Status::Ok, "recv {what}");
+}
+
 /// One `n`-byte message from `a` to `b` (tag `tag`), each side's buffer in the stand-in's
 /// "device memory" or on the host: posted, driven until both complete, both checked `Ok`.
 /// Returns the bytes sent and the bytes received (read back the way the stand-in copies).
@@ -2787,21 +2814,15 @@ fn device_transfer(
         Some(r) => unsafe { Buf::from_raw(r.ptr, n) },
         None => buf_of_mut(&mut dst_host),
     };
-    let r = b
-        .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
-        .unwrap();
-    let s = a
-        .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
-        .unwrap();
-    drive(a, b, |a, b| {
-        b.request_status(r) != Status::InProgress
-            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-    });
-    let what = format!("{n} bytes {src_dev}->{dst_dev}");
-    if let Some(s) = s {
-        assert_eq!(a.wait(s).0, Status::Ok, "send {what}");
-    }
-    assert_eq!(b.wait(r).0, Status::Ok, "recv {what}");
+    exchange(
+        a,
+        b,
+        ab,
+        sbuf,
+        rbuf,
+        tag,
+        &format!("{n} bytes {src_dev}->{dst_dev}"),
+    );
     let got = match &dst_region {
         Some(r) => r.read(n),
         None => dst_host,
@@ -2956,20 +2977,15 @@ fn device_memory_goes_through_the_device_lane() {
             let before = b.stats().rndv_device;
             let tag =
                 n as u64 * 8 + u64::from(back) * 4 + u64::from(src_dev) * 2 + u64::from(dst_dev);
-            let r = b
-                .tag_recv(&Data::Contig(rbuf), tag, u64::MAX, RecvParams::default())
-                .unwrap();
-            let s = a
-                .tag_send(ab, &Data::Contig(sbuf), tag, SendParams::default())
-                .unwrap();
-            drive(a, b, |a, b| {
-                b.request_status(r) != Status::InProgress
-                    && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-            });
-            if let Some(s) = s {
-                assert_eq!(a.wait(s).0, Status::Ok, "send {n} {src_dev}->{dst_dev}");
-            }
-            assert_eq!(b.wait(r).0, Status::Ok, "recv {n} {src_dev}->{dst_dev}");
+            exchange(
+                a,
+                b,
+                ab,
+                sbuf,
+                rbuf,
+                tag,
+                &format!("{n} {src_dev}->{dst_dev}"),
+            );
             let got = match &dst_region {
                 Some(r) => r.read(n),
                 None => dst_host.clone(),
