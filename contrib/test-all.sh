@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 need=()
 # Packages the test suite uses; add them here as tests come to need them.
 for pkg in iproute2 procps gcc g++ make autoconf automake libtool pkgconf libucx-dev ucx-utils \
-  openmpi-bin libopenmpi-dev libpmix-dev cmake libclang-dev; do
+  openmpi-bin libopenmpi-dev libpmix-dev cmake libclang-dev libfabric1; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

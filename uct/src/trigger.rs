@@ -273,134 +273,25 @@ impl<T> DeferredQueue<T> {
 /// Whether libfabric's `cxi` provider (HPE Slingshot, whose NIC runs deferred work in
 /// hardware) is present: `Ok(description)` when it is, `Err(reason)` when not. Loads
 /// `libfabric.so.1` at run time (once per process; it stays loaded) and lists its providers
-/// with `fi_getinfo`, which takes about 0.3 s.
+/// with `fi_getinfo`, which takes about 0.3 s. Where it is, [`crate::tl::ofi`] hands
+/// operations to its queue.
 pub fn cxi_presence() -> Result<String, String> {
     static PRESENCE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    PRESENCE.get_or_init(cxi::presence).clone()
-}
-
-mod cxi {
-    //! What `fi_getinfo` needs, from libfabric's `rdma/fabric.h` (ABI 1.x): `fi_info`'s
-    //! `next` is its first field and `fabric_attr` its fourteenth (after caps, mode,
-    //! addr_format, the two address lengths, the two addresses, the handle and four
-    //! attribute pointers); `fi_fabric_attr`'s `prov_name` is its third.
-    use std::ffi::{c_char, c_int, c_void, CStr};
-
-    #[repr(C)]
-    struct FiInfo {
-        next: *mut FiInfo,
-        caps: u64,
-        mode: u64,
-        addr_format: u32,
-        src_addrlen: usize,
-        dest_addrlen: usize,
-        src_addr: *mut c_void,
-        dest_addr: *mut c_void,
-        handle: *mut c_void,
-        tx_attr: *mut c_void,
-        rx_attr: *mut c_void,
-        ep_attr: *mut c_void,
-        domain_attr: *mut c_void,
-        fabric_attr: *mut FiFabricAttr,
-        nic: *mut c_void,
-    }
-
-    #[repr(C)]
-    struct FiFabricAttr {
-        fabric: *mut c_void,
-        name: *mut c_char,
-        prov_name: *mut c_char,
-        prov_version: u32,
-        api_version: u32,
-    }
-
-    type GetInfo = unsafe extern "C" fn(
-        u32,
-        *const c_char,
-        *const c_char,
-        u64,
-        *const FiInfo,
-        *mut *mut FiInfo,
-    ) -> c_int;
-    type FreeInfo = unsafe extern "C" fn(*mut FiInfo);
-    type Version = unsafe extern "C" fn() -> u32;
-
-    pub(super) fn presence() -> Result<String, String> {
-        // SAFETY: dlopen with a constant name.
-        let h = unsafe { libc::dlopen(c"libfabric.so.1".as_ptr(), libc::RTLD_NOW) };
-        if h.is_null() {
-            return Err("libfabric.so.1 not found".into());
-        }
-        // SAFETY: symbol lookups in a loaded library.
-        let (gi, fi, ver) = unsafe {
-            (
-                libc::dlsym(h, c"fi_getinfo".as_ptr()),
-                libc::dlsym(h, c"fi_freeinfo".as_ptr()),
-                libc::dlsym(h, c"fi_version".as_ptr()),
-            )
-        };
-        let r = if gi.is_null() || fi.is_null() || ver.is_null() {
-            Err("libfabric.so.1 lacks fi_getinfo".into())
-        } else {
-            // SAFETY: the symbols have these C signatures (rdma/fabric.h).
-            let (gi, fi, ver) = unsafe {
-                (
-                    std::mem::transmute::<*mut c_void, GetInfo>(gi),
-                    std::mem::transmute::<*mut c_void, FreeInfo>(fi),
-                    std::mem::transmute::<*mut c_void, Version>(ver),
-                )
-            };
-            // SAFETY: takes no argument.
-            let v = unsafe { ver() };
-            let mut info = std::ptr::null_mut();
-            // SAFETY: the API version the library reports; no node, service or hints; an
-            // out pointer. The list is freed below.
-            let rc = unsafe {
-                gi(
-                    v,
-                    std::ptr::null(),
-                    std::ptr::null(),
-                    0,
-                    std::ptr::null(),
-                    &mut info,
-                )
-            };
-            let version = format!("libfabric {}.{}", v >> 16, v & 0xffff);
-            if rc != 0 || info.is_null() {
+    PRESENCE
+        .get_or_init(|| {
+            let (version, provs) = crate::tl::ofi::providers()?;
+            if provs.is_empty() {
                 Err(format!("{version} lists no provider here"))
+            } else if provs.iter().any(|p| p == "cxi") {
+                Ok(format!("{version}, cxi provider present"))
             } else {
-                let mut provs: Vec<String> = Vec::new();
-                let mut p = info;
-                while !p.is_null() {
-                    // SAFETY: a node of the list fi_getinfo returned, not yet freed; its
-                    // fabric attribute and provider name are NUL-terminated strings or null.
-                    unsafe {
-                        let fa = (*p).fabric_attr;
-                        if !fa.is_null() && !(*fa).prov_name.is_null() {
-                            let n = CStr::from_ptr((*fa).prov_name).to_string_lossy();
-                            if !provs.iter().any(|x| *x == n) {
-                                provs.push(n.into_owned());
-                            }
-                        }
-                        p = (*p).next;
-                    }
-                }
-                // SAFETY: the list fi_getinfo returned, freed once.
-                unsafe { fi(info) };
-                if provs.iter().any(|p| p == "cxi") {
-                    Ok(format!("{version}, cxi provider present"))
-                } else {
-                    Err(format!(
-                        "{version} has no cxi provider (providers here: {})",
-                        provs.join(", ")
-                    ))
-                }
+                Err(format!(
+                    "{version} has no cxi provider (providers here: {})",
+                    provs.join(", ")
+                ))
             }
-        };
-        // The library stays loaded: its providers may have started threads or registered
-        // exit handlers that an unload would pull the code from under.
-        r
-    }
+        })
+        .clone()
 }
 
 #[cfg(test)]

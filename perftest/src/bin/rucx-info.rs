@@ -126,6 +126,13 @@ fn print_devices(cfg: &Config) -> bool {
             Err(why) => why,
         }
     );
+    // The NIC's own queue, where a Slingshot NIC is (uct::tl::ofi).
+    if std::path::Path::new("/dev/cxi0").exists() {
+        match uct::tl::ofi::TriggeredEp::open(&Default::default()) {
+            Ok(t) => println!("# Deferred work in the NIC: cxi queue opened ({t:?})"),
+            Err(e) => println!("# Deferred work in the NIC: cxi queue not opened: {e}"),
+        }
+    }
     ok
 }
 

@@ -11,6 +11,10 @@
 //!   and the worker posts an 8-byte send (stream write → operation posted). Both with
 //!   stream memory operations and with trigger kernels. The difference of the medians is
 //!   the queue's own cost on top of the stream write's visibility.
+//! * `rucx-st ofi [N] [provider]`: deferred work in a libfabric provider's own queue
+//!   (`uct::tl::ofi`, `sockets` unless named): two endpoints in one process, a host write of
+//!   the trigger counter → the peer's deferred receive counted complete, 8 bytes; beside it
+//!   the same through the software engine (a `ucp` queue over tcp), for scale.
 #![allow(unsafe_code)] // describes its buffers to ucp, as an application does
 
 use std::sync::atomic::Ordering;
@@ -308,6 +312,93 @@ fn lat(_: usize) -> Result<(), String> {
     Err("SKIPPED: built without the cuda feature".into())
 }
 
+fn ofi(n: usize, provider: &str) -> Result<(), String> {
+    use uct::tl::ofi::{Params, TriggeredEp};
+    let p = Params {
+        provider: Some(provider.to_string()),
+        node: Some("127.0.0.1".into()),
+    };
+    let mut a = TriggeredEp::open(&p).map_err(|e| format!("SKIPPED: {e}"))?;
+    let mut b = TriggeredEp::open(&p).map_err(|e| e.to_string())?;
+    let peer = a
+        .insert_peer(&b.address().map_err(|e| format!("{e:?}"))?)
+        .map_err(|e| format!("{e:?}"))?;
+    let m = [7u8; 8];
+    let mut got = [0u8; 8];
+    let mut lat = Vec::with_capacity(n);
+    for i in 1..=n as u64 {
+        // SAFETY: `m` and `got` outlive every operation; each is complete before the next.
+        unsafe {
+            b.post_recv(0, got.as_mut_ptr(), 8, i, 0)
+                .map_err(|e| format!("{e:?}"))?;
+            a.post_send(i, peer, m.as_ptr(), 8, i)
+                .map_err(|e| format!("{e:?}"))?;
+        }
+        let t = Instant::now();
+        a.trigger_add(1).map_err(|e| format!("{e:?}"))?;
+        while b.progress().total() < i {}
+        lat.push(t.elapsed().as_nanos() as f64);
+        while a.progress().total() < i {}
+    }
+    println!(
+        "{provider}: host trigger → peer's deferred receive complete: median {:.1} µs, p90 {:.1} µs ({} samples)",
+        pct(&mut lat, 0.5) / 1e3,
+        pct(&mut lat, 0.9) / 1e3,
+        lat.len()
+    );
+    // The software engine, for scale: a ucp queue over tcp loopback.
+    let ctx = ucp::Context::new(
+        ucs::Config::from_lookup(|k| (k == "TLS").then(|| "tcp".to_string()))
+            .expect("configuration"),
+    );
+    let mut wa = Worker::new(&ctx).expect("worker");
+    let mut wb = Worker::new(&ctx).expect("worker");
+    let ab = wa.ep_create(wb.address()).expect("ep");
+    let _ = wb.ep_create(wa.address()).expect("ep");
+    let q = wa
+        .queue_create(QueueParams {
+            stream: QueueStream::External,
+            counter_base: 0,
+        })
+        .expect("queue");
+    let mut lat = Vec::with_capacity(n);
+    for i in 1..=n as u32 {
+        // SAFETY: `m` and `got` outlive every operation (each finished before the next).
+        let d = Data::Contig(unsafe { Buf::from_slice(&m) });
+        wa.enqueue_send(q, ab, &d, 2).expect("enqueue");
+        wa.enqueue_start(q).expect("start");
+        // SAFETY: as above.
+        let r = wb
+            .tag_recv(
+                &Data::Contig(unsafe { Buf::from_mut_slice(&mut got) }),
+                2,
+                u64::MAX,
+                RecvParams::default(),
+            )
+            .expect("recv");
+        let t = Instant::now();
+        wa.queue_counters(q)
+            .expect("counters")
+            .trigger()
+            .store(i, Ordering::Release);
+        while wb.request_test(r).is_none() {
+            wa.progress();
+            wb.progress();
+        }
+        lat.push(t.elapsed().as_nanos() as f64);
+        while wa.queue_query(q).expect("query").running > 0 {
+            wa.progress();
+        }
+    }
+    println!(
+        "software engine, ucp over tcp: host trigger → peer's receive complete: median {:.1} µs, p90 {:.1} µs",
+        pct(&mut lat, 0.5) / 1e3,
+        pct(&mut lat, 0.9) / 1e3
+    );
+    let _ = wa.queue_destroy(q);
+    Ok(())
+}
+
 fn main() {
     ucs::log::init(log::LevelFilter::Warn);
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -322,8 +413,18 @@ fn main() {
                 }
             }
         }
+        Some("ofi") => {
+            let n = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2000);
+            let prov = args.get(2).map_or("sockets", String::as_str);
+            if let Err(e) = ofi(n, prov) {
+                println!("{e}");
+                if !e.starts_with("SKIPPED") {
+                    std::process::exit(1);
+                }
+            }
+        }
         _ => {
-            eprintln!("usage: rucx-st poll | rucx-st lat [iterations]");
+            eprintln!("usage: rucx-st poll | rucx-st lat [iterations] | rucx-st ofi [iterations] [provider]");
             std::process::exit(2);
         }
     }

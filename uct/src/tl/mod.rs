@@ -8,6 +8,7 @@ pub mod cuda_copy;
 pub mod cuda_ipc;
 #[cfg(feature = "mock")]
 pub mod mock_dev;
+pub mod ofi;
 pub mod posix;
 pub mod rc_verbs;
 pub mod self_;
@@ -31,8 +32,9 @@ pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
         } else {
             match crate::trigger::cxi_presence() {
                 Ok(found) => format!(
-                    "{found}, but Rucx has no cxi transport yet: deferred work runs on the \
-                     software trigger engine"
+                    "{found}: deferred work can run in its queue (uct::tl::ofi), but no \
+                     interface carries ucp's traffic over it; ucp queues use the software \
+                     trigger engine"
                 ),
                 Err(why) => why,
             }

@@ -1,0 +1,291 @@
+//! Deferred work through libfabric's `sockets` provider (the same `FI_QUEUE_WORK` call as
+//! `cxi`, run in the provider's software), between two real processes. Skipped, with the
+//! reason, where libfabric or its `sockets` provider is missing.
+
+use super::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn params() -> Params {
+    Params {
+        provider: Some("sockets".into()),
+        node: Some("127.0.0.1".into()),
+    }
+}
+
+/// The endpoint, or `None` after saying why the test is skipped.
+fn open_or_skip(test: &str) -> Option<TriggeredEp> {
+    match TriggeredEp::open(&params()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("skipped: {test} (libfabric sockets provider: {e})");
+            None
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Polls until `done` has `n` operations, or panics after 10 s.
+fn wait_done(t: &mut TriggeredEp, n: u64) -> Done {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = t.progress();
+        if d.total() >= n {
+            return d;
+        }
+        assert!(Instant::now() < until, "timed out: {d:?} of {n}");
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+const NAME: &str = "tl::ofi::tests::deferred_tagged_messages_between_two_processes";
+const SIZES: [usize; 3] = [8, 4096, 300 << 10];
+
+/// The child: receives posted before anything arrives, released by its own trigger.
+fn child() {
+    let mut t = TriggeredEp::open(&params()).unwrap();
+    let mut out = std::io::stdout();
+    writeln!(out, "ADDR {}", hex(&t.address().unwrap())).unwrap();
+    let mut bufs: Vec<Vec<u8>> = SIZES.iter().map(|&n| vec![0u8; n]).collect();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        // Tags 10, 11, 12 in the high bits, any low byte (the ignore mask).
+        // SAFETY: the buffers live until the child exits, after the receives completed.
+        unsafe {
+            t.post_recv(1, b.as_mut_ptr(), b.len(), (10 + i as u64) << 8, 0xff)
+                .unwrap()
+        };
+    }
+    t.trigger_add(1).unwrap();
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line.unwrap();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f[0] {
+            "DONE" => writeln!(out, "DONE {}", t.progress().total()).unwrap(),
+            "CHECK" => {
+                let d = wait_done(&mut t, 3);
+                assert_eq!(d.failed, 0);
+                for (i, b) in bufs.iter().enumerate() {
+                    assert_eq!(*b, pattern(SIZES[i], i as u8), "message {i}");
+                }
+                writeln!(out, "OK").unwrap();
+            }
+            _ => break,
+        }
+    }
+}
+
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    fn ask(&mut self, cmd: &str) -> String {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        let mut s = String::new();
+        self.out.read_line(&mut s).unwrap();
+        s.trim().to_string()
+    }
+}
+
+#[test]
+fn deferred_tagged_messages_between_two_processes() {
+    if std::env::var_os("RUCX_OFI_CHILD").is_some() {
+        child();
+        return;
+    }
+    let Some(mut t) = open_or_skip("deferred tagged messages between two processes") else {
+        return;
+    };
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env("RUCX_OFI_CHILD", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut p = Peer {
+        stdin: c.stdin.take().unwrap(),
+        out: BufReader::new(c.stdout.take().unwrap()),
+        child: c,
+    };
+    // The child's test harness prints its own words first, on the same line.
+    let addr = loop {
+        let mut line = String::new();
+        assert!(p.out.read_line(&mut line).unwrap() > 0, "the child ended");
+        if let Some(i) = line.find("ADDR ") {
+            break unhex(line[i + 5..].trim());
+        }
+    };
+    let peer = t.insert_peer(&addr).unwrap();
+    let msgs: Vec<Vec<u8>> = SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, i as u8))
+        .collect();
+    // Two sends on the first release, one on the second.
+    for (i, m) in msgs.iter().enumerate() {
+        let th = if i < 2 { 1 } else { 2 };
+        // SAFETY: `msgs` lives until the end of the test, after the sends completed.
+        unsafe {
+            t.post_send(th, peer, m.as_ptr(), m.len(), ((10 + i as u64) << 8) | 7)
+                .unwrap()
+        };
+    }
+    assert_eq!(t.posted(), 3);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(t.progress().total(), 0, "nothing runs before its trigger");
+    assert_eq!(p.ask("DONE"), "DONE 0");
+
+    t.trigger_add(1).unwrap();
+    let d = wait_done(&mut t, 2);
+    assert_eq!(d, Done { ok: 2, failed: 0 });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        t.progress().total(),
+        2,
+        "the third send waits for the second release"
+    );
+
+    t.trigger_add(1).unwrap();
+    assert_eq!(wait_done(&mut t, 3), Done { ok: 3, failed: 0 });
+    assert_eq!(t.triggered(), 2);
+    assert_eq!(p.ask("CHECK"), "OK");
+    drop(p.stdin);
+    assert!(p.child.wait().unwrap().success());
+}
+
+/// A stream's counters ([`Counters`], what `cuStreamWriteValue32`/`WaitValue32` use) drive
+/// the provider through the host bridge, across the 32-bit wrap.
+#[test]
+fn the_bridge_carries_stream_counters_across_the_wrap() {
+    let Some(mut a) = open_or_skip("the bridge") else {
+        return;
+    };
+    let mut b = TriggeredEp::open(&params()).unwrap();
+    let peer = a.insert_peer(&b.address().unwrap()).unwrap();
+    let base = u32::MAX - 1;
+    let c = Counters::new(base, false).unwrap();
+    let mut br = Bridge::new(base);
+    let rounds = 4u32;
+    let mut rx = vec![[0u8; 64]; rounds as usize];
+    let tx: Vec<[u8; 64]> = (0..rounds).map(|r| [r as u8 + 1; 64]).collect();
+    for r in 0..rounds {
+        // The stream's r-th start writes base + r + 1.
+        let th = br.threshold(base.wrapping_add(r + 1));
+        assert_eq!(th, u64::from(r + 1));
+        // SAFETY: `rx` and `tx` outlive every operation (checked complete below).
+        unsafe {
+            b.post_recv(0, rx[r as usize].as_mut_ptr(), 64, u64::from(r), 0)
+                .unwrap();
+            a.post_send(th, peer, tx[r as usize].as_ptr(), 64, u64::from(r))
+                .unwrap();
+        }
+    }
+    for r in 0..rounds {
+        // What a stream's write of the trigger counter does.
+        c.trigger()
+            .store(base.wrapping_add(r + 1), Ordering::Release);
+        let want = br.completion_value(u64::from(r + 1));
+        let until = Instant::now() + Duration::from_secs(10);
+        while !crate::trigger::reached(c.completion().load(Ordering::Acquire), want) {
+            a.bridge(&mut br, &c).unwrap();
+            b.progress();
+            assert!(Instant::now() < until, "round {r} never completed");
+        }
+        assert_eq!(
+            c.completion().load(Ordering::Acquire),
+            want,
+            "exactly one more per release"
+        );
+    }
+    assert_eq!(c.completion().load(Ordering::Acquire), base.wrapping_add(4)); // wrapped
+    assert_eq!(wait_done(&mut b, 4u64).failed, 0);
+    for r in 0..rounds as usize {
+        assert_eq!(rx[r], tx[r]);
+    }
+}
+
+#[test]
+fn a_count_marker_and_abort_release_every_waiter() {
+    let Some(mut t) = open_or_skip("count marker and abort") else {
+        return;
+    };
+    t.post_count(1, 1).unwrap();
+    let mut sink = [0u8; 8];
+    // SAFETY: `sink` outlives `t` (declared before it is dropped at the end).
+    unsafe { t.post_recv(1, sink.as_mut_ptr(), 8, 99, 0).unwrap() };
+    assert_eq!(t.progress().total(), 0);
+    t.trigger_add(1).unwrap();
+    assert_eq!(
+        wait_done(&mut t, 1).ok,
+        1,
+        "the marker counts once triggered"
+    );
+    // No peer sends tag 99: the receive never completes on its own.
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(t.progress().total(), 1);
+    t.abort();
+    let d = t.progress();
+    assert_eq!(d, Done { ok: 1, failed: 1 });
+    assert_eq!(t.error(), Some(Status::Canceled));
+    drop(t);
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let Some(mut t) = open_or_skip("bad input") else {
+        return;
+    };
+    assert_eq!(t.insert_peer(&[]), Err(Status::InvalidAddr));
+    assert_eq!(
+        t.insert_peer(&[2, 0]),
+        Err(Status::InvalidAddr),
+        "shorter than an address"
+    );
+    assert!(
+        matches!(t.cxi_counters(), Err(Status::Unsupported)),
+        "sockets has no cxi extension"
+    );
+    let e = TriggeredEp::open(&Params {
+        provider: Some("no-such-provider".into()),
+        node: None,
+    })
+    .err()
+    .unwrap();
+    assert_eq!(e.status, Status::NoDevice);
+    assert!(e.why.contains("no-such-provider"), "{e}");
+}
+
+#[test]
+fn cxi_is_offered_only_where_present() {
+    match TriggeredEp::open(&Params::default()) {
+        Ok(t) => {
+            assert_eq!(t.provider(), "cxi");
+            assert!(t.cxi_counters().is_ok());
+        }
+        Err(e) => {
+            assert_eq!(e.status, Status::NoDevice);
+            eprintln!("skipped: the cxi queue itself ({e})");
+        }
+    }
+}
