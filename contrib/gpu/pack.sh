@@ -22,6 +22,15 @@ cp "$uct_bin" "$out/uct-tests"
 cp target/release/librucx_bindings_c.so "$out/libucp.so.0"
 strip "$out"/*
 grep -q '^/.gpu/$' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+# libfabric (for the stream-driven deferred-work test through its sockets provider), with
+# the libraries it links but not glibc, for a GPU machine that has none of its own.
+if [ -e /usr/lib/x86_64-linux-gnu/libfabric.so.1 ] && [ ! -e .gpu/fabric/libfabric.so.1 ]; then
+  mkdir -p .gpu/fabric
+  cp -L /usr/lib/x86_64-linux-gnu/libfabric.so.1 .gpu/fabric/
+  ldd /usr/lib/x86_64-linux-gnu/libfabric.so.1 | awk '$3 ~ /^\// {print $3}' |
+    grep -v -e '/libc\.so' -e '/libm\.so' -e '/libpthread' -e '/libdl\.so' |
+    while read -r l; do cp -L "$l" .gpu/fabric/; done
+fi
 root="${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}"
 if [ -d "$root/libucx" ] && [ ! -x .gpu/ucx122/bin/ucx_perftest ]; then
   u=.gpu/ucx122

@@ -289,3 +289,79 @@ fn cxi_is_offered_only_where_present() {
         }
     }
 }
+
+/// A CUDA stream drives the provider's queue through the host bridge, with the counters
+/// in pinned host memory mapped into the GPU: the stream's write of the trigger releases
+/// the deferred send, and the stream waits on the completion counter until the bridge
+/// has copied the provider's count there. Runs where a GPU and the `sockets` provider are
+/// (the GPU machine, `contrib/gpu/test.sh`); says why it is skipped elsewhere.
+#[cfg(feature = "cuda")]
+#[test]
+fn a_cuda_stream_drives_the_provider_through_the_bridge() {
+    use ucs::cuda::StreamRef;
+    let Some(d) = ucs::cuda::driver() else {
+        eprintln!("skipped: a CUDA stream through the bridge (no CUDA driver here)");
+        return;
+    };
+    let Some(mut a) = open_or_skip("a CUDA stream through the bridge") else {
+        return;
+    };
+    let mut b = TriggeredEp::open(&params()).unwrap();
+    let peer = a.insert_peer(&b.address().unwrap()).unwrap();
+    let base = u32::MAX - 2;
+    let c = Counters::new(base, true).unwrap();
+    // A second pair: its trigger counter is the flag the stream writes after its wait.
+    let flag = Counters::new(0, true).unwrap();
+    let (trig, comp) = c.device_ptrs().unwrap();
+    let (flag_dev, _) = flag.device_ptrs().unwrap();
+    let s = d.stream(0).unwrap();
+    let stream = StreamRef::of(&s);
+    let mut br = Bridge::new(base);
+    let rounds = 5u32;
+    let tx: Vec<[u8; 256]> = (0..rounds).map(|r| [r as u8 + 9; 256]).collect();
+    let mut rx = vec![[0u8; 256]; rounds as usize];
+    for r in 0..rounds {
+        let start = base.wrapping_add(r + 1);
+        // SAFETY: `tx` and `rx` outlive every operation (all complete below).
+        unsafe {
+            b.post_recv(0, rx[r as usize].as_mut_ptr(), 256, u64::from(r), 0)
+                .unwrap();
+            a.post_send(
+                br.threshold(start),
+                peer,
+                tx[r as usize].as_ptr(),
+                256,
+                u64::from(r),
+            )
+            .unwrap();
+        }
+        stream.write_value(trig, start).unwrap();
+        stream.wait_value(comp, start).unwrap();
+        stream.write_value(flag_dev, r + 1).unwrap();
+    }
+    // Without the bridge the provider never sees the stream's trigger: the stream stays
+    // at its first wait.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(a.progress().total(), 0);
+    assert_eq!(
+        flag.trigger().load(Ordering::Acquire),
+        0,
+        "the stream passed its wait"
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    while flag.trigger().load(Ordering::Acquire) != rounds {
+        a.bridge(&mut br, &c).unwrap();
+        b.progress();
+        assert!(Instant::now() < until, "the stream never finished: {a:?}");
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(
+        c.completion().load(Ordering::Acquire),
+        base.wrapping_add(rounds)
+    );
+    assert_eq!(wait_done(&mut b, u64::from(rounds)).failed, 0);
+    for r in 0..rounds as usize {
+        assert_eq!(rx[r], tx[r]);
+    }
+    eprintln!("a CUDA stream drove {rounds} deferred sends through the bridge");
+}
