@@ -235,12 +235,16 @@ impl TriggeredEp {
                 FI_MR_ENDPOINT | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
             (*(*hints).fabric_attr).prov_name = libc::strdup(cprov.as_ptr());
         }
+        // The API version this ABI is written for (1.17), or the library's if older (the
+        // prefixes used here are older than either).
+        // SAFETY: takes no argument.
+        let version = unsafe { (lib.version)() }.min((1 << 16) | 17);
         let mut info = null_mut();
-        // SAFETY: the API version this ABI is written for (1.17), node or null, hints;
-        // the result is freed below.
+        // SAFETY: an API version the library knows, node or null, hints; the result is
+        // freed below.
         let rc = unsafe {
             (lib.getinfo)(
-                (1 << 16) | 17,
+                version,
                 node.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
                 std::ptr::null(),
                 0,
