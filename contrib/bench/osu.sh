@@ -14,6 +14,9 @@
 # With UCX122=1, UCX 1.22 (the wheel, contrib/bench/ucx-env.sh) is a third column.
 # OSU_SCALE=k runs k times the iterations (the small-message bandwidth loops take a few
 # milliseconds by default).
+# On a machine without a Rust toolchain (the GPU machine): RUCX_LIB=path/to/libucp.so.0
+# (contrib/gpu/pack.sh's) instead of building, and OSU_SYS_LABEL names the system's UCX
+# column (default ucx113, Debian 12's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=3 sizes="1,8,64,512,4096,32768,262144,1048576,4194304"
@@ -24,13 +27,18 @@ shift $((OPTIND - 1))
 pats=("$@")
 [ $# -eq 0 ] && pats=(lat sendrecv bw bibw mlat2 mlat4 put_lat get_lat put_bw get_bw)
 
-cargo build --release -q -p rucx-bindings-c
+lib=${RUCX_LIB:-}
+if [ -z "$lib" ]; then
+  cargo build --release -q -p rucx-bindings-c
+  lib=$PWD/target/release/librucx_bindings_c.so
+fi
 work=$(mktemp -d /tmp/rucx-osu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lib"
-ln -sf "$PWD/target/release/librucx_bindings_c.so" "$work/lib/libucp.so.0"
+ln -sf "$(readlink -f "$lib")" "$work/lib/libucp.so.0"
 mpicc -O2 -o "$work/osu" contrib/bench/osu.c
-libs=(ucx113 rucx)
+base=${OSU_SYS_LABEL:-ucx113}
+libs=("$base" rucx)
 if [ -n "${UCX122:-}" ]; then
   # shellcheck source=contrib/bench/ucx-env.sh
   source contrib/bench/ucx-env.sh
@@ -59,7 +67,7 @@ run() {
 
 printf '%-9s %9s' pattern size
 for l in "${libs[@]}"; do printf ' %11s %19s' "$l" "(min..max)"; done
-printf ' %9s %9s\n' rucx/1.13 paired
+printf ' %9s %9s\n' "rucx/$base" paired
 for pat in "${pats[@]}"; do
   for r in $(seq "$rounds"); do
     # The order within a round moves the figures on this VM (docs/benchmarks.md, stop 37):
@@ -87,9 +95,9 @@ for pat in "${pats[@]}"; do
     # a round are seconds apart, so a slow spell of the machine hits both).
     paired=$(for r in $(seq "$rounds"); do
       a=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.rucx.$r" 2>/dev/null)
-      b=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.ucx113.$r" 2>/dev/null)
+      b=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.$base.$r" 2>/dev/null)
       [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) print a / b }'
     done | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) printf "%.3f", v[(NR+1)/2]; else printf "%.3f", (v[NR/2]+v[NR/2+1])/2}')
-    printf ' %9s %9s\n' "$(awk -v a="${med[rucx]}" -v b="${med[ucx113]}" 'BEGIN { print (a == "nan" || b == "nan" || b == 0) ? "nan" : sprintf("%.3f", a / b) }')" "$paired"
+    printf ' %9s %9s\n' "$(awk -v a="${med[rucx]}" -v b="${med[$base]}" 'BEGIN { print (a == "nan" || b == "nan" || b == 0) ? "nan" : sprintf("%.3f", a / b) }')" "$paired"
   done
 done
