@@ -10,6 +10,8 @@ pub mod component;
 pub mod ep;
 pub mod iface;
 pub mod md;
+#[cfg(test)]
+mod test_util;
 pub mod tl;
 pub mod trigger;
 

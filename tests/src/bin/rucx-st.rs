@@ -57,6 +57,64 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// `n` samples (ns) from the host writing a queue's trigger (an 8-byte send from `a`
+/// to `b` released by it) to the send posted by `a`'s worker, or, with `received`, to
+/// `b`'s receive complete.
+fn trigger_samples(
+    a: &mut Worker,
+    b: &mut Worker,
+    ab: ucp::EpHandle,
+    n: u32,
+    received: bool,
+) -> Vec<f64> {
+    let q = a
+        .queue_create(QueueParams {
+            stream: QueueStream::External,
+            counter_base: 0,
+        })
+        .expect("queue");
+    let m = [0u8; 8];
+    let mut got = [0u8; 8];
+    let mut lat = Vec::with_capacity(n as usize);
+    for i in 1..=n {
+        // SAFETY: `m` and `got` outlive every operation (each finished before the next).
+        let d = Data::Contig(unsafe { Buf::from_slice(&m) });
+        a.enqueue_send(q, ab, &d, 2).expect("enqueue");
+        a.enqueue_start(q).expect("start");
+        // SAFETY: as above.
+        let r = b
+            .tag_recv(
+                &Data::Contig(unsafe { Buf::from_mut_slice(&mut got) }),
+                2,
+                u64::MAX,
+                RecvParams::default(),
+            )
+            .expect("recv");
+        let t = Instant::now();
+        a.queue_counters(q)
+            .expect("counters")
+            .trigger()
+            .store(i, Ordering::Release);
+        if received {
+            while b.request_test(r).is_none() {
+                a.progress();
+                b.progress();
+            }
+        } else {
+            while a.queue_query(q).expect("query").pending > 0 {
+                a.progress();
+            }
+        }
+        lat.push(t.elapsed().as_nanos() as f64);
+        while b.request_test(r).is_none() || a.queue_query(q).expect("query").running > 0 {
+            a.progress();
+            b.progress();
+        }
+    }
+    let _ = a.queue_destroy(q);
+    lat
+}
+
 fn poll() {
     let (mut a, mut b, ab) = pair();
     let n = 5_000_000;
@@ -78,50 +136,15 @@ fn poll() {
         println!("progress(): no queue {idle:.1} ns/call, a queue armed and not triggered {armed:.1} ns/call");
     }
     // Host-written trigger → operation posted, in the polling thread.
-    let q = a
-        .queue_create(QueueParams {
-            stream: QueueStream::External,
-            counter_base: 0,
-        })
-        .expect("queue");
-    let m = [0u8; 8];
-    let mut got = [0u8; 8];
-    let mut lat = Vec::new();
-    for i in 1..=20_000u32 {
-        // SAFETY: `m` and `got` outlive every operation (each finished before the next).
-        let d = Data::Contig(unsafe { Buf::from_slice(&m) });
-        a.enqueue_send(q, ab, &d, 2).expect("enqueue");
-        a.enqueue_start(q).expect("start");
-        // SAFETY: as above.
-        let r = b
-            .tag_recv(
-                &Data::Contig(unsafe { Buf::from_mut_slice(&mut got) }),
-                2,
-                u64::MAX,
-                RecvParams::default(),
-            )
-            .expect("recv");
-        let t = Instant::now();
-        a.queue_counters(q)
-            .expect("counters")
-            .trigger()
-            .store(i, Ordering::Release);
-        while a.queue_query(q).expect("query").pending > 0 {
-            a.progress();
-        }
-        lat.push(t.elapsed().as_nanos() as f64);
-        while b.request_test(r).is_none() {
-            b.progress();
-        }
-    }
+    let mut lat = trigger_samples(&mut a, &mut b, ab, 20_000, false);
     println!(
         "host trigger → send posted: median {:.0} ns, p90 {:.0} ns ({} samples)",
         pct(&mut lat, 0.5),
         pct(&mut lat, 0.9),
         lat.len()
     );
-    let _ = a.queue_destroy(q);
     // The progress thread: asleep with nothing armed, polling with a queue armed.
+    let m = [0u8; 8];
     let a = Arc::new(Mutex::new(a));
     let pt = ucp::ProgressThread::spawn(Arc::clone(&a));
     std::thread::sleep(Duration::from_millis(100));
@@ -355,47 +378,12 @@ fn ofi(n: usize, provider: &str) -> Result<(), String> {
     let mut wb = Worker::new(&ctx).expect("worker");
     let ab = wa.ep_create(wb.address()).expect("ep");
     let _ = wb.ep_create(wa.address()).expect("ep");
-    let q = wa
-        .queue_create(QueueParams {
-            stream: QueueStream::External,
-            counter_base: 0,
-        })
-        .expect("queue");
-    let mut lat = Vec::with_capacity(n);
-    for i in 1..=n as u32 {
-        // SAFETY: `m` and `got` outlive every operation (each finished before the next).
-        let d = Data::Contig(unsafe { Buf::from_slice(&m) });
-        wa.enqueue_send(q, ab, &d, 2).expect("enqueue");
-        wa.enqueue_start(q).expect("start");
-        // SAFETY: as above.
-        let r = wb
-            .tag_recv(
-                &Data::Contig(unsafe { Buf::from_mut_slice(&mut got) }),
-                2,
-                u64::MAX,
-                RecvParams::default(),
-            )
-            .expect("recv");
-        let t = Instant::now();
-        wa.queue_counters(q)
-            .expect("counters")
-            .trigger()
-            .store(i, Ordering::Release);
-        while wb.request_test(r).is_none() {
-            wa.progress();
-            wb.progress();
-        }
-        lat.push(t.elapsed().as_nanos() as f64);
-        while wa.queue_query(q).expect("query").running > 0 {
-            wa.progress();
-        }
-    }
+    let mut lat = trigger_samples(&mut wa, &mut wb, ab, n as u32, true);
     println!(
         "software engine, ucp over tcp: host trigger → peer's receive complete: median {:.1} µs, p90 {:.1} µs",
         pct(&mut lat, 0.5) / 1e3,
         pct(&mut lat, 0.9) / 1e3
     );
-    let _ = wa.queue_destroy(q);
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! reason, where libfabric or its `sockets` provider is missing.
 
 use super::*;
+use crate::test_util::{hex, pattern, unhex};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,23 +24,6 @@ fn open_or_skip(test: &str) -> Option<TriggeredEp> {
             None
         }
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 /// Polls until `done` has `n` operations, or panics after 10 s.

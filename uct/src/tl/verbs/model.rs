@@ -1395,25 +1395,9 @@ mod tests {
     use smallvec::smallvec;
 
     use super::*;
+    use crate::test_util::{hex, pattern, unhex};
 
     const NAME: &str = "tl::verbs::model::tests::verbs_between_two_processes";
-
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
-
-    fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
-
-    fn pattern(n: usize, seed: u8) -> Vec<u8> {
-        (0..n)
-            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
-            .collect()
-    }
 
     fn connect(h: &mut SoftHca, qp: u32, dev: Vec<u8>, rqpn: u32) {
         h.modify_qp(qp, QpState::Init, None).unwrap();
