@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 
 use ucp::{Buf, Data, QueueParams, QueueStream, RecvParams, Worker};
 
-fn pair() -> (Worker, Worker, ucp::EpHandle) {
+/// Two workers of one context over `tls`, and an endpoint from the first to the second.
+fn pair(tls: &str) -> (Worker, Worker, ucp::EpHandle) {
     let ctx = ucp::Context::new(
-        ucs::Config::from_lookup(|k| (k == "TLS").then(|| "posix,cma".to_string()))
-            .expect("configuration"),
+        ucs::Config::from_lookup(|k| (k == "TLS").then(|| tls.to_string())).expect("configuration"),
     );
     let mut a = Worker::new(&ctx).expect("worker");
     let mut b = Worker::new(&ctx).expect("worker");
@@ -116,7 +116,7 @@ fn trigger_samples(
 }
 
 fn poll() {
-    let (mut a, mut b, ab) = pair();
+    let (mut a, mut b, ab) = pair("posix,cma");
     let n = 5_000_000;
     for _ in 0..3 {
         let idle = ns_per_call(&mut a, n);
@@ -192,7 +192,7 @@ fn lat(n: usize) -> Result<(), String> {
     })?;
     let s = d.stream(0).map_err(|e| e.to_string())?;
     let stream = ucs::cuda::StreamRef::of(&s);
-    let (mut a, mut b, ab) = pair();
+    let (mut a, mut b, ab) = pair("posix,cma");
     let gates = Counters::new(0, true).map_err(|e| format!("mapped counters: {e}"))?;
     let (gate_dev, flag_dev) = gates.device_ptrs().ok_or("counters not mapped")?;
     let mut seq = 0u32;
@@ -370,14 +370,7 @@ fn ofi(n: usize, provider: &str) -> Result<(), String> {
         lat.len()
     );
     // The software engine, for scale: a ucp queue over tcp loopback.
-    let ctx = ucp::Context::new(
-        ucs::Config::from_lookup(|k| (k == "TLS").then(|| "tcp".to_string()))
-            .expect("configuration"),
-    );
-    let mut wa = Worker::new(&ctx).expect("worker");
-    let mut wb = Worker::new(&ctx).expect("worker");
-    let ab = wa.ep_create(wb.address()).expect("ep");
-    let _ = wb.ep_create(wa.address()).expect("ep");
+    let (mut wa, mut wb, ab) = pair("tcp");
     let mut lat = trigger_samples(&mut wa, &mut wb, ab, n as u32, true);
     println!(
         "software engine, ucp over tcp: host trigger → peer's receive complete: median {:.1} µs, p90 {:.1} µs",
