@@ -635,7 +635,10 @@ impl TriggeredEp {
 
     /// Writes off every operation not completed yet as failed with `Canceled` (a dead
     /// peer, or an owner giving up), so that whoever waits on the completion count is let
-    /// through; the provider still holds them until the endpoint is dropped.
+    /// through; the provider still holds them until the endpoint is dropped. A provider
+    /// need not report a peer's death: `sockets` refuses a send posted to a dead peer, but
+    /// drops one posted before the peer died without a completion or an error, so an owner
+    /// that learns of the death elsewhere calls this.
     pub fn abort(&mut self) {
         let left = self.posted.saturating_sub(self.done().total());
         if left > 0 {

@@ -235,6 +235,38 @@ fn a_count_marker_and_abort_release_every_waiter() {
     drop(t);
 }
 
+/// A dead peer: a send posted to it is refused at once; one posted before it died is,
+/// through `sockets`, dropped by the provider without a completion or an error (nothing
+/// came in 15 s when this was measured), so its owner writes it off with `abort`, and
+/// nothing waiting on the count hangs.
+#[test]
+fn a_dead_peer_is_refused_at_post_or_written_off_by_abort() {
+    let Some(mut a) = open_or_skip("a dead peer") else {
+        return;
+    };
+    let m = [1u8; 64];
+    let b = TriggeredEp::open(&params()).unwrap();
+    let peer = a.insert_peer(&b.address().unwrap()).unwrap();
+    drop(b);
+    // SAFETY: `m` outlives `a`, which is dropped explicitly at the end.
+    let r = unsafe { a.post_send(1, peer, m.as_ptr(), 64, 5) };
+    assert!(r.is_err(), "a send to a dead peer was taken: {r:?}");
+    assert_eq!(a.posted(), 0);
+
+    let b = TriggeredEp::open(&params()).unwrap();
+    let peer = a.insert_peer(&b.address().unwrap()).unwrap();
+    // SAFETY: as above.
+    unsafe { a.post_send(1, peer, m.as_ptr(), 64, 5).unwrap() };
+    drop(b);
+    a.trigger_add(1).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(a.progress().total(), 0);
+    a.abort();
+    assert_eq!(a.progress(), Done { ok: 0, failed: 1 });
+    assert_eq!(a.error(), Some(Status::Canceled));
+    drop(a);
+}
+
 #[test]
 fn bad_input_is_refused() {
     let Some(mut t) = open_or_skip("bad input") else {
