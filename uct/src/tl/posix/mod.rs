@@ -438,14 +438,18 @@ impl Iface for PosixIface {
         // One message inline (the ping-pong case); a backlog continues in `progress_full`.
         let rx = self.rx.view();
         if let Some(cell) = rx.peek(self.rx_index) {
-            // A message that arrives is often answered: ask for the line of the cell the
-            // answer will take now, so that its ownership travels while the message is
-            // handled instead of after the answer's first store (the peer has that line
-            // in its cache: it polls it). A wrong guess takes the line from whoever writes
-            // or polls that cell next, so the guess is spent on the first arrival after a
-            // send: at most one stray line transfer per message sent.
+            // A message that arrives is often answered: ask for the first two lines of the
+            // cell the answer will take now, so that their ownership travels while the
+            // message is handled instead of after the answer's stores (the peer has the
+            // first line in its cache: it polls it; the second, which an answer of more
+            // than 40 bytes reaches, it read when the ring last came round). On a 16-core
+            // Xeon, 48- and 64-byte ping-pong went 0.52 -> 0.36-0.41 us with the second
+            // line (docs/benchmarks.md, stop 42). A wrong guess takes the lines from
+            // whoever writes or polls that cell next, so the guess is spent on the first
+            // arrival after a send: at most two stray line transfers per message sent.
             if self.next_tx != 0 {
                 fifo::prefetch_write(self.next_tx);
+                fifo::prefetch_write(self.next_tx + 64);
                 self.next_tx = 0;
             }
             if self.deliver(cell, h) {
