@@ -443,8 +443,8 @@ impl Iface for PosixIface {
             // message is handled instead of after the answer's stores (the peer has the
             // first line in its cache: it polls it; the second, which an answer of more
             // than 40 bytes reaches, it read when the ring last came round). On a 16-core
-            // Xeon, 48- and 64-byte ping-pong went 0.52 -> 0.36-0.41 us with the second
-            // line (docs/benchmarks.md, stop 42). A wrong guess takes the lines from
+            // Xeon, 64-byte ping-pong went from 0.53 to 0.36-0.41 us with the second line
+            // (docs/benchmarks.md, stop 42). A wrong guess takes the lines from
             // whoever writes or polls that cell next, so the guess is spent on the first
             // arrival after a send: at most two stray line transfers per message sent.
             if self.next_tx != 0 {
