@@ -870,37 +870,6 @@ fn rma(
     })
 }
 
-/// `ucp_put_nbi`/`ucp_get_nbi` of bytes into or out of a region mapped here
-/// (`MPI_Put` into an `MPI_Win_allocate` window): the copy in the call, before any of the
-/// general path's state is built. `None`: not that case, nothing done.
-///
-/// # Safety
-/// ucp.h's contract for those calls.
-#[inline(always)]
-unsafe fn rma_mapped_nbi(
-    ep: *mut c_void,
-    buffer: *mut c_void,
-    length: usize,
-    remote_addr: u64,
-    rkey: *mut c_void,
-    get: bool,
-) -> Option<ucs_status_t> {
-    if buffer.is_null() && length != 0 {
-        return None;
-    }
-    // SAFETY: an endpoint and a key of ours (checked by magic; the general path reports
-    // anything else).
-    let (e, w) = unsafe { CEp::from_ptr(ep) }?;
-    // SAFETY: as above.
-    let k = unsafe { CRkey::from_ptr(rkey) }?;
-    // SAFETY: ucp.h's contract: `buffer` holds `length` bytes (a get's writable), valid for
-    // the call, which is all this copy needs.
-    let local = unsafe { Buf::from_raw(buffer.cast(), length) };
-    let h = e.h;
-    let r = w.with(|wk| wk.rma_mapped(h, get, local, remote_addr, &k.rkey))?;
-    Some(code(r.err().unwrap_or(Status::Ok)))
-}
-
 /// `_nbi`: completion is seen through flush, so a running request is released at once.
 fn nbi(r: ucs_status_ptr_t) -> ucs_status_t {
     if r.is_null() {
@@ -930,13 +899,9 @@ pub unsafe extern "C" fn ucp_put_nbi(
     if let Some(s) = fast {
         return s;
     }
+    // What the copy above left (a failed endpoint, memory types in play, not mapped) goes
+    // the general way, which copies into a mapped region too when it may.
     guard(code(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let mapped =
-            unsafe { rma_mapped_nbi(ep, buffer.cast_mut(), length, remote_addr, rkey, false) };
-        if let Some(s) = mapped {
-            return s;
-        }
         nbi(rma(
             ep,
             buffer.cast_mut(),
@@ -965,10 +930,6 @@ pub unsafe extern "C" fn ucp_get_nbi(
         return s;
     }
     guard(code(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        if let Some(s) = unsafe { rma_mapped_nbi(ep, buffer, length, remote_addr, rkey, true) } {
-            return s;
-        }
         nbi(rma(
             ep,
             buffer,

@@ -57,6 +57,15 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// A queue whose counters the caller writes (no stream).
+fn external_queue(w: &mut Worker) -> ucp::QueueId {
+    w.queue_create(QueueParams {
+        stream: QueueStream::External,
+        counter_base: 0,
+    })
+    .expect("queue")
+}
+
 /// `n` samples (ns) from the host writing a queue's trigger (an 8-byte send from `a`
 /// to `b` released by it) to the send posted by `a`'s worker, or, with `received`, to
 /// `b`'s receive complete.
@@ -67,12 +76,7 @@ fn trigger_samples(
     n: u32,
     received: bool,
 ) -> Vec<f64> {
-    let q = a
-        .queue_create(QueueParams {
-            stream: QueueStream::External,
-            counter_base: 0,
-        })
-        .expect("queue");
+    let q = external_queue(a);
     let m = [0u8; 8];
     let mut got = [0u8; 8];
     let mut lat = Vec::with_capacity(n as usize);
@@ -120,12 +124,7 @@ fn poll() {
     let n = 5_000_000;
     for _ in 0..3 {
         let idle = ns_per_call(&mut a, n);
-        let q = a
-            .queue_create(QueueParams {
-                stream: QueueStream::External,
-                counter_base: 0,
-            })
-            .expect("queue");
+        let q = external_queue(&mut a);
         let m = [0u8; 8];
         // SAFETY: `m` outlives the queue (destroyed below).
         let d = Data::Contig(unsafe { Buf::from_slice(&m) });
@@ -153,12 +152,7 @@ fn poll() {
     let idle_cpu = cpu_seconds() - c0;
     let q = {
         let mut w = a.lock().expect("lock");
-        let q = w
-            .queue_create(QueueParams {
-                stream: QueueStream::External,
-                counter_base: 0,
-            })
-            .expect("queue");
+        let q = external_queue(&mut w);
         // SAFETY: `m` outlives the queue.
         let d = Data::Contig(unsafe { Buf::from_slice(&m) });
         w.enqueue_send(q, ab, &d, 3).expect("enqueue");
