@@ -32,6 +32,7 @@ use ucs::Status;
 pub use types::{constants, layouts, Layout};
 
 /// Runs `f`, turning a panic into `default` (STYLE.md §10).
+#[inline(always)]
 pub(crate) fn guard<R>(default: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,

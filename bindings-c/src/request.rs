@@ -280,7 +280,8 @@ pub(crate) unsafe fn discard(w: &CWorker, h: *mut ReqHdr, user: bool) {
     // SAFETY: per the contract.
     unsafe { (*h).magic.store(MAGIC_FREE, Ordering::Release) };
     if !user {
-        w.req_put(h);
+        // SAFETY: per the contract, pool memory of `w` that nobody else has seen.
+        unsafe { w.req_put(h) };
     }
 }
 

@@ -66,6 +66,9 @@ pub(crate) struct Inner {
     /// Requests that finished inside the call that posted them but report it at the next
     /// progress, as UCX's do (`Post::defer_imm`): request header and status.
     pub(crate) deferred: Vec<(usize, Status)>,
+    /// The buffer `progress` takes finished requests into, all at once and without a copy
+    /// (it and the worker's queue trade places; docs/benchmarks.md, stop 43).
+    pub(crate) done: Vec<ucp::Completion>,
 }
 
 /// `ucp_worker_h`.
@@ -82,8 +85,10 @@ pub struct CWorker {
     /// Request memory freed on this worker, reused by its next operations without the
     /// context pool's lock (SINGLE and SERIALIZED mode only, where the application makes
     /// one call on the worker at a time; UCX too keeps its requests per worker). Handed
-    /// back to the context pool when the worker is destroyed.
-    free_reqs: RefCell<Vec<usize>>,
+    /// back to the context pool when the worker is destroyed. A list threaded through the
+    /// freed headers themselves (`ReqHdr::id` holds the next), so that taking and giving
+    /// back is two loads and a store (docs/benchmarks.md, stop 43).
+    free_reqs: std::cell::Cell<*mut ReqHdr>,
     /// Wakes the worker from any thread without its lock (`ucp_worker_signal`).
     signaler: ucp::Signaler,
     /// A panic unwound through the worker's state (caught at the C boundary): whatever it
@@ -276,32 +281,67 @@ impl CWorker {
     #[inline]
     pub(crate) fn req_get(&self) -> Option<*mut ReqHdr> {
         if self.thread_mode != UCS_THREAD_MODE_MULTI {
-            if let Some(h) = self.free_reqs.borrow_mut().pop() {
-                return Some(h as *mut ReqHdr);
+            let h = self.free_reqs.get();
+            if !h.is_null() {
+                // SAFETY: the list holds only released headers of this worker's context
+                // pool, each put there once by `req_put`, which wrote the next one's
+                // address into its `id`; nothing else touches a released header.
+                self.free_reqs.set(unsafe { (*h).id } as *mut ReqHdr);
+                return Some(h);
             }
         }
         self.ctx().pool.get()
     }
 
+    /// The next header of this worker's free list, if any (for its destruction).
+    fn req_get_listed(&self) -> Option<*mut ReqHdr> {
+        let h = self.free_reqs.get();
+        if h.is_null() {
+            return None;
+        }
+        // SAFETY: as in `req_get`.
+        self.free_reqs.set(unsafe { (*h).id } as *mut ReqHdr);
+        Some(h)
+    }
+
     /// Takes back request memory released on this worker.
+    ///
+    /// # Safety
+    /// `h` came from this worker's `req_get` (or its context's pool), is released, and is
+    /// not used again until handed out anew.
     #[inline]
-    pub(crate) fn req_put(&self, h: *mut ReqHdr) {
+    pub(crate) unsafe fn req_put(&self, h: *mut ReqHdr) {
         if self.thread_mode != UCS_THREAD_MODE_MULTI {
-            self.free_reqs.borrow_mut().push(h as usize);
+            // SAFETY: per the contract, the header's memory is ours and unused until
+            // `req_get` hands it out again.
+            unsafe { (*h).id = self.free_reqs.get() as u64 };
+            self.free_reqs.set(h);
         } else {
             self.ctx().pool.put(h);
         }
     }
 
     /// Runs `f` on the worker, locked. (Each mode reaches the worker directly, not through
-    /// the guard enum, which would match the mode again on every access.)
+    /// the guard enum, which would match the mode again on every access; `f` is called
+    /// from one place, so that it is inlined once rather than judged too big to copy into
+    /// both arms: the receive of `fast.rs` was a call until then, docs/benchmarks.md,
+    /// stop 43.)
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
         let _mark = PanicMark(&self.broken);
-        match &self.inner {
-            State::Serial(c) => f(&mut c.borrow_mut().w),
-            State::Multi(m) => f(&mut lock(m).w),
-        }
+        let mut serial;
+        let mut multi;
+        let w = match &self.inner {
+            State::Serial(c) => {
+                serial = c.borrow_mut();
+                &mut serial.w
+            }
+            State::Multi(m) => {
+                multi = lock(m);
+                &mut multi.w
+            }
+        };
+        f(w)
     }
 
     /// Runs `f` on the locked state.
@@ -313,38 +353,38 @@ impl CWorker {
     /// `ucp_worker_progress`: progress, then report.
     pub(crate) fn progress(&self) -> usize {
         let _mark = PanicMark(&self.broken);
-        let n = {
+        let (n, mut done) = {
             let mut g = self.inner.lock();
             let n = g.w.progress();
             if !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty() {
                 // Nothing to tell the application: one lock, no event buffer.
                 return n;
             }
-            n
+            let mut done = std::mem::take(&mut g.done);
+            g.w.take_completions(&mut done);
+            (n, done)
         };
-        // Finished requests one at a time, each taken under the lock and completed outside
-        // it (its callback may call into this worker); the lock that takes the last one
-        // says so, and what the callbacks finish comes in the next call. Then the rarer
-        // reports.
+        // Finished requests, all those waiting taken under one lock and completed outside
+        // it (a callback may call into this worker); what the callbacks finish is taken
+        // by the next lock, until none is left. Then the rarer reports.
         let mut busy = false;
-        let more = loop {
-            let (c, again, more) = {
-                let mut g = self.inner.lock();
-                let c = g.w.take_completion();
-                let again = g.w.has_completions();
-                (c, again, g.w.has_reports() || !g.deferred.is_empty())
-            };
-            if let Some(c) = c {
-                busy = true;
+        let reports = loop {
+            busy |= !done.is_empty();
+            for c in &done {
                 // SAFETY: user_data is the header of a live request: it was subscribed
                 // with its address and is completed once, here.
                 unsafe { request::complete(c.user_data as *mut ReqHdr, c.status, info_of(c.info)) };
             }
-            if !again {
-                break more;
+            done.clear();
+            let mut g = self.inner.lock();
+            if g.w.has_completions() {
+                g.w.take_completions(&mut done);
+                continue;
             }
+            g.done = done;
+            break g.w.has_reports() || !g.deferred.is_empty();
         };
-        if more {
+        if reports {
             let events = collect(&mut self.inner.lock());
             busy |= !events.is_empty();
             self.dispatch(events);
@@ -496,6 +536,7 @@ pub unsafe extern "C" fn ucp_worker_create(
                     am: Vec::new(),
                     held: HashMap::new(),
                     deferred: Vec::new(),
+                    done: Vec::new(),
                     listeners: Vec::new(),
                     events: Vec::with_capacity(64),
                 },
@@ -505,7 +546,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             thread_mode,
             name,
             am_queue: Arc::new(AmQueue::default()),
-            free_reqs: RefCell::new(Vec::new()),
+            free_reqs: std::cell::Cell::new(std::ptr::null_mut()),
             signaler,
             broken: std::sync::atomic::AtomicBool::new(false),
         });
@@ -583,8 +624,8 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
             // SAFETY: as for endpoints.
             unsafe { crate::ep::CListener::free(l as *mut crate::ep::CListener) };
         }
-        for h in w.free_reqs.borrow_mut().drain(..) {
-            c.pool.put(h as *mut ReqHdr);
+        while let Some(h) = w.req_get_listed() {
+            c.pool.put(h);
         }
         // SAFETY: made by Box::into_raw in ucp_worker_create, unlisted above; the magic is
         // cleared so that a second destroy is refused.

@@ -14,10 +14,20 @@ use crate::tag::TagInfo;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReqId(pub u64);
 
+/// Generations of [`Requests`] and of [`DirectRecvs`] count in 31 bits: the top bit of an
+/// id says which table it names.
+const GEN_MASK: u32 = 0x7fff_ffff;
+const DIRECT: u64 = 1 << 63;
+
 impl ReqId {
     #[inline]
     fn new(idx: usize, gen: u32) -> ReqId {
         ReqId(u64::from(gen) << 32 | idx as u64)
+    }
+    /// Whether the id names a [`DirectRecvs`] entry, not a [`Requests`] slot.
+    #[inline(always)]
+    pub(crate) fn is_direct(self) -> bool {
+        self.0 & DIRECT != 0
     }
     #[inline]
     fn idx(self) -> usize {
@@ -74,6 +84,20 @@ impl CompletionQueue {
     #[inline(always)]
     pub(crate) fn is_empty(&self) -> bool {
         self.head == self.v.len()
+    }
+
+    /// Moves every waiting completion into `out` (empty on entry), oldest first. Usually
+    /// the two vectors trade places, so nothing is copied and both keep their capacity.
+    #[inline]
+    pub(crate) fn take_all(&mut self, out: &mut Vec<Completion>) {
+        debug_assert!(out.is_empty());
+        if self.head == 0 {
+            std::mem::swap(&mut self.v, out);
+        } else {
+            out.extend_from_slice(&self.v[self.head..]);
+            self.v.clear();
+            self.head = 0;
+        }
     }
 
     #[cfg(test)]
@@ -134,7 +158,7 @@ impl<S> Requests<S> {
         user_data: u64,
         notify: bool,
     ) -> ReqId {
-        self.gen = self.gen.wrapping_add(1).max(1);
+        self.gen = (self.gen.wrapping_add(1) & GEN_MASK).max(1);
         let gen = self.gen;
         let idx = match self.free.pop() {
             Some(i) => i as usize,
@@ -238,7 +262,81 @@ impl<S> Requests<S> {
     }
 }
 
+/// A receive into contiguous host memory posted while no unexpected message waited
+/// ([`crate::Worker::tag_recv_host`], the C ABI's `ucp_tag_recv_nbx`), kept here rather
+/// than in [`Requests`] until a message matches it: posting, a whole eager message and its
+/// completion then touch a few words instead of a request slot (docs/benchmarks.md,
+/// stop 43). Any other match (fragments, a rendezvous, a message too long for the
+/// buffer) first turns it into a request (`Core::materialize`).
+#[derive(Debug)]
+pub(crate) struct DirectRecv {
+    pub(crate) buf: crate::Buf,
+    pub(crate) user_data: u64,
+    /// Where it waits in the matcher (for `request_cancel`).
+    pub(crate) handle: crate::tag::RecvHandle,
+    gen: u32,
+}
+
+/// The direct receives of a worker, named by ids with the top bit set.
+#[derive(Debug, Default)]
+pub(crate) struct DirectRecvs {
+    slab: slab::Slab<DirectRecv>,
+    gen: u32,
+}
+
+impl DirectRecvs {
+    /// Adds a receive into `buf`; `queue` queues its id in the matcher and returns the
+    /// handle.
+    #[inline(always)]
+    pub(crate) fn insert(
+        &mut self,
+        buf: crate::Buf,
+        user_data: u64,
+        queue: impl FnOnce(ReqId) -> crate::tag::RecvHandle,
+    ) -> ReqId {
+        self.gen = self.gen.wrapping_add(1) & GEN_MASK;
+        let gen = self.gen;
+        let e = self.slab.vacant_entry();
+        let id = ReqId(DIRECT | ReqId::new(e.key(), gen).0);
+        let handle = queue(id);
+        e.insert(DirectRecv {
+            buf,
+            user_data,
+            handle,
+            gen,
+        });
+        id
+    }
+
+    #[inline(always)]
+    fn key(&self, id: ReqId) -> Option<usize> {
+        let k = id.idx();
+        (id.is_direct()
+            && self
+                .slab
+                .get(k)
+                .is_some_and(|d| d.gen == id.gen() & GEN_MASK))
+        .then_some(k)
+    }
+
+    #[inline(always)]
+    pub(crate) fn get(&self, id: ReqId) -> Option<&DirectRecv> {
+        self.key(id).map(|k| &self.slab[k])
+    }
+
+    /// Removes and returns receive `id` (`None` when stale or not direct).
+    #[inline(always)]
+    pub(crate) fn take(&mut self, id: ReqId) -> Option<DirectRecv> {
+        self.key(id).map(|k| self.slab.remove(k))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slab.len()
+    }
+}
+
 #[cfg(test)]
+#[allow(unsafe_code)] // tests describe their buffers as user code does
 mod tests {
     use super::*;
 
@@ -283,6 +381,32 @@ mod tests {
     }
 
     #[test]
+    fn take_all_keeps_the_order_from_any_head() {
+        let mut q = CompletionQueue::default();
+        let mut out = Vec::new();
+        for i in 0..5 {
+            q.push_back(done(i));
+        }
+        assert_eq!(q.pop_front().unwrap().user_data, 0);
+        q.take_all(&mut out);
+        assert_eq!(
+            out.iter().map(|c| c.user_data).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert!(q.is_empty());
+        out.clear();
+        for i in 5..8 {
+            q.push_back(done(i));
+        }
+        q.take_all(&mut out);
+        assert_eq!(
+            out.iter().map(|c| c.user_data).collect::<Vec<_>>(),
+            [5, 6, 7]
+        );
+        assert!(q.is_empty() && q.pop_front().is_none());
+    }
+
+    #[test]
     fn stale_ids_are_refused() {
         let mut t: Requests<u32> = Requests::new();
         let a = t.insert(1, 0, false);
@@ -294,5 +418,46 @@ mod tests {
         assert!(!t.remove(a));
         assert_eq!(t.get(b).unwrap().state, 2);
         assert!(t.get(ReqId(u64::MAX)).is_none());
+    }
+
+    #[test]
+    fn generations_never_reach_the_direct_bit() {
+        let mut t: Requests<u32> = Requests::new();
+        t.gen = GEN_MASK - 1;
+        for _ in 0..4 {
+            let id = t.insert(0, 0, false);
+            assert!(!id.is_direct(), "{id:?}");
+            assert!(t.remove(id));
+        }
+    }
+
+    #[test]
+    fn direct_ids_are_their_own_and_stale_ones_are_refused() {
+        let mut d = DirectRecvs::default();
+        let mut r: Requests<u32> = Requests::new();
+        let mut mem = [0u8; 8];
+        // SAFETY: `mem` outlives every use of the Buf in this test.
+        let buf = unsafe { crate::Buf::from_raw(mem.as_mut_ptr(), mem.len()) };
+        let mut seen = None;
+        let a = d.insert(buf, 7, |id| {
+            seen = Some(id);
+            crate::tag::RecvHandle::for_test(1)
+        });
+        assert_eq!(
+            seen,
+            Some(a),
+            "the matcher is given the id that is returned"
+        );
+        assert!(a.is_direct());
+        assert_eq!(d.get(a).map(|x| x.user_data), Some(7));
+        assert!(r.get(a).is_none(), "a direct id names no request slot");
+        let n = r.insert(1, 0, false);
+        assert!(d.get(n).is_none(), "a request id names no direct entry");
+        assert_eq!(d.take(a).map(|x| x.user_data), Some(7));
+        assert!(d.take(a).is_none());
+        let b = d.insert(buf, 8, |_| crate::tag::RecvHandle::for_test(2));
+        assert_eq!(a.idx(), b.idx(), "slot reused");
+        assert!(d.get(a).is_none(), "stale id refused");
+        assert_eq!(d.len(), 1);
     }
 }

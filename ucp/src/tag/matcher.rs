@@ -16,6 +16,14 @@ pub struct RecvHandle {
     seq: u64,
 }
 
+#[cfg(test)]
+impl RecvHandle {
+    /// A handle that names nothing, for tests of code that only stores handles.
+    pub(crate) fn for_test(key: usize) -> Self {
+        RecvHandle { key, seq: 0 }
+    }
+}
+
 /// The unexpected queue's capacity kept once it empties; more is released.
 pub(super) const UNEXP_KEEP: usize = 1024;
 
@@ -83,9 +91,8 @@ struct Expected<R> {
     user: R,
 }
 
-/// A receive posted while no other was waiting, held outside the slab and the lists until a
-/// second receive is posted beside it: the common case of one receive posted ahead of its
-/// message is then matched with one comparison.
+/// A receive of the run (see [`TagMatcher`]'s `run`): posted while nothing waited in the
+/// slab, held in post order outside it.
 #[derive(Debug)]
 struct Lone<R> {
     tag: Tag,
@@ -94,7 +101,62 @@ struct Lone<R> {
     user: R,
 }
 
-/// The `RecvHandle::key` of a receive posted as the lone one (wherever it lives now).
+/// The run's receives in post order: a vector and the index of the oldest, emptied when
+/// the last is taken (a deque's push was a call, 27 instructions per receive in a window,
+/// docs/benchmarks.md, stop 43).
+#[derive(Debug)]
+struct Run<R> {
+    v: Vec<Option<Lone<R>>>,
+    head: usize,
+}
+
+impl<R> Run<R> {
+    #[inline(always)]
+    fn front(&self) -> Option<&Lone<R>> {
+        self.v.get(self.head).and_then(Option::as_ref)
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, l: Lone<R>) {
+        self.v.push(Some(l));
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) -> Option<Lone<R>> {
+        let l = self.v.get_mut(self.head)?.take();
+        self.head += 1;
+        if self.head == self.v.len() {
+            self.v.clear();
+            self.head = 0;
+        }
+        l
+    }
+
+    fn len(&self) -> usize {
+        self.v.len() - self.head
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = &Lone<R>> {
+        self.v[self.head..].iter().flatten()
+    }
+
+    /// Takes the receive posted as number `seq`, if it is here.
+    fn remove_seq(&mut self, seq: u64) -> Option<Lone<R>> {
+        let live = &self.v[self.head..];
+        let i = live
+            .binary_search_by_key(&seq, |l| l.as_ref().map_or(0, |l| l.seq))
+            .ok()?;
+        let l = self.v.remove(self.head + i);
+        if self.head == self.v.len() {
+            self.v.clear();
+            self.head = 0;
+        }
+        l
+    }
+}
+
+/// The `RecvHandle::key` of a receive posted into the run (wherever it lives now).
 const LONE: usize = NIL;
 
 #[derive(Debug)]
@@ -131,13 +193,16 @@ fn unexp_all<T>(e: &mut Unexpected<T>) -> &mut Links {
 /// message descriptors of type `T`.
 #[derive(Debug)]
 pub struct TagMatcher<T, R> {
-    /// The only posted receive, when there is exactly one and it was posted alone; while
-    /// it is here, `exp` is empty.
-    lone: Option<Lone<R>>,
-    /// The slab key a lone receive moved to when a second receive was posted (its handle
-    /// names it by `LONE` and its seq). At most one such receive is waiting at a time:
-    /// another lone one needs an empty `exp`.
-    moved: usize,
+    /// Receives posted while `exp` was empty, in post order: the first with any mask and,
+    /// when that one has the full mask, more of its tag behind it. While any is here `exp`
+    /// is empty, so an arriving message compares its tag with the first alone, and a
+    /// window of receives for one peer's tag is queued and matched without the slab, the
+    /// lists or the table. A receive that does not fit moves them all into `exp` first.
+    run: Run<R>,
+    /// Where receives of the run went when they moved into `exp`: (seq, slab key), in seq
+    /// order, for `cancel` (their handles name them by `LONE` and seq). Emptied whenever
+    /// `exp` is empty, when none of them can be waiting any more.
+    moved: Vec<(u64, usize)>,
     exp: Slab<Expected<R>>,
     /// Full-mask receives, per tag, in post order. Never holds an empty list.
     exp_hash: TagTable,
@@ -176,8 +241,11 @@ impl<T, R> TagMatcher<T, R> {
     /// messages before it allocates.
     pub fn with_capacity(expected: usize, unexpected: usize) -> Self {
         TagMatcher {
-            lone: None,
-            moved: NIL,
+            run: Run {
+                v: Vec::new(),
+                head: 0,
+            },
+            moved: Vec::new(),
             exp: Slab::with_capacity(expected),
             exp_hash: TagTable::with_capacity(expected),
             exp_wild: List::EMPTY,
@@ -194,7 +262,7 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Number of posted receives waiting for a message.
     pub fn expected_len(&self) -> usize {
-        self.exp.len() + usize::from(self.lone.is_some())
+        self.exp.len() + self.run.len()
     }
 
     /// Number of unexpected messages waiting for a receive (not counting probed ones).
@@ -234,14 +302,23 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Queues a receive as expected, without looking for an unexpected message (the caller
     /// saw [`no_unexpected`](Self::no_unexpected)). The handle comes back in registers,
-    /// where [`PostResult`] comes back through memory.
-    #[inline]
+    /// where [`PostResult`] comes back through memory. Joining the run is inlined into the
+    /// caller; the rest is a call.
+    #[inline(always)]
     pub fn queue_recv(&mut self, tag: Tag, tag_mask: TagMask, user: R) -> RecvHandle {
         let seq = self.exp_seq;
         self.exp_seq += 1;
         if self.exp.is_empty() {
-            if self.lone.is_none() {
-                self.lone = Some(Lone {
+            let fits = match self.run.front() {
+                None => {
+                    // Nothing moved out of a run can still be waiting.
+                    self.moved.clear();
+                    true
+                }
+                Some(f) => f.mask == TAG_MASK_FULL && tag_mask == TAG_MASK_FULL && f.tag == tag,
+            };
+            if fits {
+                self.run.push_back(Lone {
                     tag,
                     mask: tag_mask,
                     seq,
@@ -249,17 +326,26 @@ impl<T, R> TagMatcher<T, R> {
                 });
                 return RecvHandle { key: LONE, seq };
             }
-            self.unlone();
+        }
+        self.queue_beside(tag, tag_mask, seq, user)
+    }
+
+    /// [`queue_recv`](Self::queue_recv) of a receive that does not join the run: into the
+    /// slab and its list, behind the run if there is one.
+    #[inline(never)]
+    fn queue_beside(&mut self, tag: Tag, tag_mask: TagMask, seq: u64, user: R) -> RecvHandle {
+        if self.exp.is_empty() {
+            self.unrun();
         }
         let key = self.queue_expected(tag, tag_mask, seq, user);
         RecvHandle { key, seq }
     }
 
-    /// Moves the lone receive into the slab and its list, ahead of a second receive.
-    #[inline(never)]
-    fn unlone(&mut self) {
-        if let Some(l) = self.lone.take() {
-            self.moved = self.queue_expected(l.tag, l.mask, l.seq, l.user);
+    /// Moves the run into the slab and its lists, ahead of a receive that does not fit it.
+    fn unrun(&mut self) {
+        while let Some(l) = self.run.pop_front() {
+            let key = self.queue_expected(l.tag, l.mask, l.seq, l.user);
+            self.moved.push((l.seq, key));
         }
     }
 
@@ -320,10 +406,10 @@ impl<T, R> TagMatcher<T, R> {
     /// with `arrive`, which then finds no expected match either (nothing changed between).
     #[inline(always)]
     pub fn match_expected(&mut self, tag: Tag) -> Option<R> {
-        // The commonest case: the one receive posted, alone.
-        if let Some(l) = &self.lone {
+        // The commonest cases: the one receive posted, alone, or a run of one tag's.
+        if let Some(l) = self.run.front() {
             if tag_matches(tag, l.tag, l.mask) {
-                return self.lone.take().map(|l| l.user);
+                return self.run.pop_front().map(|l| l.user);
             }
             return None;
         }
@@ -391,11 +477,15 @@ impl<T, R> TagMatcher<T, R> {
     pub fn cancel(&mut self, recv: RecvHandle) -> Option<R> {
         let mut key = recv.key;
         if key == LONE {
-            if self.lone.as_ref().is_some_and(|l| l.seq == recv.seq) {
-                return self.lone.take().map(|l| l.user);
+            if let Some(l) = self.run.remove_seq(recv.seq) {
+                return Some(l.user);
             }
-            // Moved since (or matched: then the seq below does not agree).
-            key = self.moved;
+            // Moved since (or matched: then it is in neither place, or the seq below does
+            // not agree).
+            let Ok(i) = self.moved.binary_search_by_key(&recv.seq, |m| m.0) else {
+                return None;
+            };
+            key = self.moved[i].1;
         }
         match self.exp.get(key) {
             Some(e) if e.seq == recv.seq => Some(self.take_expected(key).user),
@@ -519,9 +609,23 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Checks every structural invariant; panics with a description on the first broken one.
     pub(super) fn check_invariants(&self) {
-        if let Some(l) = &self.lone {
-            assert!(self.exp.is_empty(), "a lone receive beside queued ones");
-            assert!(l.seq < self.exp_seq, "lone receive from the future");
+        if let Some(f) = self.run.front() {
+            assert!(self.exp.is_empty(), "a run beside queued receives");
+            assert_eq!(self.run.iter().count(), self.run.len(), "a hole in the run");
+            let run: Vec<&Lone<R>> = self.run.iter().collect();
+            for (i, l) in run.iter().enumerate() {
+                assert!(l.seq < self.exp_seq, "run receive from the future");
+                if i > 0 {
+                    assert!(l.seq > run[i - 1].seq, "run out of order");
+                    assert!(
+                        f.mask == TAG_MASK_FULL && l.mask == TAG_MASK_FULL && l.tag == f.tag,
+                        "a run of more than one receive holds only its first's full tag"
+                    );
+                }
+            }
+        }
+        for w in self.moved.windows(2) {
+            assert!(w[0].0 < w[1].0, "moved receives out of order");
         }
         // Expected: every entry is on exactly the list its mask says, lists are in
         // ascending seq order and doubly linked consistently.

@@ -40,11 +40,14 @@
 //!   for the first match, stopping early once the wildcard entries are younger than that
 //!   bucket head; the smaller sequence number wins.
 //!
-//!   Before either, a receive posted while no other waits is held apart as the *lone*
-//!   receive, and an arriving message compares its tag with that one alone: a program that
-//!   posts one receive ahead of each message (a ping-pong, a blocking `MPI_Recv`) never
-//!   touches the table. A second receive moves the lone one into its bucket or the
-//!   wildcard list first, with its sequence number, so the order rules above are unchanged.
+//!   Before either, a receive posted while no other waits starts the *run*: it and, when
+//!   it has the full mask, later full-mask receives of its tag are held apart in post
+//!   order, and an arriving message compares its tag with the run's first alone. A program
+//!   that posts one receive ahead of each message (a ping-pong, a blocking `MPI_Recv`) or a
+//!   window of receives for one peer's tag (`MPI_Irecv` in a loop) never touches the slab,
+//!   the lists or the table. A receive that does not fit the run moves it into the buckets
+//!   and the wildcard list first, with its sequence numbers, so the order rules above are
+//!   unchanged.
 //! * **Unexpected queue** (arrived messages not yet matched). Every message is on two
 //!   lists at once: its tag's bucket in a hash table and one global arrival-ordered list. A
 //!   full-mask receive or probe takes the head of its bucket in O(1); a masked one scans

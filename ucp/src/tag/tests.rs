@@ -288,6 +288,67 @@ fn lone_receive_is_matched_moved_and_cancelled() {
 }
 
 #[test]
+fn a_run_of_one_tag_keeps_its_order_through_cancels_and_moves() {
+    let mut m = M::new();
+    // A window for one tag stays in the run, matched in post order.
+    let hs: Vec<_> = (0..8).map(|i| queued(m.post_recv(4, FULL, i))).collect();
+    m.check_invariants();
+    assert_eq!(m.capacities()[0], 0, "the run took no slab slot");
+    assert_eq!(m.arrive(S0, 5, 0, 100), ArriveResult::Unexpected);
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 101)).user, 0);
+    assert_eq!(matched_post(m.post_recv(5, FULL, 99)).msg, 100);
+    // Cancelled in the middle and at the end of the run.
+    assert_eq!(m.cancel(hs[3]), Some(3));
+    assert_eq!(m.cancel(hs[7]), Some(7));
+    assert_eq!(m.cancel(hs[3]), None);
+    assert_eq!(m.cancel(hs[0]), None, "matched already");
+    m.check_invariants();
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 102)).user, 1);
+    // A receive of another tag moves the run into the queues; the older run receives
+    // still match first, and their handles still cancel them there.
+    let other = queued(m.post_recv(9, FULL, 50));
+    m.check_invariants();
+    assert_eq!(m.cancel(hs[4]), Some(4));
+    assert_eq!(m.cancel(hs[4]), None);
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 103)).user, 2);
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 104)).user, 5);
+    assert_eq!(matched_arrive(m.arrive(S0, 9, 0, 105)).user, 50);
+    assert_eq!(m.cancel(other), None);
+    assert_eq!(m.cancel(hs[6]), Some(6));
+    assert_eq!(m.expected_len(), 0);
+    m.check_invariants();
+    // A wildcard first: nothing joins it, and an exact receive behind it keeps its place.
+    queued(m.post_recv(0, 0, 60));
+    queued(m.post_recv(4, FULL, 61));
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 106)).user, 60);
+    assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 107)).user, 61);
+    // An exact run, then a wildcard: the run's receives are older and win.
+    queued(m.post_recv(4, FULL, 70));
+    queued(m.post_recv(4, FULL, 71));
+    queued(m.post_recv(0, 0, 72));
+    for want in [70, 71, 72] {
+        assert_eq!(matched_arrive(m.arrive(S0, 4, 0, 108)).user, want);
+    }
+    assert_eq!(m.expected_len(), 0);
+    m.check_invariants();
+}
+
+#[test]
+fn cancelling_a_moved_run_is_not_quadratic() {
+    let mut m = M::new();
+    let n = 20_000;
+    let hs: Vec<_> = (0..n).map(|i| queued(m.post_recv(4, FULL, i))).collect();
+    queued(m.post_recv(5, FULL, n));
+    let before = m.scan_steps;
+    for (i, h) in hs.iter().enumerate().rev() {
+        assert_eq!(m.cancel(*h), Some(i as u64));
+    }
+    assert_eq!(m.scan_steps, before);
+    assert_eq!(m.expected_len(), 1);
+    m.check_invariants();
+}
+
+#[test]
 fn stale_recv_handle_after_slot_reuse() {
     let mut m = M::new();
     let a = queued(m.post_recv(1, FULL, 1));

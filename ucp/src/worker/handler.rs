@@ -258,6 +258,7 @@ impl Core {
         };
         let sync = h.flags & FLAG_SYNC != 0;
         if let Some(id) = self.matcher.match_expected(h.tag) {
+            let id = self.materialize(id);
             if let Some(Op::Recv(rv)) = self.reqs.get_mut(id).map(|r| &mut r.state) {
                 rv.handle = None;
                 rv.info = Some(info);
@@ -352,6 +353,7 @@ impl Core {
             sender: SenderId(ep as u64),
         };
         if let Some(id) = self.matcher.match_expected(h.tag) {
+            let id = self.materialize(id);
             start_rndv_recv(self, id, info, ep, h.sreq, rts);
         } else {
             self.stats.unexpected += 1;

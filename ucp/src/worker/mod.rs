@@ -634,6 +634,8 @@ pub(crate) struct Core {
     pub(crate) eps: Slab<Ep>,
     pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
     pub(crate) reqs: Requests<Op>,
+    /// Receives posted by `tag_recv_host` that wait in the matcher without a request.
+    pub(crate) direct: crate::request::DirectRecvs,
     pub(crate) matcher: TagMatcher<Unexp, ReqId>,
     pub(crate) frags: HashMap<(usize, u64), FragTarget>,
     pub(crate) unexp_frags: Slab<FragBuf>,
@@ -789,6 +791,7 @@ impl std::fmt::Debug for Worker {
             .field("ifaces", &self.core.info)
             .field("eps", &self.core.eps.len())
             .field("requests", &self.core.reqs.len())
+            .field("direct_receives", &self.core.direct.len())
             .finish()
     }
 }
@@ -900,6 +903,7 @@ impl Worker {
             eps: Slab::new(),
             uct_eps: HashMap::new(),
             reqs: Requests::new(),
+            direct: Default::default(),
             matcher: TagMatcher::with_capacity(64, 64),
             frags: HashMap::new(),
             unexp_frags: Slab::new(),
@@ -1006,6 +1010,7 @@ impl Worker {
         for (id, r) in c.reqs.iter() {
             let _ = writeln!(s, "req {:#x}: {:?}", id.0, r.state);
         }
+        let _ = writeln!(s, "direct receives {}", c.direct.len());
         let _ = writeln!(
             s,
             "ctrl {} ready {} gets {} puts {} flushes {} rma {} am events {} work {}",
@@ -1227,11 +1232,29 @@ impl Worker {
     #[inline]
     pub fn take_completion(&mut self) -> Option<Completion> {
         let c = self.core.completions.pop_front()?;
-        // A finished request holds a status and a tag: nothing to drop.
-        self.core
-            .reqs
-            .remove_plain(c.req, |s| matches!(s, Op::Done { .. }));
+        // A finished request holds a status and a tag: nothing to drop. (A direct
+        // receive left its table when it matched.)
+        if !c.req.is_direct() {
+            self.core
+                .reqs
+                .remove_plain(c.req, |s| matches!(s, Op::Done { .. }));
+        }
         Some(c)
+    }
+
+    /// [`take_completion`](Self::take_completion) of every waiting completion, into `out`
+    /// (empty on entry; it and the worker's queue trade buffers, so a caller that keeps
+    /// handing the same vector back allocates nothing once both have grown).
+    #[inline]
+    pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
+        self.core.completions.take_all(out);
+        for c in out.iter() {
+            if !c.req.is_direct() {
+                self.core
+                    .reqs
+                    .remove_plain(c.req, |s| matches!(s, Op::Done { .. }));
+            }
+        }
     }
 
     /// Whether a completion waits to be taken.
@@ -1616,7 +1639,7 @@ impl Core {
     /// and the split's extra round trip made 32 KiB exchanges twice as slow
     /// (docs/benchmarks.md, stop 31).
     pub(crate) fn busy_besides_one(&self) -> bool {
-        self.reqs.len() > 1
+        self.reqs.len() + self.direct.len() > 1
     }
 
     pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {

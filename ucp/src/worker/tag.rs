@@ -320,23 +320,31 @@ impl Worker {
     ) -> Result<ReqId, (Status, Option<TagInfo>)> {
         let core = &mut self.core;
         if core.matcher.no_unexpected() && buf.host_accessible() {
-            let id = core.reqs.insert_with(
-                move || Op::Recv(recv_into(DataState::Contig(buf))),
-                user_data,
-                true,
-            );
-            let h = core.matcher.queue_recv(tag, tag_mask, id);
-            if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
-                r.handle = Some(h);
-            }
-            return Ok(id);
+            let Core {
+                direct, matcher, ..
+            } = core;
+            return Ok(direct.insert(buf, user_data, |id| matcher.queue_recv(tag, tag_mask, id)));
         }
+        self.tag_recv_host_any(buf, tag, tag_mask, user_data)
+    }
+
+    /// [`tag_recv_host`](Self::tag_recv_host) when a message may already be here, or
+    /// the buffer is not host memory: the general path. Out of line, so that the
+    /// common case stays small enough to be inlined into its caller.
+    #[inline(never)]
+    fn tag_recv_host_any(
+        &mut self,
+        buf: crate::Buf,
+        tag: u64,
+        tag_mask: u64,
+        user_data: u64,
+    ) -> Result<ReqId, (Status, Option<TagInfo>)> {
         let p = RecvParams {
             user_data: 0,
             notify: false,
             force_imm: false,
         };
-        let id = post_recv(core, &Data::Contig(buf), tag, tag_mask, p);
+        let id = post_recv(&mut self.core, &Data::Contig(buf), tag, tag_mask, p);
         if self.core.work {
             self.answer_now();
         }
@@ -418,6 +426,20 @@ impl Worker {
     /// `Canceled`. Anything else is left to finish.
     pub fn request_cancel(&mut self, id: ReqId) {
         let core = &mut self.core;
+        if id.is_direct() {
+            let h = core.direct.get(id).map(|d| d.handle);
+            if h.is_some_and(|h| core.matcher.cancel(h).is_some()) {
+                if let Some(d) = core.direct.take(id) {
+                    core.completions.push_back(crate::request::Completion {
+                        req: id,
+                        status: Status::Canceled,
+                        info: None,
+                        user_data: d.user_data,
+                    });
+                }
+            }
+            return;
+        }
         let h = match core.reqs.get(id).map(|r| &r.state) {
             Some(Op::Recv(r)) => r.handle,
             _ => None,
@@ -1307,6 +1329,10 @@ pub(super) fn drain_queue(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: us
 
 /// Delivers a matched message `msg` (with `info`) into receive `id`.
 pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
+    let id = match msg {
+        Unexp::Eager { .. } => id,
+        _ => core.materialize(id),
+    };
     match msg {
         Unexp::Eager { data, sync } => {
             recv_eager(core, id, info, &data);
@@ -1344,9 +1370,46 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
     }
 }
 
+impl Core {
+    /// The request of receive `id`, which a message just took out of the matcher: a direct
+    /// receive (`tag_recv_host`) becomes one here, subscribed as it was; any other id is
+    /// returned as it is.
+    #[inline]
+    pub(super) fn materialize(&mut self, id: ReqId) -> ReqId {
+        match self.direct.take(id) {
+            Some(d) => self.reqs.insert_with(
+                move || Op::Recv(recv_into(DataState::Contig(d.buf))),
+                d.user_data,
+                true,
+            ),
+            None => id,
+        }
+    }
+}
+
 /// A whole eager message for receive `id`.
 #[inline(always)]
 pub(super) fn recv_eager(core: &mut Core, id: ReqId, info: TagInfo, payload: &[u8]) {
+    let id = if id.is_direct() {
+        match core.direct.get(id) {
+            Some(d) if payload.len() <= d.buf.len() => {
+                if let Some(d) = core.direct.take(id) {
+                    d.buf.write_at(0, payload);
+                    core.completions.push_back(crate::request::Completion {
+                        req: id,
+                        status: Status::Ok,
+                        info: Some(info),
+                        user_data: d.user_data,
+                    });
+                }
+                return;
+            }
+            // Truncated: the request's path says so as for any receive.
+            _ => core.materialize(id),
+        }
+    } else {
+        id
+    };
     let Some(r) = core.reqs.get_mut(id) else {
         return;
     };

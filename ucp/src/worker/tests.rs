@@ -457,6 +457,95 @@ fn truncation_cancel_probe_and_wildcards() {
 }
 
 #[test]
+fn host_receives_posted_ahead_wait_without_a_request() {
+    let (mut a, mut b, ab, _) = pair("posix,cma");
+    // (tag, message length, receive buffer length): a window of one tag (the matcher's
+    // run), then other tags; eager short and long, truncated, and a rendezvous, each of
+    // which turns its receive into a request when it matches.
+    let cases: [(u64, usize, usize); 7] = [
+        (5, 8, 8),
+        (5, 64, 64),
+        (5, 3, 8),
+        (6, 100, 50),
+        (7, 1 << 20, 1 << 20),
+        (8, 30_000, 30_000),
+        (5, 1000, 1000),
+    ];
+    let mut bufs: Vec<Vec<u8>> = cases.iter().map(|c| vec![0u8; c.2]).collect();
+    let ids: Vec<ReqId> = bufs
+        .iter_mut()
+        .zip(&cases)
+        .enumerate()
+        .map(|(i, (v, c))| {
+            b.tag_recv_host(buf_of_mut(v), c.0, u64::MAX, i as u64)
+                .unwrap()
+        })
+        .collect();
+    assert!(ids.iter().all(|id| id.is_direct()));
+    assert_eq!((b.core.reqs.len(), b.core.direct.len()), (0, cases.len()));
+    let srcs: Vec<Vec<u8>> = cases.iter().map(|c| pattern(c.1, c.0 as u8)).collect();
+    let sends: Vec<ReqId> = srcs
+        .iter()
+        .zip(&cases)
+        .filter_map(|(v, c)| {
+            a.tag_send(ab, &contig(v), c.0, SendParams::default())
+                .unwrap()
+        })
+        .collect();
+    let mut got = std::collections::HashMap::new();
+    let start = std::time::Instant::now();
+    while got.len() < cases.len() {
+        a.progress();
+        b.progress();
+        while let Some(c) = b.take_completion() {
+            assert!(got.insert(c.user_data, (c.status, c.info)).is_none());
+        }
+        assert!(start.elapsed().as_secs() < 10, "timed out: {got:?}");
+    }
+    drive(&mut a, &mut b, |a, _| {
+        sends
+            .iter()
+            .all(|s| a.request_status(*s) != Status::InProgress)
+    });
+    for (i, c) in cases.iter().enumerate() {
+        let (status, info) = got[&(i as u64)];
+        let info = info.expect("a receive reports its message");
+        assert_eq!((info.sender_tag, info.length), (c.0, c.1), "case {i}");
+        if c.1 > c.2 {
+            assert_eq!(status, Status::MessageTruncated, "case {i}");
+        } else {
+            assert_eq!(status, Status::Ok, "case {i}");
+            assert!(bufs[i][..c.1] == srcs[i][..], "case {i}: bytes differ");
+        }
+    }
+    assert_eq!(
+        (b.core.reqs.len(), b.core.direct.len()),
+        (0, 0),
+        "nothing kept"
+    );
+    // Cancelled while waiting: reported once, as any receive's cancel is.
+    let mut v = vec![0u8; 8];
+    let r = b
+        .tag_recv_host(buf_of_mut(&mut v), 99, u64::MAX, 42)
+        .unwrap();
+    b.request_cancel(r);
+    b.request_cancel(r);
+    let c = b.take_completion().expect("the cancel is reported");
+    assert_eq!((c.req, c.status, c.user_data), (r, Status::Canceled, 42));
+    assert!(b.take_completion().is_none());
+    assert_eq!(b.core.direct.len(), 0);
+    // A stale id names nothing: the next receive reuses the slot and is left alone.
+    let r2 = b
+        .tag_recv_host(buf_of_mut(&mut v), 99, u64::MAX, 43)
+        .unwrap();
+    b.request_cancel(r);
+    assert!(b.take_completion().is_none());
+    assert_eq!(b.core.direct.len(), 1);
+    b.request_cancel(r2);
+    assert_eq!(b.take_completion().map(|c| c.user_data), Some(43));
+}
+
+#[test]
 fn many_outstanding_sends_and_flush() {
     let (mut a, mut b, ab, _) = pair("posix,cma");
     let n = 10_000;
