@@ -11,7 +11,7 @@
 
 use std::ffi::c_void;
 
-use ucp::{Buf, Data, SendParams};
+use ucp::{Buf, SendParams};
 use ucs::Status;
 
 use crate::ep::CEp;
@@ -141,7 +141,7 @@ pub(crate) unsafe fn tag_send(
         fast_cmpl: p.fast,
         ..SEND_P
     };
-    let id = match w.with(|wk| wk.tag_send(h, &Data::Contig(b), tag, sp)) {
+    let id = match w.with(|wk| wk.tag_send_contig(h, b, tag, sp)) {
         // Sent in the call: NULL, and the application's request memory, if it passed
         // some, is left untouched, as UCX's inline send leaves it (OpenMPI's blocking
         // `MPI_Send` passes some and reads it only when a request is returned).

@@ -69,7 +69,24 @@ impl Worker {
     ) -> UcsResult<Option<ReqId>> {
         // Fastest path: small contiguous data on a wired, idle endpoint is one eager short
         // message, sent without a request, a data state or a protocol lookup.
-        if let (Data::Contig(b), Some(e)) = (data, self.core.eps.get(ep.idx())) {
+        if let Data::Contig(b) = data {
+            return self.tag_send_contig(ep, *b, tag, p);
+        }
+        self.tag_send_any(ep, data, tag, p)
+    }
+
+    /// [`tag_send`](Self::tag_send) of a contiguous buffer, for the C ABI's send: the eager
+    /// short message is inlined into the caller without a [`Data`] to build and drop
+    /// (docs/benchmarks.md, stop 43); anything else is a call.
+    #[inline(always)]
+    pub fn tag_send_contig(
+        &mut self,
+        ep: EpHandle,
+        b: crate::Buf,
+        tag: u64,
+        p: SendParams,
+    ) -> UcsResult<Option<ReqId>> {
+        if let Some(e) = self.core.eps.get(ep.idx()) {
             if e.failed.is_none()
                 && !p.sync
                 && !p.notify
@@ -90,7 +107,7 @@ impl Worker {
                 }
             }
         }
-        self.tag_send_any(ep, data, tag, p)
+        self.tag_send_any(ep, &Data::Contig(b), tag, p)
     }
 
     /// Every send but the eager short one on an idle endpoint.
