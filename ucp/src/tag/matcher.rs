@@ -293,6 +293,20 @@ impl<T, R> TagMatcher<T, R> {
         PostResult::Queued(self.queue_recv(tag, tag_mask, user))
     }
 
+    /// Takes the oldest unexpected message matching `(tag, tag_mask)`, if any: the first
+    /// half of [`post_recv`](Self::post_recv), for a caller that delivers a message here
+    /// without naming a receive first. When it returns `None`, the caller queues the
+    /// receive with [`queue_recv`](Self::queue_recv).
+    #[inline]
+    pub fn take_matching(&mut self, tag: Tag, tag_mask: TagMask) -> Option<(TagInfo, T)> {
+        if self.unexp.is_empty() {
+            return None;
+        }
+        let key = self.find_unexpected(tag, tag_mask)?;
+        let e = self.take_unexpected(key);
+        Some((e.info, e.msg))
+    }
+
     /// Whether no unexpected message waits: a receive posted now is queued
     /// ([`queue_recv`](Self::queue_recv)).
     #[inline(always)]

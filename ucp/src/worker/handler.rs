@@ -189,7 +189,7 @@ impl Core {
     fn eager_unexpected(&mut self, info: TagInfo, payload: &[u8]) {
         self.stats.unexpected += 1;
         let msg = Unexp::Eager {
-            data: super::UnexpData::from_slice(payload),
+            data: self.unexp_data(payload),
             sync: None,
         };
         self.store_unexpected(info, msg);
@@ -231,7 +231,7 @@ impl Core {
         } else {
             self.stats.unexpected += 1;
             let msg = Unexp::Eager {
-                data: super::UnexpData::from_slice(payload),
+                data: self.unexp_data(payload),
                 sync: Some((ep, sreq)),
             };
             self.store_unexpected(info, msg);
@@ -362,7 +362,7 @@ impl Core {
                 Unexp::Rts {
                     ep,
                     sreq: h.sreq,
-                    rts,
+                    rts: Box::new(rts),
                 },
             );
         }

@@ -338,19 +338,25 @@ pub(crate) enum Ctrl {
     WireupReq,
 }
 
-/// Bytes of an unexpected eager message kept inline (the enum is as large as a
-/// rendezvous request anyway).
-pub(crate) const UNEXP_INLINE: usize = 128;
+/// The payload of an unexpected eager message: a buffer from `Core::unexp_bufs`, given
+/// back when the message is received.
+pub(crate) type UnexpData = Vec<u8>;
 
-/// The payload of an unexpected eager message.
-pub(crate) type UnexpData = SmallVec<[u8; UNEXP_INLINE]>;
+/// Payload buffers `Core::unexp_bufs` keeps for reuse, and the largest one it keeps: an
+/// unexpected eager message then allocates nothing once a run is warm, and a burst of
+/// large ones is not held for the rest of the run.
+const UNEXP_BUFS_KEEP: usize = 256;
+const UNEXP_BUF_KEEP_MAX: usize = 16 << 10;
 
 /// An unexpected message, stored in the matcher until a receive takes it.
 #[derive(Debug)]
 pub(crate) enum Unexp {
     Eager {
-        /// Up to [`UNEXP_INLINE`] bytes are kept here, not on the heap: the small messages
-        /// of `MPI_Sendrecv` and bidirectional windows mostly arrive before their receive.
+        /// The small messages of `MPI_Sendrecv` and bidirectional windows mostly arrive
+        /// before their receive. Their bytes are kept in a pooled buffer rather than in
+        /// the enum: a message is moved into the matcher and out again, and an enum with
+        /// 128 bytes inline cost a `memcpy` call at each move (docs/benchmarks.md,
+        /// stop 43).
         data: UnexpData,
         /// `(ep, sreq)` to acknowledge on match (synchronous send).
         sync: Option<(usize, u64)>,
@@ -360,7 +366,9 @@ pub(crate) enum Unexp {
     Rts {
         ep: usize,
         sreq: u64,
-        rts: crate::proto::wire::RtsData,
+        /// Boxed: the description is large and rarely unexpected (one allocation per
+        /// unexpected rendezvous).
+        rts: Box<crate::proto::wire::RtsData>,
     },
 }
 
@@ -639,6 +647,8 @@ pub(crate) struct Core {
     pub(crate) matcher: TagMatcher<Unexp, ReqId>,
     pub(crate) frags: HashMap<(usize, u64), FragTarget>,
     pub(crate) unexp_frags: Slab<FragBuf>,
+    /// Payload buffers of received unexpected eager messages, for the next ones.
+    pub(crate) unexp_bufs: Vec<UnexpData>,
     pub(crate) ctrl: VecDeque<(usize, Ctrl)>,
     /// Wire-up requests from peers, to answer (their decoded message and address).
     pub(crate) accepts: VecDeque<(crate::proto::wire::Wireup, WorkerAddress)>,
@@ -907,6 +917,7 @@ impl Worker {
             matcher: TagMatcher::with_capacity(64, 64),
             frags: HashMap::new(),
             unexp_frags: Slab::new(),
+            unexp_bufs: Vec::new(),
             ctrl: VecDeque::new(),
             accepts: VecDeque::new(),
             ready: VecDeque::new(),
@@ -1640,6 +1651,23 @@ impl Core {
     /// (docs/benchmarks.md, stop 31).
     pub(crate) fn busy_besides_one(&self) -> bool {
         self.reqs.len() + self.direct.len() > 1
+    }
+
+    /// A buffer holding `payload`, for an unexpected eager message.
+    #[inline]
+    pub(crate) fn unexp_data(&mut self, payload: &[u8]) -> UnexpData {
+        let mut v = self.unexp_bufs.pop().unwrap_or_default();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Takes back the buffer of an unexpected eager message that was received.
+    #[inline]
+    pub(crate) fn recycle_unexp(&mut self, mut v: UnexpData) {
+        if self.unexp_bufs.len() < UNEXP_BUFS_KEEP && v.capacity() <= UNEXP_BUF_KEEP_MAX {
+            v.clear();
+            self.unexp_bufs.push(v);
+        }
     }
 
     pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {

@@ -523,6 +523,78 @@ fn host_receives_posted_ahead_wait_without_a_request() {
         (0, 0),
         "nothing kept"
     );
+
+    // The same messages arriving first (a synchronous one among them): whole eager
+    // messages finish inside the call (one that fits without a request), a rendezvous
+    // becomes a request and finishes later.
+    let srcs: Vec<Vec<u8>> = cases
+        .iter()
+        .map(|c| pattern(c.1, c.0 as u8 ^ 0x5a))
+        .collect();
+    let sends: Vec<ReqId> = srcs
+        .iter()
+        .zip(&cases)
+        .enumerate()
+        .filter_map(|(i, (v, c))| {
+            let p = SendParams {
+                sync: i == 1,
+                ..SendParams::default()
+            };
+            a.tag_send(ab, &contig(v), c.0, p).unwrap()
+        })
+        .collect();
+    drive(&mut a, &mut b, |_, b| b.unexpected_len() == cases.len());
+    let mut bufs: Vec<Vec<u8>> = cases.iter().map(|c| vec![0u8; c.2]).collect();
+    let mut got = std::collections::HashMap::new();
+    let mut waiting = 0;
+    for (i, (v, c)) in bufs.iter_mut().zip(&cases).enumerate() {
+        match b.tag_recv_host(buf_of_mut(v), c.0, u64::MAX, i as u64) {
+            Err(done) => {
+                assert!(c.1 < 1 << 20, "case {i}: a rendezvous finishes later");
+                got.insert(i as u64, done);
+            }
+            Ok(_) => waiting += 1,
+        }
+    }
+    assert_eq!(waiting, 1, "only the rendezvous receive waits");
+    let start = std::time::Instant::now();
+    while got.len() < cases.len() {
+        a.progress();
+        b.progress();
+        while let Some(c) = b.take_completion() {
+            assert!(got.insert(c.user_data, (c.status, c.info)).is_none());
+        }
+        assert!(start.elapsed().as_secs() < 10, "timed out: {got:?}");
+    }
+    drive(&mut a, &mut b, |a, _| {
+        sends
+            .iter()
+            .all(|s| a.request_status(*s) != Status::InProgress)
+    });
+    for s in &sends {
+        assert_eq!(
+            a.wait(*s).0,
+            Status::Ok,
+            "the synchronous send was acknowledged"
+        );
+    }
+    for (i, c) in cases.iter().enumerate() {
+        let (status, info) = got[&(i as u64)];
+        let info = info.expect("a receive reports its message");
+        assert_eq!((info.sender_tag, info.length), (c.0, c.1), "case {i}");
+        if c.1 > c.2 {
+            assert_eq!(status, Status::MessageTruncated, "case {i}");
+        } else {
+            assert_eq!(status, Status::Ok, "case {i}");
+            assert!(bufs[i][..c.1] == srcs[i][..], "case {i}: bytes differ");
+        }
+    }
+    assert_eq!(
+        (b.core.reqs.len(), b.core.direct.len()),
+        (0, 0),
+        "nothing kept"
+    );
+
     // Cancelled while waiting: reported once, as any receive's cancel is.
     let mut v = vec![0u8; 8];
     let r = b
