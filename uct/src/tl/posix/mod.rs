@@ -269,14 +269,16 @@ impl PosixIface {
     }
 
     #[inline]
+    /// Sends one message whose `fill` writes at most `reach` bytes (`usize::MAX`: unknown).
     fn push(
         &mut self,
         ep: EpId,
         id: u8,
+        reach: usize,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> UcsResult<usize> {
         let e = self.ep_mut(ep)?;
-        match e.fifo.push(&mut e.tail_seen, id, fill) {
+        match e.fifo.push_sized(&mut e.tail_seen, id, reach, fill) {
             None => Err(Status::NoResource),
             Some((len, wake, next)) => {
                 if wake {
@@ -377,7 +379,7 @@ impl Iface for PosixIface {
         if payload.len() > self.attr.am.max_short {
             return Err(Status::InvalidParam);
         }
-        self.push(ep, id, |d| {
+        self.push(ep, id, 8 + payload.len(), |d| {
             d[..8].copy_from_slice(&header.to_le_bytes());
             // The common tiny payloads are copied inline rather than through a memcpy call.
             ucs::wire::copy(&mut d[8..8 + payload.len()], payload);
@@ -393,7 +395,7 @@ impl Iface for PosixIface {
         pack: &mut dyn FnMut(&mut [u8]) -> usize,
     ) -> UcsResult<usize> {
         check_am_id(id)?;
-        self.push(ep, id, pack)
+        self.push(ep, id, usize::MAX, pack)
     }
 
     fn pending_add(&mut self, ep: EpId, token: u64) -> UcsResult<()> {
