@@ -16,7 +16,8 @@
 # milliseconds by default).
 # On a machine without a Rust toolchain (the GPU machine): RUCX_LIB=path/to/libucp.so.0
 # (contrib/gpu/pack.sh's) instead of building, and OSU_SYS_LABEL names the system's UCX
-# column (default ucx113, Debian 12's).
+# column (default ucx113, Debian 12's). RUCX_BEFORE=path/to/libucp.so.0 adds an earlier
+# build of Rucx as a column ("before", with its own ratio to UCX), in the same rounds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=3 sizes="1,8,64,512,4096,32768,262144,1048576,4194304"
@@ -36,6 +37,10 @@ work=$(mktemp -d /tmp/rucx-osu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lib"
 ln -sf "$(readlink -f "$lib")" "$work/lib/libucp.so.0"
+if [ -n "${RUCX_BEFORE:-}" ]; then
+  mkdir -p "$work/before"
+  ln -sf "$(readlink -f "$RUCX_BEFORE")" "$work/before/libucp.so.0"
+fi
 mpicc -O2 -o "$work/osu" contrib/bench/osu.c
 base=${OSU_SYS_LABEL:-ucx113}
 libs=("$base" rucx)
@@ -44,6 +49,7 @@ if [ -n "${UCX122:-}" ]; then
   source contrib/bench/ucx-env.sh
   libs+=(ucx122)
 fi
+[ -n "${RUCX_BEFORE:-}" ] && libs+=(before)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # run LIB PATTERN: "size value" lines of one run.
@@ -55,6 +61,7 @@ run() {
   esac
   case $lib in
     rucx) env=(-x LD_LIBRARY_PATH="$work/lib") ;;
+    before) env=(-x LD_LIBRARY_PATH="$work/before") ;;
     ucx122)
       local d=${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}/libucx
       env=(-x LD_LIBRARY_PATH="$d/lib" -x UCX_MODULE_DIR="$d/lib/ucx") ;;
@@ -67,7 +74,9 @@ run() {
 
 printf '%-9s %9s' pattern size
 for l in "${libs[@]}"; do printf ' %11s %19s' "$l" "(min..max)"; done
-printf ' %9s %9s\n' "rucx/$base" paired
+printf ' %9s %9s' "rucx/$base" paired
+[ -n "${RUCX_BEFORE:-}" ] && printf ' %11s' "before/$base"
+printf '\n'
 for pat in "${pats[@]}"; do
   for r in $(seq "$rounds"); do
     # The order within a round moves the figures on this VM (docs/benchmarks.md, stop 37):
@@ -98,6 +107,9 @@ for pat in "${pats[@]}"; do
       b=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.$base.$r" 2>/dev/null)
       [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) print a / b }'
     done | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) printf "%.3f", v[(NR+1)/2]; else printf "%.3f", (v[NR/2]+v[NR/2+1])/2}')
-    printf ' %9s %9s\n' "$(awk -v a="${med[rucx]}" -v b="${med[$base]}" 'BEGIN { print (a == "nan" || b == "nan" || b == 0) ? "nan" : sprintf("%.3f", a / b) }')" "$paired"
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "nan" || b == "nan" || b == 0) ? "nan" : sprintf("%.3f", a / b) }'; }
+    printf ' %9s %9s' "$(ratio "${med[rucx]}" "${med[$base]}")" "$paired"
+    [ -n "${RUCX_BEFORE:-}" ] && printf ' %11s' "$(ratio "${med[before]}" "${med[$base]}")"
+    printf '\n'
   done
 done
