@@ -323,10 +323,12 @@ impl Worker {
 
     /// A receive into contiguous host memory, subscribed with `user_data` when it waits,
     /// for the C ABI's receive with a request: `Ok(id)` while it waits (its completion is
-    /// reported by [`Worker::poll_completion`]); `Err` with its status and info when it
-    /// finished in the call (nothing is kept). The receive posted in time, the common case,
-    /// is queued without the general path's result enum, whose trip through memory cost
-    /// more than the queueing.
+    /// reported by [`Worker::take_completion`] or [`Worker::take_completions`]); `Err`
+    /// with its status and info when it finished in the call (nothing is kept). A receive
+    /// that waits is a direct receive (`request::DirectRecvs`): no request until a message
+    /// that needs one matches it; one whose whole eager message is here is copied in the
+    /// call without a request. Neither goes through the general path's result enum, whose
+    /// trip through memory cost more than the queueing.
     #[inline]
     pub fn tag_recv_host(
         &mut self,
@@ -367,15 +369,7 @@ impl Worker {
             Unexp::Eager { data, sync } if data.len() <= buf.len() => {
                 buf.write_at(0, &data);
                 core.recycle_unexp(data);
-                if let Some((ep, sreq)) = sync {
-                    core.queue_ctrl(
-                        ep,
-                        Ctrl::Ack {
-                            sreq,
-                            status: Status::Ok,
-                        },
-                    );
-                }
+                core.ack_sync(sync);
                 if core.work {
                     self.answer_now();
                 }
@@ -1405,15 +1399,7 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
         Unexp::Eager { data, sync } => {
             recv_eager(core, id, info, &data);
             core.recycle_unexp(data);
-            if let Some((ep, sreq)) = sync {
-                core.queue_ctrl(
-                    ep,
-                    Ctrl::Ack {
-                        sreq,
-                        status: Status::Ok,
-                    },
-                );
-            }
+            core.ack_sync(sync);
         }
         Unexp::Frag(f) => {
             let fb = core.unexp_frags.remove(f);
@@ -1440,6 +1426,20 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
 }
 
 impl Core {
+    /// Acknowledges the synchronous send of a received unexpected eager message (`sync`
+    /// of its `Unexp::Eager`).
+    fn ack_sync(&mut self, sync: Option<(usize, u64)>) {
+        if let Some((ep, sreq)) = sync {
+            self.queue_ctrl(
+                ep,
+                Ctrl::Ack {
+                    sreq,
+                    status: Status::Ok,
+                },
+            );
+        }
+    }
+
     /// The request of receive `id`, which a message just took out of the matcher: a direct
     /// receive (`tag_recv_host`) becomes one here, subscribed as it was; any other id is
     /// returned as it is.
