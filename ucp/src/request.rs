@@ -262,7 +262,7 @@ impl<S> Requests<S> {
     }
 }
 
-/// A receive into contiguous host memory posted while no unexpected message waited
+/// A receive into contiguous host memory whose message had not arrived when it was posted
 /// ([`crate::Worker::tag_recv_host`], the C ABI's `ucp_tag_recv_nbx`), kept here rather
 /// than in [`Requests`] until a message matches it: posting, a whole eager message and its
 /// completion then touch a few words instead of a request slot (docs/benchmarks.md,

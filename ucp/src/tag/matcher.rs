@@ -128,8 +128,18 @@ impl<R> Run<R> {
         if self.head == self.v.len() {
             self.v.clear();
             self.head = 0;
+        } else if self.head >= 64 && self.head * 2 >= self.v.len() {
+            // A run that never empties (receives reposted as they match) would otherwise
+            // grow by a slot per message.
+            self.v.drain(..self.head);
+            self.head = 0;
         }
         l
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.v.capacity()
     }
 
     fn len(&self) -> usize {
@@ -619,6 +629,11 @@ impl<T, R> TagMatcher<T, R> {
             self.unexp_hash.capacity(),
             self.probed.capacity(),
         ]
+    }
+
+    /// Slots held by the run.
+    pub(super) fn run_capacity(&self) -> usize {
+        self.run.capacity()
     }
 
     /// Checks every structural invariant; panics with a description on the first broken one.

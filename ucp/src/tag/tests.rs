@@ -334,6 +334,23 @@ fn a_run_of_one_tag_keeps_its_order_through_cancels_and_moves() {
 }
 
 #[test]
+fn a_run_that_never_empties_stays_small() {
+    let mut m = M::new();
+    // A window of 64 kept full: each match is followed by a new receive of the same tag.
+    for i in 0..64 {
+        queued(m.post_recv(4, FULL, i));
+    }
+    for i in 0..100_000u64 {
+        assert_eq!(matched_arrive(m.arrive(S0, 4, 0, i)).user, i);
+        queued(m.post_recv(4, FULL, i + 64));
+        assert!(m.run_capacity() <= 512, "{} after {i}", m.run_capacity());
+    }
+    assert_eq!(m.expected_len(), 64);
+    assert_eq!(m.capacities()[0], 0, "the slab was never used");
+    m.check_invariants();
+}
+
+#[test]
 fn cancelling_a_moved_run_is_not_quadratic() {
     let mut m = M::new();
     let n = 20_000;
