@@ -85,14 +85,18 @@ pub(crate) unsafe fn plain(param: *const ucp_request_param_t) -> Option<Plain> {
 
 impl Plain {
     /// The contiguous host buffer of `count` elements at `buffer`, or `None` (overflow,
-    /// NULL with data, device memory: the general path reports or handles it).
+    /// NULL with data, device or managed memory: the general path reports or handles it,
+    /// and records the request's memory type). Where a CUDA driver is loaded, host memory
+    /// is told from the rest by the memory-type cache (a thread's host pages are one
+    /// lookup), not by the driver's mere presence: a GPU node's MPI traffic in host memory
+    /// takes this path too (docs/benchmarks.md, stop 43).
     ///
     /// # Safety
     /// ucp.h's contract: the buffer stays valid until the operation completes.
     #[inline(always)]
     unsafe fn buf(&self, buffer: *const c_void, count: usize) -> Option<Buf> {
         let len = count.checked_mul(self.elem)?;
-        if (len > 0 && buffer.is_null()) || ucs::memtype::active() {
+        if len > 0 && (buffer.is_null() || !host_memory(buffer)) {
             return None;
         }
         // SAFETY: per the contract.
@@ -116,6 +120,12 @@ const SEND_P: SendParams = SendParams {
     force_imm: false,
     fast_cmpl: false,
 };
+
+/// Whether `p` is host memory (always, where no CUDA driver is loaded).
+#[inline(always)]
+fn host_memory(p: *const c_void) -> bool {
+    !ucs::memtype::active() || ucs::memtype::mem_type(p.cast()) == ucs::memtype::MemoryType::Host
+}
 
 /// `ucp_tag_send_nbx` with plain parameters, or `None` (nothing done) for the general path.
 ///
@@ -274,6 +284,8 @@ pub(crate) unsafe fn rma_mapped(
     rkey: *mut c_void,
     get: bool,
 ) -> Option<ucs_status_t> {
+    // Where a driver is loaded this leaves to the general path rather than ask the
+    // memory-type cache, which takes locks: this path runs without the panic guard.
     if (buffer.is_null() && length != 0) || ucs::memtype::active() {
         return None;
     }
@@ -325,4 +337,57 @@ pub(crate) unsafe fn rma_mapped_nbx(
     // SAFETY: forwarded contract.
     unsafe { rma_mapped(ep, buffer, len, remote_addr, rkey, get) }?;
     Some(std::ptr::null_mut())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ucs::memtype::{MemInfo, MemoryType, PointerQuery};
+
+    /// A stand-in for the CUDA driver: one "device" allocation at an address no host
+    /// allocation of this test uses (it is never dereferenced).
+    struct OneDeviceRange;
+    const DEV_BASE: u64 = 0x7e00_0000_0000;
+    const DEV_LEN: u64 = 1 << 20;
+
+    impl PointerQuery for OneDeviceRange {
+        fn query(&self, ptr: u64) -> Option<MemInfo> {
+            (DEV_BASE..DEV_BASE + DEV_LEN)
+                .contains(&ptr)
+                .then_some(MemInfo {
+                    mem_type: MemoryType::Cuda,
+                    device: 0,
+                    base: DEV_BASE,
+                    len: DEV_LEN,
+                    buffer_id: 1,
+                })
+        }
+        fn copy(&self, _dst: u64, _src: u64, _n: usize) -> ucs::UcsResult<()> {
+            Err(Status::Unsupported)
+        }
+    }
+
+    #[test]
+    fn with_a_driver_loaded_host_buffers_stay_on_the_fast_path_and_device_ones_leave_it() {
+        ucs::memtype::enable(Box::new(OneDeviceRange), true);
+        let p = Plain {
+            cb: std::ptr::null(),
+            user_data: std::ptr::null_mut(),
+            user_req: std::ptr::null_mut(),
+            elem: 1,
+            no_imm: false,
+            fast: false,
+        };
+        let host = vec![0u8; 64];
+        // SAFETY: only the description is made; nothing is read or written through it.
+        unsafe {
+            for _ in 0..2 {
+                // The second time from the memory-type cache.
+                assert!(p.buf(host.as_ptr().cast(), host.len()).is_some());
+                assert!(p.buf((DEV_BASE + 64) as *const c_void, 64).is_none());
+            }
+            assert!(p.buf(std::ptr::null(), 0).is_some(), "an empty buffer");
+            assert!(p.buf(std::ptr::null(), 1).is_none(), "NULL with data");
+        }
+    }
 }
