@@ -378,7 +378,7 @@ mod tests {
             no_imm: false,
             fast: false,
         };
-        let host = vec![0u8; 64];
+        let host = [0u8; 64];
         // SAFETY: only the description is made; nothing is read or written through it.
         unsafe {
             for _ in 0..2 {
