@@ -50,6 +50,22 @@ pub struct Completion {
     pub user_data: u64,
 }
 
+/// Moves `head`, the index of the oldest element of a queue kept in `v`, past an element
+/// just taken: the vector is emptied when every element is taken, and its taken prefix
+/// dropped once that is at least 64 elements and half of it, so a queue that never
+/// empties does not grow by an element per use.
+#[inline(always)]
+pub(crate) fn advance_head<T>(v: &mut Vec<T>, head: &mut usize) {
+    *head += 1;
+    if *head == v.len() {
+        v.clear();
+        *head = 0;
+    } else if *head >= 64 && *head * 2 >= v.len() {
+        v.drain(..*head);
+        *head = 0;
+    }
+}
+
 /// The completions waiting to be taken, first in first out: a vector and the index of the
 /// oldest, emptied when all are taken and compacted when the taken ones outnumber the rest.
 /// A push is a vector push, built where it lands; `VecDeque::push_back` was a call that
@@ -70,14 +86,7 @@ impl CompletionQueue {
     #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<Completion> {
         let c = *self.v.get(self.head)?;
-        self.head += 1;
-        if self.head == self.v.len() {
-            self.v.clear();
-            self.head = 0;
-        } else if self.head >= 64 && self.head * 2 >= self.v.len() {
-            self.v.drain(..self.head);
-            self.head = 0;
-        }
+        advance_head(&mut self.v, &mut self.head);
         Some(c)
     }
 

@@ -124,16 +124,8 @@ impl<R> Run<R> {
     #[inline(always)]
     fn pop_front(&mut self) -> Option<Lone<R>> {
         let l = self.v.get_mut(self.head)?.take();
-        self.head += 1;
-        if self.head == self.v.len() {
-            self.v.clear();
-            self.head = 0;
-        } else if self.head >= 64 && self.head * 2 >= self.v.len() {
-            // A run that never empties (receives reposted as they match) would otherwise
-            // grow by a slot per message.
-            self.v.drain(..self.head);
-            self.head = 0;
-        }
+        // A run that never empties (receives reposted as they match) keeps its size.
+        crate::request::advance_head(&mut self.v, &mut self.head);
         l
     }
 
