@@ -15,7 +15,9 @@ use crate::tag::TagInfo;
 pub struct ReqId(pub u64);
 
 /// Generations of [`Requests`] and of [`DirectRecvs`] count in 31 bits: the top bit of an
-/// id says which table it names.
+/// id says which table it names. (Transport completion tokens use the same bit for
+/// flushes, `worker::COMP_FLUSH`; a direct receive issues no transport operation, so its
+/// id is never a token: it becomes a request first.)
 const GEN_MASK: u32 = 0x7fff_ffff;
 const DIRECT: u64 = 1 << 63;
 
