@@ -33,13 +33,17 @@ pub(crate) struct Plain {
     fast: bool,
 }
 
-/// The attributes [`plain`] accepts.
+/// The attributes [`plain`] accepts. `MULTI_SEND` is a hint (many operations in flight)
+/// that changes nothing here: OpenMPI's pml ucx built against UCX 1.15 or later sets it on
+/// every `MPI_Isend` and `MPI_Irecv` (`op_attr_nonblocking`); refusing it sent all of
+/// that traffic down the general path (docs/benchmarks.md, stop 44).
 const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
     | UCP_OP_ATTR_FIELD_USER_DATA
     | UCP_OP_ATTR_FIELD_DATATYPE
     | UCP_OP_ATTR_FIELD_REQUEST
     | UCP_OP_ATTR_FLAG_NO_IMM_CMPL
-    | UCP_OP_ATTR_FLAG_FAST_CMPL;
+    | UCP_OP_ATTR_FLAG_FAST_CMPL
+    | UCP_OP_ATTR_FLAG_MULTI_SEND;
 
 /// `param` when it is plain, else `None`.
 ///
@@ -364,6 +368,50 @@ mod tests {
         }
         fn copy(&self, _dst: u64, _src: u64, _n: usize) -> ucs::UcsResult<()> {
             Err(Status::Unsupported)
+        }
+    }
+
+    fn param(mask: u32) -> ucp_request_param_t {
+        // SAFETY: a C struct of integers and pointers, for which zero is valid.
+        let mut p: ucp_request_param_t = unsafe { std::mem::zeroed() };
+        p.op_attr_mask = mask;
+        p
+    }
+
+    #[test]
+    fn what_openmpi_passes_is_plain() {
+        // OpenMPI 4.1's pml ucx: `MPI_Isend`, `MPI_Irecv` (with `MULTI_SEND` when built
+        // against UCX 1.15 or later), blocking `MPI_Send`, `MPI_Recv`.
+        let cb = UCP_OP_ATTR_FIELD_CALLBACK;
+        for (mask, no_imm, fast) in [
+            (cb, false, false),
+            (cb | UCP_OP_ATTR_FLAG_MULTI_SEND, false, false),
+            (cb | UCP_OP_ATTR_FLAG_NO_IMM_CMPL, true, false),
+            (
+                cb | UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND,
+                true,
+                false,
+            ),
+            (
+                cb | UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FLAG_FAST_CMPL,
+                false,
+                true,
+            ),
+        ] {
+            let p = param(mask);
+            // SAFETY: a live parameter struct.
+            let plain = unsafe { plain(&p) }.unwrap_or_else(|| panic!("{mask:#x} not plain"));
+            assert_eq!((plain.no_imm, plain.fast), (no_imm, fast), "{mask:#x}");
+        }
+        // What this path does not handle goes to the general one.
+        for mask in [
+            UCP_OP_ATTR_FIELD_MEMORY_TYPE,
+            UCP_OP_ATTR_FIELD_MEMH,
+            UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+        ] {
+            let p = param(cb | mask);
+            // SAFETY: as above.
+            assert!(unsafe { plain(&p) }.is_none(), "{mask:#x}");
         }
     }
 

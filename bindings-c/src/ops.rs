@@ -191,11 +191,13 @@ impl Post {
         buffer: *const c_void,
         count: usize,
     ) -> Option<(Post, Data)> {
-        // (OpenMPI's pml ucx receives with CALLBACK | NO_IMM_CMPL.)
+        // (OpenMPI's pml ucx receives with CALLBACK | NO_IMM_CMPL, and MULTI_SEND, a
+        // hint, when built against UCX 1.15 or later.)
         const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
             | UCP_OP_ATTR_FIELD_USER_DATA
             | UCP_OP_ATTR_FIELD_DATATYPE
-            | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+            | UCP_OP_ATTR_FLAG_NO_IMM_CMPL
+            | UCP_OP_ATTR_FLAG_MULTI_SEND;
         if param.is_null() {
             return None;
         }

@@ -6,8 +6,10 @@
 //! driver, answers come from a cache of known allocations, as UCX's memtype cache:
 //! device and managed allocations by their whole range (learned from the driver's pointer
 //! attributes, or told with [`remember`] by whoever allocated them), and host memory by the
-//! page of the pointer asked about, in a small per-thread table. A pointer in neither costs
-//! one driver query (about 0.1–0.2 µs on an H200), whose answer is then cached.
+//! page of the pointer asked about, in a small table shared by the process's threads, read
+//! inline (a host page already seen costs a few instructions and no call). A pointer in
+//! neither costs one driver query (about 0.1–0.2 µs on an H200), whose answer is then
+//! cached.
 //!
 //! `UCX_MEMTYPE_CACHE=n` turns both caches off: every detection asks the driver.
 //!
@@ -16,7 +18,6 @@
 //! allocation calls for this; Rucx does not). [`forget`] drops a range from the caches;
 //! Rucx calls it when it frees memory itself.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
@@ -106,7 +107,8 @@ pub trait PendingCopy: Send + std::fmt::Debug {
 /// Set once a driver is loaded: until then every pointer is host memory.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static USE_CACHE: AtomicBool = AtomicBool::new(true);
-/// Bumped by [`forget`]: per-thread host pages cached before are dropped.
+/// Bumped by [`enable`], [`remember`] and [`forget`] (under `GLOBAL`'s write lock): host
+/// pages cached before no longer match. Its low [`EPOCH_BITS`] are never all zero.
 static EPOCH: AtomicU64 = AtomicU64::new(1);
 
 struct Global {
@@ -120,13 +122,50 @@ static GLOBAL: RwLock<Global> = RwLock::new(Global {
     ranges: BTreeMap::new(),
 });
 
-/// Host pages per thread (direct-mapped by page number), with the epoch they were seen in.
-const HOST_SLOTS: usize = 64;
-thread_local! {
-    static HOST_PAGES: RefCell<[(u64, u64); HOST_SLOTS]> = const { RefCell::new([(u64::MAX, 0); HOST_SLOTS]) };
-}
+/// Host pages (direct-mapped by page number), each word the page number with the epoch it
+/// was seen in above it ([`host_key`]); 0 is empty. One table for every thread: a
+/// thread-local one costs a `__tls_get_addr` call per lookup in a shared library (the C
+/// ABI), and a host page is written here once, then only read (docs/benchmarks.md,
+/// stop 44).
+const HOST_SLOTS: usize = 256;
+static HOST_PAGES: [AtomicU64; HOST_SLOTS] = [const { AtomicU64::new(0) }; HOST_SLOTS];
+/// Page numbers below 2^PAGE_BITS (56-bit addresses) are cached; the epoch takes the rest.
+const PAGE_BITS: u32 = 44;
+const EPOCH_BITS: u32 = 64 - PAGE_BITS;
 
 const PAGE_SHIFT: u32 = 12;
+
+/// The word [`HOST_PAGES`] holds for the page of `p` in the current epoch, with its slot;
+/// `None` for an address above what the table keys.
+#[inline(always)]
+fn host_key(p: u64) -> Option<(u64, usize)> {
+    let page = p >> PAGE_SHIFT;
+    if page >> PAGE_BITS != 0 {
+        return None;
+    }
+    let epoch = EPOCH.load(Ordering::Relaxed) & ((1 << EPOCH_BITS) - 1);
+    Some((page | epoch << PAGE_BITS, page as usize % HOST_SLOTS))
+}
+
+/// Whether the page of `p` is a host page seen in this epoch.
+#[inline(always)]
+fn cached_host(p: u64) -> bool {
+    // Never written while the cache is off (`UCX_MEMTYPE_CACHE=n`): `enable` starts a
+    // new epoch, so nothing cached before matches.
+    host_key(p).is_some_and(|(key, slot)| HOST_PAGES[slot].load(Ordering::Relaxed) == key)
+}
+
+/// Starts a new epoch (the caller holds `GLOBAL`'s write lock). When the epoch's bits
+/// wrap, the table is emptied, so that no word of an old epoch can match again.
+fn next_epoch(_g: &mut Global) {
+    let e = EPOCH.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    if e & ((1 << EPOCH_BITS) - 1) == 0 {
+        for w in &HOST_PAGES {
+            w.store(0, Ordering::Relaxed);
+        }
+        EPOCH.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Starts detecting with `query` (the CUDA driver): from now on pointers may be device
 /// memory. `cache` is `UCX_MEMTYPE_CACHE`. Later calls replace the source.
@@ -135,7 +174,7 @@ pub fn enable(query: Box<dyn PointerQuery>, cache: bool) {
     g.query = Some(query);
     g.ranges.clear();
     USE_CACHE.store(cache, Ordering::Relaxed);
-    EPOCH.fetch_add(1, Ordering::Relaxed);
+    next_epoch(&mut g);
     ACTIVE.store(true, Ordering::Release);
 }
 
@@ -148,16 +187,16 @@ pub fn active() -> bool {
 /// The memory type of the allocation holding `ptr`.
 #[inline]
 pub fn detect(ptr: *const u8) -> MemInfo {
-    if !active() || ptr.is_null() {
+    if !active() || ptr.is_null() || cached_host(ptr as u64) {
         return MemInfo::HOST;
     }
     detect_slow(ptr as u64)
 }
 
 /// Only the type, for callers that need nothing else.
-#[inline]
+#[inline(always)]
 pub fn mem_type(ptr: *const u8) -> MemoryType {
-    if !active() {
+    if !active() || cached_host(ptr as u64) {
         return MemoryType::Host;
     }
     detect(ptr).mem_type
@@ -166,12 +205,7 @@ pub fn mem_type(ptr: *const u8) -> MemoryType {
 #[inline(never)]
 fn detect_slow(p: u64) -> MemInfo {
     let cache = USE_CACHE.load(Ordering::Relaxed);
-    let page = p >> PAGE_SHIFT;
-    let epoch = EPOCH.load(Ordering::Relaxed);
-    let slot = (page as usize) % HOST_SLOTS;
-    if cache && HOST_PAGES.with(|h| h.borrow()[slot] == (page, epoch)) {
-        return MemInfo::HOST;
-    }
+    let key_before = host_key(p);
     let g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     if cache {
         if let Some((_, info)) = g.ranges.range(..=p).next_back() {
@@ -194,7 +228,11 @@ fn detect_slow(p: u64) -> MemInfo {
         }
         _ => {
             if cache {
-                HOST_PAGES.with(|h| h.borrow_mut()[slot] = (page, epoch));
+                // The key of the epoch before the query: a device allocation remembered
+                // meanwhile has started a new one, and this word will not match it.
+                if let Some((key, slot)) = key_before {
+                    HOST_PAGES[slot].store(key, Ordering::Relaxed);
+                }
             }
             MemInfo::HOST
         }
@@ -210,15 +248,15 @@ pub fn remember(info: MemInfo) {
     drop_overlapping(&mut g.ranges, info.base, info.len);
     g.ranges.insert(info.base, info);
     // A page some thread once found unallocated (host, as far as the driver knew) may be
-    // part of this allocation now: the host-page caches start over.
-    EPOCH.fetch_add(1, Ordering::Relaxed);
+    // part of this allocation now: the host-page cache starts over.
+    next_epoch(&mut g);
 }
 
 /// Forgets `[base, base+len)` (memory freed): neither cache answers for it again.
 pub fn forget(base: u64, len: u64) {
     let mut g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
     drop_overlapping(&mut g.ranges, base, len.max(1));
-    EPOCH.fetch_add(1, Ordering::Relaxed);
+    next_epoch(&mut g);
 }
 
 fn drop_overlapping(ranges: &mut BTreeMap<u64, MemInfo>, base: u64, len: u64) {
@@ -400,6 +438,41 @@ mod tests {
         assert_eq!(queries.load(Ordering::Relaxed), q + 3);
         ACTIVE.store(false, Ordering::Release);
         assert_eq!(detect(dev.as_ptr()), MemInfo::HOST, "no driver: all host");
+    }
+
+    #[test]
+    fn host_pages_of_an_old_epoch_never_match_after_the_epoch_wraps() {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let host = [0u8; 64];
+        let queries = std::sync::Arc::new(AtomicU64::new(0));
+        enable(
+            Box::new(Table {
+                ranges: Vec::new(),
+                queries: queries.clone(),
+            }),
+            true,
+        );
+        let low = |e: u64| e & ((1 << EPOCH_BITS) - 1);
+        // A page cached in an epoch whose low bits are 1...
+        EPOCH.store(1, Ordering::Relaxed);
+        assert_eq!(detect(host.as_ptr()), MemInfo::HOST);
+        let q = queries.load(Ordering::Relaxed);
+        assert_eq!(detect(host.as_ptr()), MemInfo::HOST);
+        assert_eq!(queries.load(Ordering::Relaxed), q, "cached");
+        // ...then the epoch runs to the end of its bits and wraps (a forget), to low bits
+        // that are 1 again: the old word must not answer.
+        EPOCH.store((1 << EPOCH_BITS) - 1, Ordering::Relaxed);
+        forget(1 << 40, 1);
+        assert_eq!(low(EPOCH.load(Ordering::Relaxed)), 1);
+        assert_eq!(detect(host.as_ptr()), MemInfo::HOST);
+        assert_eq!(
+            queries.load(Ordering::Relaxed),
+            q + 1,
+            "asked again after the wrap"
+        );
+        assert_eq!(mem_type(host.as_ptr()), MemoryType::Host);
+        assert_eq!(queries.load(Ordering::Relaxed), q + 1, "then cached");
+        ACTIVE.store(false, Ordering::Release);
     }
 
     #[test]
