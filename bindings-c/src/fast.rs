@@ -273,8 +273,9 @@ fn discard(w: &CWorker, h: *mut ReqHdr, p: &Plain) {
 /// before anything else. It touches no worker state (the mapping lives as long as the
 /// key, and a copy needs no completion), so it takes neither the worker's lock nor the
 /// panic guard: nothing here can panic (pointer, magic and flag checks, checked
-/// arithmetic, the copy). `None`, with nothing done, sends the call down the general path:
-/// anything not mapped, an endpoint that failed (reported there), or memory types in play.
+/// arithmetic, the copy, atomic loads of the host-page table). `None`, with nothing done,
+/// sends the call down the general path: anything not mapped, an endpoint that failed
+/// (reported there), or a buffer not known to be host memory.
 ///
 /// # Safety
 /// ucp.h's contract for `ucp_put_nbi` / `ucp_get_nbi`: `buffer` holds `length` bytes (a
@@ -288,9 +289,10 @@ pub(crate) unsafe fn rma_mapped(
     rkey: *mut c_void,
     get: bool,
 ) -> Option<ucs_status_t> {
-    // Where a driver is loaded this leaves to the general path rather than ask the
-    // memory-type cache, which takes locks: this path runs without the panic guard.
-    if (buffer.is_null() && length != 0) || ucs::memtype::active() {
+    // Where a driver is loaded, a buffer the host-page table does not know yet goes down
+    // the general path (its detection may ask the driver, and this path runs without the
+    // panic guard); that path's detection enters its page, so the next call stays here.
+    if (buffer.is_null() && length != 0) || !ucs::memtype::known_host(buffer.cast()) {
         return None;
     }
     // SAFETY: an endpoint of ours or anything else (checked by magic, quietly).
@@ -434,6 +436,10 @@ mod tests {
                 assert!(p.buf(host.as_ptr().cast(), host.len()).is_some());
                 assert!(p.buf((DEV_BASE + 64) as *const c_void, 64).is_none());
             }
+            // What `rma_mapped` asks (it runs without the panic guard, so it never asks the
+            // driver): the host page is known now, the device one never.
+            assert!(ucs::memtype::known_host(host.as_ptr()));
+            assert!(!ucs::memtype::known_host((DEV_BASE + 64) as *const u8));
             assert!(p.buf(std::ptr::null(), 0).is_some(), "an empty buffer");
             assert!(p.buf(std::ptr::null(), 1).is_none(), "NULL with data");
         }

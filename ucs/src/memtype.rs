@@ -193,6 +193,15 @@ pub fn detect(ptr: *const u8) -> MemInfo {
     detect_slow(ptr as u64)
 }
 
+/// Whether `ptr` is known to be host memory without asking the driver or taking a lock:
+/// no driver is loaded, or its page is in the host-page table. `false` says only that a
+/// full [`detect`] is needed. For callers that must not block or panic (atomic loads
+/// only).
+#[inline(always)]
+pub fn known_host(ptr: *const u8) -> bool {
+    !active() || cached_host(ptr as u64)
+}
+
 /// Only the type, for callers that need nothing else.
 #[inline(always)]
 pub fn mem_type(ptr: *const u8) -> MemoryType {
@@ -472,6 +481,12 @@ mod tests {
         );
         assert_eq!(mem_type(host.as_ptr()), MemoryType::Host);
         assert_eq!(queries.load(Ordering::Relaxed), q + 1, "then cached");
+        assert!(known_host(host.as_ptr()));
+        forget(1 << 40, 1);
+        assert!(
+            !known_host(host.as_ptr()),
+            "a new epoch: not known until detected again"
+        );
         ACTIVE.store(false, Ordering::Release);
     }
 
