@@ -56,9 +56,10 @@ pub const TABLE: &[ConfigVar] = &[
     },
     ConfigVar {
         name: "POSIX_SEG_SIZE",
-        default: "8256",
+        default: "32832",
         doc: "Bytes per posix FIFO cell including its 16-byte header (multiple of 64); \
-              max_bcopy is this minus 16.",
+              max_bcopy is this minus 16. The default holds a 32 KiB message whole (a FIFO \
+              of 64 cells: 2.1 MB of shared memory per process); UCX's is 8256.",
     },
     ConfigVar {
         name: "POSIX_POLL_BACKOFF",
