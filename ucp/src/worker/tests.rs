@@ -2280,7 +2280,11 @@ fn layouts_too_large_for_an_rts_travel_in_parts() {
         DtLayout::new(&Layout::hindexed(&lens, &displs, &Layout::bytes(1)).unwrap()).unwrap()
     };
     for cache in [64, 1] {
-        let tls = format!("posix,cma;RNDV_THRESH=1k;RNDV_LAYOUT_PARTS=y;RNDV_LAYOUT_CACHE={cache}");
+        // Cells of 8 KiB (UCX's size), so that these descriptions of more than 16 KiB can
+        // never ride in an RTS.
+        let tls = format!(
+            "posix,cma;POSIX_SEG_SIZE=8256;RNDV_THRESH=1k;RNDV_LAYOUT_PARTS=y;RNDV_LAYOUT_CACHE={cache}"
+        );
         let (mut a, mut b, ab, _) = pair(&tls);
         let layouts = [irregular(7, 6000), irregular(11, 5000)];
         for l in &layouts {
