@@ -231,6 +231,7 @@ pub(crate) fn user_ptr(h: *mut ReqHdr) -> *mut c_void {
 /// # Safety
 /// `user_req`, when not NULL, points `HDR` bytes past writable memory the application
 /// reserved for the request header.
+#[inline(always)]
 pub(crate) unsafe fn alloc(
     w: &CWorker,
     user_req: *mut c_void,
