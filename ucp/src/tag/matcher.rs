@@ -1,6 +1,8 @@
 //! [`TagMatcher`]: the expected and unexpected queues and the operations on them. The
 //! structure is described in the parent module's documentation.
 
+use std::collections::VecDeque;
+
 use slab::Slab;
 
 use super::list::{Links, List, NIL};
@@ -172,6 +174,8 @@ struct Unexpected<T> {
     msg: T,
 }
 
+/// A message held outside the unexpected lists: in the unexpected run, or taken by
+/// `probe(remove)` and waiting for `msg_recv`.
 #[derive(Debug)]
 struct Probed<T> {
     info: TagInfo,
@@ -212,6 +216,14 @@ pub struct TagMatcher<T, R> {
     exp_wild: List,
     exp_seq: u64,
 
+    /// Unexpected messages of one tag that arrived while `unexp` was empty, in arrival
+    /// order: the unexpected side's run. While any is here `unexp` is empty, so a receive
+    /// compares its tag with the first alone, and one peer's stream that runs ahead of its
+    /// receives (a quarter of the messages of a bidirectional window, about half of
+    /// `MPI_Sendrecv`'s) is stored and taken without the slab, the lists or the table
+    /// (docs/benchmarks.md, stop 44). A message of another tag moves them all into
+    /// `unexp` first.
+    urun: VecDeque<Probed<T>>,
     unexp: Slab<Unexpected<T>>,
     /// Unexpected messages per tag, in arrival order. Never holds an empty list.
     unexp_hash: TagTable,
@@ -252,6 +264,7 @@ impl<T, R> TagMatcher<T, R> {
             exp_hash: TagTable::with_capacity(expected),
             exp_wild: List::EMPTY,
             exp_seq: 0,
+            urun: VecDeque::new(),
             unexp: Slab::with_capacity(unexpected),
             unexp_hash: TagTable::with_capacity(unexpected),
             unexp_all: List::EMPTY,
@@ -269,7 +282,7 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Number of unexpected messages waiting for a receive (not counting probed ones).
     pub fn unexpected_len(&self) -> usize {
-        self.unexp.len()
+        self.unexp.len() + self.urun.len()
     }
 
     /// Number of messages taken by `probe(remove)` and not yet passed to `msg_recv`.
@@ -281,17 +294,13 @@ impl<T, R> TagMatcher<T, R> {
     /// message matches, the oldest such is taken and returned with `user`; otherwise the
     /// receive is queued and its handle returned.
     pub fn post_recv(&mut self, tag: Tag, tag_mask: TagMask, user: R) -> PostResult<T, R> {
-        if self.unexp.is_empty() {
-            // Nothing to look through (the common case of a receive posted in time).
-        } else if let Some(key) = self.find_unexpected(tag, tag_mask) {
-            let e = self.take_unexpected(key);
+        if let Some(e) = self.take_unexp_matching(tag, tag_mask) {
             return PostResult::Matched(Match {
                 info: e.info,
                 msg: e.msg,
                 user,
             });
         }
-
         PostResult::Queued(self.queue_recv(tag, tag_mask, user))
     }
 
@@ -301,19 +310,68 @@ impl<T, R> TagMatcher<T, R> {
     /// receive with [`queue_recv`](Self::queue_recv).
     #[inline]
     pub fn take_matching(&mut self, tag: Tag, tag_mask: TagMask) -> Option<(TagInfo, T)> {
-        if self.unexp.is_empty() {
-            return None;
-        }
-        let key = self.find_unexpected(tag, tag_mask)?;
-        let e = self.take_unexpected(key);
-        Some((e.info, e.msg))
+        self.take_unexp_matching(tag, tag_mask)
+            .map(|e| (e.info, e.msg))
     }
 
     /// Whether no unexpected message waits: a receive posted now is queued
     /// ([`queue_recv`](Self::queue_recv)).
     #[inline(always)]
     pub fn no_unexpected(&self) -> bool {
-        self.unexp.is_empty()
+        self.unexp.is_empty() && self.urun.is_empty()
+    }
+
+    /// Takes the oldest unexpected message matching `(tag, tag_mask)`: the run's first
+    /// (all of the run share its tag, and nothing else waits beside it), else from the
+    /// slab.
+    #[inline]
+    fn take_unexp_matching(&mut self, tag: Tag, tag_mask: TagMask) -> Option<Probed<T>> {
+        if let Some(f) = self.urun.front() {
+            if !tag_matches(f.info.sender_tag, tag, tag_mask) {
+                return None;
+            }
+            let e = self.urun.pop_front();
+            if self.urun.is_empty() && self.urun.capacity() > UNEXP_KEEP {
+                // As for the slab: a burst is over.
+                self.urun = VecDeque::new();
+            }
+            return e;
+        }
+        if self.unexp.is_empty() {
+            return None;
+        }
+        let key = self.find_unexpected(tag, tag_mask)?;
+        let e = self.take_unexpected(key);
+        Some(Probed {
+            info: e.info,
+            seq: e.seq,
+            msg: e.msg,
+        })
+    }
+
+    /// Moves the unexpected run into the slab and its lists (its messages are older than
+    /// anything that arrives after).
+    fn unrun_unexpected(&mut self) {
+        while let Some(p) = self.urun.pop_front() {
+            self.store_unexpected(p.info, p.seq, p.msg);
+        }
+        if self.urun.capacity() > UNEXP_KEEP {
+            self.urun = VecDeque::new();
+        }
+    }
+
+    fn store_unexpected(&mut self, info: TagInfo, seq: u64, msg: T) {
+        let tag = info.sender_tag;
+        let key = self.unexp.insert(Unexpected {
+            info,
+            seq,
+            bucket: Links::UNLINKED,
+            all: Links::UNLINKED,
+            msg,
+        });
+        self.unexp_hash
+            .push_back(tag, &mut self.unexp, key, unexp_bucket);
+        self.unexp_all.push_back(&mut self.unexp, key, unexp_all);
     }
 
     /// Queues a receive as expected, without looking for an unexpected message (the caller
@@ -403,16 +461,16 @@ impl<T, R> TagMatcher<T, R> {
 
         let seq = self.unexp_seq;
         self.unexp_seq += 1;
-        let key = self.unexp.insert(Unexpected {
-            info,
-            seq,
-            bucket: Links::UNLINKED,
-            all: Links::UNLINKED,
-            msg,
-        });
-        self.unexp_hash
-            .push_back(tag, &mut self.unexp, key, unexp_bucket);
-        self.unexp_all.push_back(&mut self.unexp, key, unexp_all);
+        if self.unexp.is_empty() {
+            match self.urun.front() {
+                Some(f) if f.info.sender_tag != tag => self.unrun_unexpected(),
+                _ => {
+                    self.urun.push_back(Probed { info, seq, msg });
+                    return ArriveResult::Unexpected;
+                }
+            }
+        }
+        self.store_unexpected(info, seq, msg);
         ArriveResult::Unexpected
     }
 
@@ -439,25 +497,35 @@ impl<T, R> TagMatcher<T, R> {
         Some(self.take_expected(key).user)
     }
 
-    /// Looks for the oldest unexpected message matching `(tag, tag_mask)`
-    /// (`ucp_tag_probe_nb`). Without `remove` the message stays queued; with `remove` it
-    /// leaves the unexpected queue and the result carries the handle for
-    /// [`msg_recv`](Self::msg_recv).
     /// The oldest unexpected message matching `(tag, tag_mask)`, left in place.
     pub fn peek(&mut self, tag: Tag, tag_mask: TagMask) -> Option<&T> {
+        if !self.urun.is_empty() {
+            let f = self.urun.front()?;
+            return tag_matches(f.info.sender_tag, tag, tag_mask).then_some(&f.msg);
+        }
         let key = self.find_unexpected(tag, tag_mask)?;
         Some(&self.unexp[key].msg)
     }
 
+    /// Looks for the oldest unexpected message matching `(tag, tag_mask)`
+    /// (`ucp_tag_probe_nb`). Without `remove` the message stays queued; with `remove` it
+    /// leaves the unexpected queue and the result carries the handle for
+    /// [`msg_recv`](Self::msg_recv).
     pub fn probe(&mut self, tag: Tag, tag_mask: TagMask, remove: bool) -> Option<ProbeResult> {
-        let key = self.find_unexpected(tag, tag_mask)?;
         if !remove {
+            let info = match self.urun.front() {
+                Some(f) => tag_matches(f.info.sender_tag, tag, tag_mask).then_some(f.info)?,
+                None => {
+                    let key = self.find_unexpected(tag, tag_mask)?;
+                    self.unexp[key].info
+                }
+            };
             return Some(ProbeResult {
-                info: self.unexp[key].info,
+                info,
                 message: None,
             });
         }
-        let e = self.take_unexpected(key);
+        let e = self.take_unexp_matching(tag, tag_mask)?;
         let info = e.info;
         let seq = e.seq;
         let pkey = self.probed.insert(Probed {
@@ -524,6 +592,9 @@ impl<T, R> TagMatcher<T, R> {
         mut remove: impl FnMut(&mut T) -> bool,
         mut f: impl FnMut(TagInfo, T),
     ) {
+        if !self.urun.is_empty() {
+            self.unrun_unexpected();
+        }
         let mut key = self.unexp_all.head;
         while key != NIL {
             let e = &mut self.unexp[key];
@@ -613,13 +684,14 @@ impl<T, R> TagMatcher<T, R> {
 impl<T, R> TagMatcher<T, R> {
     /// Storage capacities (slabs and tag tables): unchanged capacities across a phase mean
     /// that phase did not allocate in the matcher.
-    pub(super) fn capacities(&self) -> [usize; 5] {
+    pub(super) fn capacities(&self) -> [usize; 6] {
         [
             self.exp.capacity(),
             self.exp_hash.capacity(),
             self.unexp.capacity(),
             self.unexp_hash.capacity(),
             self.probed.capacity(),
+            self.urun.capacity(),
         ]
     }
 
@@ -630,6 +702,22 @@ impl<T, R> TagMatcher<T, R> {
 
     /// Checks every structural invariant; panics with a description on the first broken one.
     pub(super) fn check_invariants(&self) {
+        if let Some(f) = self.urun.front() {
+            assert!(self.unexp.is_empty(), "an unexpected run beside the slab");
+            let mut prev = None;
+            for p in &self.urun {
+                assert_eq!(p.info.sender_tag, f.info.sender_tag, "two tags in the run");
+                assert!(
+                    p.seq < self.unexp_seq,
+                    "unexpected run message from the future"
+                );
+                assert!(
+                    prev.is_none_or(|q| q < p.seq),
+                    "unexpected run out of order"
+                );
+                prev = Some(p.seq);
+            }
+        }
         if let Some(f) = self.run.front() {
             assert!(self.exp.is_empty(), "a run beside queued receives");
             assert_eq!(self.run.iter().count(), self.run.len(), "a hole in the run");

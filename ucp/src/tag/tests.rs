@@ -288,6 +288,52 @@ fn lone_receive_is_matched_moved_and_cancelled() {
 }
 
 #[test]
+fn an_unexpected_run_of_one_tag_keeps_arrival_order_and_moves_for_another_tag() {
+    let mut m = M::new();
+    // One tag's stream running ahead of its receives stays out of the slab.
+    for i in 0..4 {
+        unexpected(m.arrive(S0, 5, 8, i));
+    }
+    m.check_invariants();
+    assert_eq!(m.capacities()[2], 0, "the run took no slab slot");
+    assert_eq!(m.unexpected_len(), 4);
+    assert!(!m.no_unexpected());
+    // Taken oldest first, by an exact or a masked receive; a receive of another tag finds
+    // nothing and is queued.
+    assert_eq!(matched_post(m.post_recv(5, FULL, 0)).msg, 0);
+    assert_eq!(m.take_matching(4, !1).map(|(_, x)| x), Some(1));
+    queued(m.post_recv(6, FULL, 7));
+    assert_eq!(m.peek(5, FULL), Some(&2));
+    assert_eq!(m.probe(5, FULL, false).map(|p| p.info.length), Some(8));
+    m.check_invariants();
+    // Another tag arrives (and matches the receive queued for it): nothing moves.
+    assert_eq!(matched_arrive(m.arrive(S1, 6, 0, 50)).user, 7);
+    // Unmatched, it moves the run into the slab first, behind which it is stored.
+    unexpected(m.arrive(S1, 9, 0, 51));
+    m.check_invariants();
+    assert!(m.capacities()[2] > 0);
+    assert_eq!(m.unexpected_len(), 3);
+    // A wildcard still takes the oldest: the run's, then the newcomer.
+    assert_eq!(matched_post(m.post_recv(0, 0, 1)).msg, 2);
+    let h = m.probe(0, 0, true).unwrap().message.unwrap();
+    assert_eq!(m.msg_recv(h, 2).unwrap().msg, 3);
+    assert_eq!(matched_post(m.post_recv(9, FULL, 3)).msg, 51);
+    assert!(m.no_unexpected());
+    // A run drained for a failed sender keeps the other's messages in order.
+    for i in 0..3 {
+        unexpected(m.arrive(SenderId(i % 2), 5, 0, 60 + i));
+    }
+    let mut gone = Vec::new();
+    m.drain_sender(S1, |_, x| gone.push(x));
+    assert_eq!(gone, vec![61]);
+    m.check_invariants();
+    assert_eq!(matched_post(m.post_recv(5, FULL, 4)).msg, 60);
+    assert_eq!(matched_post(m.post_recv(5, FULL, 5)).msg, 62);
+    assert!(m.no_unexpected());
+    m.check_invariants();
+}
+
+#[test]
 fn a_run_of_one_tag_keeps_its_order_through_cancels_and_moves() {
     let mut m = M::new();
     // A window for one tag stays in the run, matched in post order.
@@ -538,7 +584,7 @@ fn warm_matcher_does_not_grow() {
     // round, so hash buckets come and go) must not grow any slab or tag table. This is a
     // proxy for "no allocation once warm": a counting global allocator would need unsafe
     // code, which this crate forbids. Capacities are sampled after every operation.
-    fn observe(m: &M, max: &mut [usize; 5], warming: bool, round: u64) {
+    fn observe(m: &M, max: &mut [usize; 6], warming: bool, round: u64) {
         for (i, c) in m.capacities().into_iter().enumerate() {
             if warming {
                 max[i] = max[i].max(c);
@@ -551,7 +597,7 @@ fn warm_matcher_does_not_grow() {
             }
         }
     }
-    fn round(m: &mut M, base: u64, max: &mut [usize; 5], warming: bool) {
+    fn round(m: &mut M, base: u64, max: &mut [usize; 6], warming: bool) {
         let r = base >> 32;
         for i in 0..512 {
             unexpected(m.arrive(SenderId(i % 3), base + i % 64, 0, i));
@@ -582,7 +628,7 @@ fn warm_matcher_does_not_grow() {
         );
     }
     let mut m = M::new();
-    let mut max = [0; 5];
+    let mut max = [0; 6];
     round(&mut m, 0, &mut max, true);
     for r in 1..100 {
         round(&mut m, r << 32, &mut max, false);
