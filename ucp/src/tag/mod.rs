@@ -53,6 +53,12 @@
 //!   full-mask receive or probe takes the head of its bucket in O(1); a masked one scans
 //!   the global list from the oldest message.
 //!
+//!   Here too there is a run: messages of one tag that arrive while no other unexpected
+//!   message waits are held apart in arrival order, and a receive or probe compares its
+//!   tag with the first alone (one peer's stream running ahead of its receives, as in a
+//!   bidirectional window or `MPI_Sendrecv`). A message of another tag moves the run into
+//!   the lists first, with its sequence numbers.
+//!
 //! All entries live in [`slab::Slab`]s and the lists are intrusive (threaded through the
 //! slab entries by key, see `list.rs`). The per-tag tables are open-addressed with
 //! backward-shift deletion (`table.rs`): an emptied bucket is removed at once and leaves no
