@@ -5,7 +5,7 @@
  * handle export/open between two processes, and which mappings of /proc/self/maps belong to
  * the driver. Build and run on the GPU machine:
  *
- *   nvcc -O2 -o probe contrib/gpu/probe.c -lcuda && ./probe
+ *   nvcc -O2 -o probe contrib/gpu/probe.cu -lcuda && ./probe
  */
 #include <cuda.h>
 #include <stdint.h>
