@@ -20,17 +20,14 @@ use crate::status_ptr;
 use crate::types::*;
 use crate::worker::{info_of, CWorker};
 
-/// The fields of a plain `ucp_request_param_t`.
+/// A plain `ucp_request_param_t`: its mask and element size, read at once; the callback,
+/// user data and request memory are read from the caller's struct only where a case needs
+/// them (an eager send that completes in the call needs none of them).
 #[derive(Clone, Copy)]
 pub(crate) struct Plain {
-    cb: *const c_void,
-    user_data: *mut c_void,
-    /// `UCP_OP_ATTR_FIELD_REQUEST`: the application's request memory (NULL: the pool's).
-    user_req: *mut c_void,
+    param: *const ucp_request_param_t,
+    mask: u32,
     elem: usize,
-    no_imm: bool,
-    /// `FAST_CMPL`: a blocking send (see `SendParams::fast_cmpl`).
-    fast: bool,
 }
 
 /// The attributes [`plain`] accepts. `MULTI_SEND` is a hint (many operations in flight)
@@ -48,7 +45,8 @@ const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
 /// `param` when it is plain, else `None`.
 ///
 /// # Safety
-/// `param` NULL or readable.
+/// `param` NULL or readable, and readable for as long as the returned value is used (the
+/// call it was passed to).
 #[inline(always)]
 pub(crate) unsafe fn plain(param: *const ucp_request_param_t) -> Option<Plain> {
     if param.is_null() {
@@ -56,38 +54,58 @@ pub(crate) unsafe fn plain(param: *const ucp_request_param_t) -> Option<Plain> {
     }
     // SAFETY: readable by contract; op_attr_mask read first.
     let p = unsafe { &*param };
-    let m = p.op_attr_mask;
-    if m & !PLAIN != 0 {
+    let mask = p.op_attr_mask;
+    if mask & !PLAIN != 0 {
         return None;
     }
-    let elem = if m & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
+    let elem = if mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
         crate::dt::contig_size(p.datatype)?
     } else {
         1
     };
-    Some(Plain {
-        cb: if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
-            p.cb
-        } else {
-            std::ptr::null()
-        },
-        user_data: if m & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
-            p.user_data
-        } else {
-            std::ptr::null_mut()
-        },
-        user_req: if m & UCP_OP_ATTR_FIELD_REQUEST != 0 {
-            p.request
-        } else {
-            std::ptr::null_mut()
-        },
-        elem,
-        no_imm: m & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0,
-        fast: m & UCP_OP_ATTR_FLAG_FAST_CMPL != 0,
-    })
+    Some(Plain { param, mask, elem })
 }
 
 impl Plain {
+    /// `NO_IMM_CMPL`: a request is returned even when the operation finished in the call.
+    #[inline(always)]
+    fn no_imm(&self) -> bool {
+        self.mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0
+    }
+
+    /// `FAST_CMPL`: a blocking send (see `SendParams::fast_cmpl`).
+    #[inline(always)]
+    fn fast(&self) -> bool {
+        self.mask & UCP_OP_ATTR_FLAG_FAST_CMPL != 0
+    }
+
+    /// The struct itself, readable for the call this value belongs to.
+    #[inline(always)]
+    fn fields(&self) -> &ucp_request_param_t {
+        // SAFETY: `plain`'s contract: readable while this value is used.
+        unsafe { &*self.param }
+    }
+
+    /// `UCP_OP_ATTR_FIELD_USER_DATA`, or NULL.
+    #[inline(always)]
+    fn user_data(&self) -> *mut c_void {
+        if self.mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+            self.fields().user_data
+        } else {
+            std::ptr::null_mut()
+        }
+    }
+
+    /// `UCP_OP_ATTR_FIELD_REQUEST`: the application's request memory (NULL: the pool's).
+    #[inline(always)]
+    fn user_req(&self) -> *mut c_void {
+        if self.mask & UCP_OP_ATTR_FIELD_REQUEST != 0 {
+            self.fields().request
+        } else {
+            std::ptr::null_mut()
+        }
+    }
+
     /// The contiguous host buffer of `count` elements at `buffer`, or `None` (overflow,
     /// NULL with data, device or managed memory: the general path reports or handles it,
     /// and records the request's memory type). Where a CUDA driver is loaded, host memory
@@ -108,11 +126,11 @@ impl Plain {
     }
 
     fn cb(&self, kind: crate::ops::CbKind) -> Cb {
-        if self.cb.is_null() {
+        if self.mask & UCP_OP_ATTR_FIELD_CALLBACK == 0 || self.fields().cb.is_null() {
             Cb::None
         } else {
             // SAFETY: the union member the operation uses, a function pointer of that type.
-            unsafe { Cb::from_param(kind, self.cb) }
+            unsafe { Cb::from_param(kind, self.fields().cb) }
         }
     }
 }
@@ -143,7 +161,7 @@ pub(crate) unsafe fn tag_send(
     tag: u64,
     p: &Plain,
 ) -> Option<ucs_status_ptr_t> {
-    if p.no_imm {
+    if p.no_imm() {
         return None;
     }
     // SAFETY: per the contract.
@@ -152,7 +170,7 @@ pub(crate) unsafe fn tag_send(
     let (e, w) = unsafe { CEp::from_ptr(ep) }?;
     let h = e.h;
     let sp = SendParams {
-        fast_cmpl: p.fast,
+        fast_cmpl: p.fast(),
         ..SEND_P
     };
     let id = match w.with(|wk| wk.tag_send_contig(h, b, tag, sp)) {
@@ -188,7 +206,7 @@ pub(crate) unsafe fn tag_recv(
     let cb = p.cb(crate::ops::CbKind::TagRecv);
     // SAFETY: the pool's memory, or the application's by UCP_OP_ATTR_FIELD_REQUEST's
     // contract.
-    let Some(h) = (unsafe { request::alloc(w, p.user_req, cb, p.user_data) }) else {
+    let Some(h) = (unsafe { request::alloc(w, p.user_req(), cb, p.user_data()) }) else {
         return Some(status_ptr(Status::NoMemory));
     };
     let r = w.with(|wk| {
@@ -211,7 +229,7 @@ pub(crate) unsafe fn tag_recv(
 fn subscribe(w: &CWorker, id: ucp::ReqId, cb: Cb, p: &Plain, recv: bool) -> ucs_status_ptr_t {
     // SAFETY: the pool's memory, or the application's by UCP_OP_ATTR_FIELD_REQUEST's
     // contract.
-    let Some(h) = (unsafe { request::alloc(w, p.user_req, cb, p.user_data) }) else {
+    let Some(h) = (unsafe { request::alloc(w, p.user_req(), cb, p.user_data()) }) else {
         w.with(|wk| wk.request_free(id));
         return status_ptr(Status::NoMemory);
     };
@@ -240,12 +258,12 @@ fn finished(
         discard(w, h, p);
         return status_ptr(s);
     }
-    if p.no_imm {
+    if p.no_imm() {
         // SAFETY: h is live and completed once, here.
         unsafe { request::complete(h, s, info_of(info)) };
         return user_ptr(h);
     }
-    if p.user_req.is_null() {
+    if p.user_req().is_null() {
         discard(w, h, p);
     } else {
         // SAFETY: h is live, in the application's memory, completed once, here.
@@ -265,7 +283,7 @@ fn finished(
 /// application's memory is left as it was given (it never held a live request).
 fn discard(w: &CWorker, h: *mut ReqHdr, p: &Plain) {
     // SAFETY: h came from `alloc` on this worker and nobody else has seen it.
-    unsafe { request::discard(w, h, !p.user_req.is_null()) };
+    unsafe { request::discard(w, h, !p.user_req().is_null()) };
 }
 
 /// `ucp_put_nbi` / `ucp_get_nbi` (`get`) of host memory into or out of a peer's region
@@ -336,7 +354,7 @@ pub(crate) unsafe fn rma_mapped_nbx(
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: `param` readable by the contract.
     let p = unsafe { plain(param) }?;
-    if p.no_imm {
+    if p.no_imm() {
         return None;
     }
     let len = count.checked_mul(p.elem)?;
@@ -403,7 +421,7 @@ mod tests {
             let p = param(mask);
             // SAFETY: a live parameter struct.
             let plain = unsafe { plain(&p) }.unwrap_or_else(|| panic!("{mask:#x} not plain"));
-            assert_eq!((plain.no_imm, plain.fast), (no_imm, fast), "{mask:#x}");
+            assert_eq!((plain.no_imm(), plain.fast()), (no_imm, fast), "{mask:#x}");
         }
         // What this path does not handle goes to the general one.
         for mask in [
@@ -420,14 +438,9 @@ mod tests {
     #[test]
     fn with_a_driver_loaded_host_buffers_stay_on_the_fast_path_and_device_ones_leave_it() {
         ucs::memtype::enable(Box::new(OneDeviceRange), true);
-        let p = Plain {
-            cb: std::ptr::null(),
-            user_data: std::ptr::null_mut(),
-            user_req: std::ptr::null_mut(),
-            elem: 1,
-            no_imm: false,
-            fast: false,
-        };
+        let none = param(0);
+        // SAFETY: a live parameter struct.
+        let p = unsafe { plain(&none) }.expect("an empty mask is plain");
         let host = [0u8; 64];
         // SAFETY: only the description is made; nothing is read or written through it.
         unsafe {
