@@ -34,12 +34,12 @@ one() {
   local prog=$1 sg=$2 rg=$3 env1=$4
   shift 4
   port=$((port + 1))
-  local srv=("$RUCX" -p "$port" -a "cuda:$sg,cuda:$rg")
-  local cli=("$RUCX" 127.0.0.1 -p "$port" -a "cuda:$sg,cuda:$rg")
-  local senv=("$env1") cenv=("$env1")
+  local srv=("$RUCX" -p "$port" -a cuda:0)
+  local cli=("$RUCX" 127.0.0.1 -p "$port" -a cuda:0)
+  # One GPU per process for both programs, as in gpu-tag.sh.
+  local senv=("$env1" CUDA_VISIBLE_DEVICES="$rg") cenv=("$env1" CUDA_VISIBLE_DEVICES="$sg")
   if [ "$prog" = ucx ]; then
     srv=("${UCX[@]}" -p "$port") cli=("${UCX[@]}" 127.0.0.1 -p "$port")
-    senv+=(CUDA_VISIBLE_DEVICES="$rg") cenv+=(CUDA_VISIBLE_DEVICES="$sg")
   fi
   env "${senv[@]}" taskset -c 2 timeout 90 "${srv[@]}" >/dev/null 2>&1 &
   local spid=$! out=""

@@ -31,10 +31,12 @@ U=.gpu/ucx122
 RUCX="$BIN/rucx-perftest"
 # A command (not a shell function: it runs under env, taskset and timeout).
 UCX=(env LD_LIBRARY_PATH="$U/lib" UCX_MODULE_DIR="$U/lib/ucx" "$U/bin/ucx_perftest")
-# Which GPU each side uses: rucx-perftest takes -a cuda:SEND,cuda:RECV on both sides; UCX
-# 1.22's -a selects its device-initiated (GDAKI) tests instead ("Invalid test case" for
-# tag_lat), so its processes get the GPU through CUDA_VISIBLE_DEVICES (server: the
-# receive GPU, client: the send GPU).
+# Which GPU each side uses: UCX 1.22's -a selects its device-initiated (GDAKI) tests
+# ("Invalid test case" for tag_lat), so its processes get their GPU through
+# CUDA_VISIBLE_DEVICES (server: the receive GPU, client: the send GPU). Rucx's get the same
+# placement: between two GPUs each process sees only its own (rucx-perftest's -a
+# cuda:SEND,cuda:RECV would put every process's send buffers on one GPU and its receive
+# buffers on the other, a different test; docs/benchmarks.md, stop 45).
 port=$((20000 + RANDOM % 20000))
 
 # one PROG TEST SIZE ITERS COL MEM SEND_GPU RECV_GPU: the Final line's COL of one run (3: p50
@@ -42,13 +44,12 @@ port=$((20000 + RANDOM % 20000))
 one() {
   local prog=$1 test=$2 size=$3 iters=$4 col=$5 mem=$6 sg=$7 rg=$8
   port=$((port + 1))
-  local srv=("$RUCX" -p "$port" -a "cuda:$sg,cuda:$rg")
-  local cli=("$RUCX" 127.0.0.1 -p "$port" -a "cuda:$sg,cuda:$rg")
-  local senv=() cenv=()
-  if [ -n "$tls" ]; then senv=(UCX_TLS="$tls") cenv=(UCX_TLS="$tls"); fi
+  local srv=("$RUCX" -p "$port" -a cuda:0)
+  local cli=("$RUCX" 127.0.0.1 -p "$port" -a cuda:0)
+  local senv=(CUDA_VISIBLE_DEVICES="$rg") cenv=(CUDA_VISIBLE_DEVICES="$sg")
+  if [ -n "$tls" ]; then senv+=(UCX_TLS="$tls") cenv+=(UCX_TLS="$tls"); fi
   if [ "$prog" = ucx ]; then
     srv=("${UCX[@]}" -p "$port") cli=("${UCX[@]}" 127.0.0.1 -p "$port")
-    senv+=(CUDA_VISIBLE_DEVICES="$rg") cenv+=(CUDA_VISIBLE_DEVICES="$sg")
   fi
   env "${senv[@]}" taskset -c 2 timeout 300 "${srv[@]}" >/dev/null 2>&1 &
   local spid=$! out=""

@@ -8,8 +8,8 @@
 #   XLAT_ALT="VAR=value" bash contrib/bench/gpu-xlat.sh   (Rucx again with VAR set: "alt")
 #   XLAT_ROUNDS=5                               (rounds, default 3)
 #
-# UCX 1.22's processes get their GPU through CUDA_VISIBLE_DEVICES (its -a option selects
-# device-initiated tests, see gpu-tag.sh).
+# Both programs' processes get their GPU through CUDA_VISIBLE_DEVICES, one each (UCX
+# 1.22's -a option selects device-initiated tests; see gpu-tag.sh).
 set -uo pipefail
 B=${1:-.gpu/bin}
 U=.gpu/ucx122
@@ -17,19 +17,19 @@ port=26000
 for round in $(seq "${XLAT_ROUNDS:-3}"); do
   for size in 8 1048576; do
     port=$((port + 1))
-    (RUCX_PERFTEST_STATS=1 taskset -c 2 timeout 60 "$B/rucx-perftest" -p $port -a cuda:0,cuda:1 >/tmp/xlat-srv.txt 2>&1 &)
+    (CUDA_VISIBLE_DEVICES=1 RUCX_PERFTEST_STATS=1 taskset -c 2 timeout 60 "$B/rucx-perftest" -p $port >/tmp/xlat-srv.txt 2>&1 &)
     sleep 0.5
-    r=$(RUCX_PERFTEST_STATS=1 taskset -c 4 timeout 60 "$B/rucx-perftest" 127.0.0.1 -p $port \
-      -a cuda:0,cuda:1 -t tag_lat -s $size -n 2000 -w 200 -m cuda 2>&1 | tee /tmp/xlat-cli.txt |
+    r=$(CUDA_VISIBLE_DEVICES=0 RUCX_PERFTEST_STATS=1 taskset -c 4 timeout 60 "$B/rucx-perftest" 127.0.0.1 -p $port \
+      -a cuda:0 -t tag_lat -s $size -n 2000 -w 200 -m cuda 2>&1 | tee /tmp/xlat-cli.txt |
       grep Final: | awk '{print $3}')
     sleep 0.5
     alt=
     if [ -n "${XLAT_ALT:-}" ]; then
       port=$((port + 1))
-      (env $XLAT_ALT taskset -c 2 timeout 60 "$B/rucx-perftest" -p $port -a cuda:0,cuda:1 >/dev/null 2>&1 &)
+      (env CUDA_VISIBLE_DEVICES=1 $XLAT_ALT taskset -c 2 timeout 60 "$B/rucx-perftest" -p $port >/dev/null 2>&1 &)
       sleep 0.5
-      alt=$(env $XLAT_ALT taskset -c 4 timeout 60 "$B/rucx-perftest" 127.0.0.1 -p $port \
-        -a cuda:0,cuda:1 -t tag_lat -s $size -n 2000 -w 200 -m cuda 2>&1 |
+      alt=$(env CUDA_VISIBLE_DEVICES=0 $XLAT_ALT taskset -c 4 timeout 60 "$B/rucx-perftest" 127.0.0.1 -p $port \
+        -a cuda:0 -t tag_lat -s $size -n 2000 -w 200 -m cuda 2>&1 |
         grep Final: | awk '{print $3}')
       alt=" alt $alt"
       sleep 0.5
