@@ -158,7 +158,7 @@ fn cached_host(p: u64) -> bool {
 /// Starts a new epoch (the caller holds `GLOBAL`'s write lock). When the epoch's bits
 /// wrap, the table is emptied, so that no word of an old epoch can match again.
 fn next_epoch(_g: &mut Global) {
-    let e = EPOCH.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+    let e = EPOCH.fetch_add(1, Ordering::Release).wrapping_add(1);
     if e & ((1 << EPOCH_BITS) - 1) == 0 {
         for w in &HOST_PAGES {
             w.store(0, Ordering::Relaxed);
@@ -211,14 +211,34 @@ pub fn mem_type(ptr: *const u8) -> MemoryType {
     detect(ptr).mem_type
 }
 
+thread_local! {
+    /// The device or managed range this thread last found in the range cache, and the
+    /// epoch it was found in: a rendezvous asks about the same buffer several times per
+    /// message, and the read lock and tree walk cost about 0.1 µs each time on the GPU
+    /// machine's host (docs/benchmarks.md, stop 45). Any `remember`, `forget` or `enable`
+    /// starts a new epoch, which retires it.
+    static LAST_RANGE: std::cell::Cell<(u64, MemInfo)> =
+        const { std::cell::Cell::new((0, MemInfo::HOST)) };
+}
+
 #[inline(never)]
 fn detect_slow(p: u64) -> MemInfo {
     let cache = USE_CACHE.load(Ordering::Relaxed);
+    if cache {
+        let (epoch, info) = LAST_RANGE.with(|c| c.get());
+        if epoch == EPOCH.load(Ordering::Acquire) && p >= info.base && p - info.base < info.len {
+            return info;
+        }
+    }
     let key_before = host_key(p);
     let g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     if cache {
         if let Some((_, info)) = g.ranges.range(..=p).next_back() {
             if p < info.base + info.len {
+                // The epoch cannot move while the read lock is held (writers hold the
+                // write lock to start one).
+                let epoch = EPOCH.load(Ordering::Acquire);
+                LAST_RANGE.with(|c| c.set((epoch, *info)));
                 return *info;
             }
         }

@@ -55,9 +55,11 @@
 use smallvec::SmallVec;
 use ucs::wire::{Reader, Writer};
 
-/// A packed memory key as it travels in rendezvous messages: held inline up to 80 bytes
-/// (the keys of the memory lanes without hardware, with a shared-memory window, take 71),
-/// so decoding one allocates nothing.
+/// A packed memory key as it travels in rendezvous messages: held inline up to 160 bytes,
+/// so encoding or decoding one allocates nothing. The keys of the memory lanes without
+/// hardware take 71 bytes with a shared-memory window; `cuda_ipc`'s takes 132 (its IPC
+/// handle alone is 64), and allocating it cost every GPU rendezvous message an allocation
+/// and a free on both sides.
 pub type KeyBytes = SmallVec<[u8; 80]>;
 
 /// The remote segments of a rendezvous: held inline up to 4 (a contiguous buffer is one).

@@ -947,7 +947,7 @@ impl Worker {
             release_owed: NO_IFACE,
             am_depth: 0,
             mems: Slab::new(),
-            mappings: HashMap::new(),
+            mappings: Default::default(),
             shm_regions: 0,
             vectors: Default::default(),
             rma_queue: VecDeque::new(),

@@ -20,7 +20,6 @@
 //! RMA_REPLY   ep:u32 req:u64 offset:u64 status:i8 data
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use slab::Slab;
@@ -242,7 +241,7 @@ const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 const SMALL_GET: usize = 1024;
 
 /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
-pub(crate) type MappingCache = HashMap<(u32, u32, u64), Arc<Segment>>;
+pub(crate) type MappingCache = rustc_hash::FxHashMap<(u32, u32, u64), Arc<Segment>>;
 
 /// Peers' regions kept mapped at once (see `map_window`).
 const MAX_MAPPINGS: usize = 256;

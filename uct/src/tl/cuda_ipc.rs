@@ -28,9 +28,10 @@
 //! There is no active-message path: `ucp` pairs this transport with one that has one
 //! (posix) and uses it for the memory lane of device memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap;
 use slab::Slab;
 use ucs::cuda::{self, Driver, Event, StreamSet};
 use ucs::memtype::{self, MemoryType};
@@ -60,6 +61,42 @@ pub fn probe() -> Result<Vec<String>, String> {
     }
 }
 
+/// Longest PCI bus id a key carries ("0000:19:00.0" is 12 bytes).
+const BUS_ID_MAX: usize = 32;
+
+/// A device's PCI bus id, held inline: every rendezvous message carries one, and a
+/// `String` cost an allocation and a free per message on the receiving side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct BusId {
+    len: u8,
+    bytes: [u8; BUS_ID_MAX],
+}
+
+impl BusId {
+    /// `s` as a bus id, or `None` when it is longer than `BUS_ID_MAX` bytes.
+    fn new(s: &str) -> Option<BusId> {
+        let n = s.len();
+        if n > BUS_ID_MAX {
+            return None;
+        }
+        let mut bytes = [0; BUS_ID_MAX];
+        bytes[..n].copy_from_slice(s.as_bytes());
+        Some(BusId {
+            len: n as u8,
+            bytes,
+        })
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// Whether this is the bus id `s` (a device's, as the driver spells it).
+    fn is(&self, s: &str) -> bool {
+        self.as_bytes() == s.as_bytes()
+    }
+}
+
 /// What a peer's key says of the allocation it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Exported {
@@ -67,7 +104,7 @@ struct Exported {
     buffer_id: u64,
     alloc_base: u64,
     alloc_len: u64,
-    bus_id: String,
+    bus_id: BusId,
     /// The legacy IPC handle (zeros when `fd` is set).
     handle: [u8; 64],
     /// Memory of the virtual memory API: the exporter's descriptor of its shareable
@@ -99,11 +136,11 @@ const MAX_EXPORTS: usize = 256;
 pub struct IpcMd {
     driver: &'static Driver,
     /// Keys unpacked, by (peer pid, buffer id).
-    keys: Mutex<HashMap<(u32, u64), Exported>>,
+    keys: Mutex<FxHashMap<(u32, u64), Exported>>,
     /// What our own allocations export, by buffer id (the driver never gives an id twice in
     /// a process, so an entry cannot go stale): a rendezvous sends a key per message, and
     /// the IPC handle and device of its buffer are then looked up once, not per message.
-    mine: Mutex<HashMap<u64, Exported>>,
+    mine: Mutex<FxHashMap<u64, Exported>>,
     /// Our virtual-memory allocations exported by descriptor, by buffer id, oldest first
     /// (a peer takes its own copy of a descriptor the first time it maps the allocation).
     exports: Mutex<VecDeque<(u64, i32)>>,
@@ -127,8 +164,8 @@ impl IpcMd {
     fn new(driver: &'static Driver) -> IpcMd {
         IpcMd {
             driver,
-            keys: Mutex::new(HashMap::new()),
-            mine: Mutex::new(HashMap::new()),
+            keys: Mutex::new(FxHashMap::default()),
+            mine: Mutex::new(FxHashMap::default()),
             exports: Mutex::new(VecDeque::new()),
         }
     }
@@ -169,7 +206,7 @@ fn pack_key(base: u64, len: u64, e: &Exported) -> Vec<u8> {
         .u64(e.buffer_id)
         .u64(e.alloc_base)
         .u64(e.alloc_len)
-        .u8(e.bus_id.len() as u8);
+        .u8(e.bus_id.len);
     w = w
         .bytes(e.bus_id.as_bytes())
         .bytes(&e.handle)
@@ -190,7 +227,10 @@ fn unpack_key(buf: &[u8]) -> UcsResult<(RemoteKey, Exported)> {
     let alloc_base = r.u64().ok_or(bad)?;
     let alloc_len = r.u64().ok_or(bad)?;
     let n = r.u8().ok_or(bad)? as usize;
-    let bus_id = String::from_utf8(r.bytes(n).ok_or(bad)?.to_vec()).map_err(|_| bad)?;
+    let bus_id = std::str::from_utf8(r.bytes(n).ok_or(bad)?)
+        .ok()
+        .and_then(BusId::new)
+        .ok_or(bad)?;
     let handle: [u8; 64] = r.bytes(64).ok_or(bad)?.try_into().map_err(|_| bad)?;
     let fd = r.u32().ok_or(bad)? as i32;
     if !r.is_empty() || fd < -1 {
@@ -281,7 +321,7 @@ impl Md for IpcMd {
             .driver
             .devices()
             .get(info.device.max(0) as usize)
-            .map(|d| d.pci_bus_id.clone())
+            .and_then(|d| BusId::new(&d.pci_bus_id))
             .unwrap_or_default();
         let e = Exported {
             pid: std::process::id(),
@@ -313,7 +353,7 @@ impl Md for IpcMd {
             .driver
             .devices()
             .get(usize::try_from(info.device).ok()?)?;
-        Some(dev.pci_bus_id == e.bus_id)
+        Some(e.bus_id.is(&dev.pci_bus_id))
     }
 
     fn rkey_unpack(&self, buf: &[u8]) -> UcsResult<RemoteKey> {
@@ -369,7 +409,7 @@ pub struct CudaIpcIface {
     dev_addr: Vec<u8>,
     iface_addr: Vec<u8>,
     eps: Slab<Peer>,
-    mappings: HashMap<(u32, u64), Mapping>,
+    mappings: FxHashMap<(u32, u64), Mapping>,
     /// `STREAMS` streams per local device, made on first use, and their events.
     streams: StreamSet,
     inflight: VecDeque<InFlight>,
@@ -439,7 +479,7 @@ impl CudaIpcIface {
             dev_addr,
             iface_addr,
             eps: Slab::new(),
-            mappings: HashMap::new(),
+            mappings: FxHashMap::default(),
             streams: StreamSet::new(driver, STREAMS),
             inflight: VecDeque::new(),
             errors: VecDeque::new(),
@@ -462,11 +502,11 @@ impl CudaIpcIface {
     }
 
     /// The local ordinal of the device with PCI bus id `bus`.
-    fn ordinal_of(&self, bus: &str) -> Option<i32> {
+    fn ordinal_of(&self, bus: &BusId) -> Option<i32> {
         self.driver
             .devices()
             .iter()
-            .find(|d| d.pci_bus_id == bus)
+            .find(|d| bus.is(&d.pci_bus_id))
             .map(|d| d.ordinal)
     }
 
@@ -888,7 +928,7 @@ mod tests {
             buffer_id: 9,
             alloc_base: 0x7000_0000,
             alloc_len: 1 << 20,
-            bus_id: "0000:19:00.0".into(),
+            bus_id: BusId::new("0000:19:00.0").expect("a bus id"),
             handle: [5; 64],
             fd: -1,
         }
