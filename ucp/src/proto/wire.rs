@@ -55,11 +55,12 @@
 use smallvec::SmallVec;
 use ucs::wire::{Reader, Writer};
 
-/// A packed memory key as it travels in rendezvous messages: held inline up to 160 bytes,
-/// so encoding or decoding one allocates nothing. The keys of the memory lanes without
-/// hardware take 71 bytes with a shared-memory window; `cuda_ipc`'s takes 132 (its IPC
-/// handle alone is 64), and allocating it cost every GPU rendezvous message an allocation
-/// and a free on both sides.
+/// A packed memory key as it travels in rendezvous messages: held inline up to 80 bytes
+/// (the keys of the memory lanes without hardware, with a shared-memory window, take 71),
+/// so decoding one allocates nothing. `cuda_ipc`'s key (132 bytes: its IPC handle alone is
+/// 64) spills to the heap; held inline at 160 bytes it saved those allocations but made
+/// every move of a key a `memcpy` call, which cost a host rendezvous as much (callgrind,
+/// docs/benchmarks.md, stop 45).
 pub type KeyBytes = SmallVec<[u8; 80]>;
 
 /// The remote segments of a rendezvous: held inline up to 4 (a contiguous buffer is one).
