@@ -4,10 +4,11 @@
  * cuMemcpyPeerAsync, waited for by stream synchronize, a stream query spin, an event query
  * spin or an event synchronize, on a non-blocking stream and one of default flags. A forked
  * child allocates on GPU PEER and exports an IPC handle; the parent opens it on GPU MINE.
- * FLAGS is given to cuDevicePrimaryCtxSetFlags (0: the default; 1: CU_CTX_SCHED_SPIN).
- * Build and run on the GPU machine:
+ * FLAGS is given to cuDevicePrimaryCtxSetFlags (0: the default; 1: CU_CTX_SCHED_SPIN);
+ * GAP is how long the host spins between copies, in microseconds (0: back to back; the
+ * copies of a ping-pong come 10-20 us apart). Build and run on the GPU machine:
  *
- *   nvcc -O2 -o copy-api contrib/gpu/copy-api.cu -lcuda && ./copy-api MINE PEER [FLAGS [BYTES]]
+ *   nvcc -O2 -o copy-api contrib/gpu/copy-api.cu -lcuda && ./copy-api MINE PEER [FLAGS [BYTES [GAP]]]
  */
 #include <cuda.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ int main(int argc, char **argv)
     int mydev = atoi(argv[1]), peerdev = atoi(argv[2]);
     unsigned flags = argc > 3 ? atoi(argv[3]) : 0;
     size_t sz = argc > 4 ? atol(argv[4]) : 8;
+    double gap = argc > 5 ? atof(argv[5]) : 0;
     int p2c[2], c2p[2]; if (pipe(p2c) || pipe(c2p)) return 1;
     pid_t pid = fork();
     if (pid == 0) {
@@ -46,7 +48,7 @@ int main(int argc, char **argv)
     CUstream snb, sdef; CK(cuStreamCreate(&snb, CU_STREAM_NON_BLOCKING)); CK(cuStreamCreate(&sdef, CU_STREAM_DEFAULT));
     CUevent ev; CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
     const int N = 5000;
-    printf("mine GPU %d, peer's allocation on GPU %d, ctx flags %u, %zu B: median enqueue / total us (p90 total)\n", mydev, peerdev, flags, sz);
+    printf("mine GPU %d, peer's allocation on GPU %d, ctx flags %u, %zu B, %.1f us apart: median enqueue / total us (p90 total)\n", mydev, peerdev, flags, sz, gap);
     for (int v = 0; v < 7; v++) {
         std::vector<double> e, t;
         CUstream s = v == 6 ? sdef : snb;
@@ -66,6 +68,7 @@ int main(int argc, char **argv)
             }
             double z = now();
             if (i >= 200) { e.push_back(b - a); t.push_back(z - a); }
+            while (now() - z < gap) { }
         }
         std::sort(e.begin(), e.end()); std::sort(t.begin(), t.end());
         const char *names[] = {"MemcpyAsync+StreamSync", "DtoDAsync+StreamSync", "DtoDAsync+StreamQuery spin", "DtoDAsync+EventQuery spin", "PeerAsync+StreamSync", "DtoDAsync+EventSync", "MemcpyAsync default-stream-flags+StreamSync"};
