@@ -266,9 +266,30 @@ impl RndvKey {
 
     /// Decodes a key; a window must fit its file (`len <= seg_len`, no address overflow).
     pub fn decode(buf: &[u8]) -> Option<RndvKey> {
+        RndvKeyRef::decode(buf).map(|k| RndvKey {
+            mkey: KeyBytes::from_slice(k.mkey),
+            shm: k.shm,
+            device: k.device,
+        })
+    }
+}
+
+/// An [`RndvKey`] read in place: its memory lane's key borrowed from the message, for a
+/// receiver that uses it at once (a `cuda_ipc` key does not fit [`KeyBytes`] inline, and
+/// copying it out cost an allocation per message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RndvKeyRef<'a> {
+    pub mkey: &'a [u8],
+    pub shm: Option<ShmWindow>,
+    pub device: bool,
+}
+
+impl<'a> RndvKeyRef<'a> {
+    /// As [`RndvKey::decode`].
+    pub fn decode(buf: &'a [u8]) -> Option<RndvKeyRef<'a>> {
         let mut r = Reader::new(buf);
         let n = r.u16()? as usize;
-        let mkey = KeyBytes::from_slice(r.bytes(n)?);
+        let mkey = r.bytes(n)?;
         let flags = r.u8()?;
         if flags & !(KEY_SHM | KEY_DEVICE) != 0 {
             return None;
@@ -288,12 +309,112 @@ impl RndvKey {
                 Some(s)
             }
         };
-        r.is_empty().then_some(RndvKey {
+        r.is_empty().then_some(RndvKeyRef {
             mkey,
             shm,
             device: flags & KEY_DEVICE != 0,
         })
     }
+
+    /// Bytes of the encoding.
+    fn encoded_len(&self) -> usize {
+        2 + self.mkey.len()
+            + 1
+            + if self.shm.is_some() {
+                SHM_WINDOW_LEN
+            } else {
+                0
+            }
+    }
+
+    /// The encoding of [`RndvKey::encode`], into `w`.
+    fn write(&self, w: &mut Put) {
+        w.u16(self.mkey.len() as u16);
+        w.bytes(self.mkey);
+        let dev = if self.device { KEY_DEVICE } else { 0 };
+        match self.shm {
+            None => w.u8(dev),
+            Some(s) => {
+                w.u8(dev | KEY_SHM);
+                w.u32(s.pid);
+                w.u32(s.fd);
+                for v in [s.nonce, s.seg_len, s.base, s.len] {
+                    w.u64(v);
+                }
+            }
+        }
+    }
+}
+
+/// A little-endian writer into a slice: what does not fit is dropped and remembered.
+struct Put<'a> {
+    out: &'a mut [u8],
+    at: usize,
+    short: bool,
+}
+
+impl Put<'_> {
+    fn bytes(&mut self, v: &[u8]) {
+        match self.out.get_mut(self.at..self.at + v.len()) {
+            Some(d) => {
+                d.copy_from_slice(v);
+                self.at += v.len();
+            }
+            None => self.short = true,
+        }
+    }
+    fn u8(&mut self, v: u8) {
+        self.bytes(&[v]);
+    }
+    fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+}
+
+/// Bytes of the RTS [`write_rts_get`] writes.
+pub fn rts_get_len(key: &RndvKeyRef, segs: &[RemoteSeg]) -> usize {
+    EAGER_FIRST_HDR + 1 + segs_len_n(key.encoded_len(), segs.len())
+}
+
+/// Writes into `out` the RTS that [`encode_rts`] makes of `h` and `RtsData::Get { rkey:
+/// key` encoded`, segs, help }`, without building the key or the message first (a
+/// sender's RTS goes straight into the transport's buffer); its length, or `None` when
+/// `out` is shorter than [`rts_get_len`].
+pub fn write_rts_get(
+    out: &mut [u8],
+    h: &FirstHdr,
+    help: bool,
+    key: &RndvKeyRef,
+    segs: &[RemoteSeg],
+) -> Option<usize> {
+    if out.len() < rts_get_len(key, segs) {
+        return None;
+    }
+    h.write(&mut out[..EAGER_FIRST_HDR]);
+    let mut w = Put {
+        out,
+        at: EAGER_FIRST_HDR,
+        short: false,
+    };
+    w.u8(if help {
+        MODE_GET_HELP
+    } else {
+        RndvMode::Get as u8
+    });
+    w.u16(key.encoded_len() as u16);
+    key.write(&mut w);
+    w.u32(segs.len() as u32);
+    for s in segs {
+        w.u64(s.addr);
+        w.u64(s.len);
+    }
+    (!w.short).then_some(w.at)
 }
 
 /// An RTS's rendezvous part.
@@ -435,7 +556,11 @@ fn read_segs(r: &mut Reader, total: Option<u64>) -> Option<(KeyBytes, Segs)> {
 
 /// Bytes `write_segs` adds.
 fn segs_len(rkey: &[u8], segs: &[RemoteSeg]) -> usize {
-    2 + rkey.len() + 4 + 16 * segs.len()
+    segs_len_n(rkey.len(), segs.len())
+}
+
+fn segs_len_n(rkey_len: usize, nsegs: usize) -> usize {
+    2 + rkey_len + 4 + 16 * nsegs
 }
 
 fn write_segs(mut w: Writer, rkey: &[u8], segs: &[RemoteSeg]) -> Writer {
@@ -852,6 +977,72 @@ mod tests {
         }
         .encode()
         .to_vec()
+    }
+
+    #[test]
+    fn an_rts_written_in_place_is_the_encoded_one() {
+        let h = FirstHdr {
+            tag: 0xdead_beef,
+            ep: 5,
+            flags: 0,
+            sreq: 17,
+            total: 4096,
+        };
+        let w = ShmWindow {
+            pid: 42,
+            fd: 7,
+            nonce: 9,
+            seg_len: 1 << 20,
+            base: 0x7f00_0000_0000,
+            len: 4096,
+        };
+        let segs: Segs = smallvec::smallvec![
+            RemoteSeg {
+                addr: 0x1000,
+                len: 1000
+            },
+            RemoteSeg {
+                addr: 0x3000,
+                len: 3096
+            },
+        ];
+        // A host key with a window, and a device key too long to be held inline (as
+        // `cuda_ipc`'s 132 bytes), with and without the offer to write a tail.
+        let host = vec![3u8; 12];
+        let dev = vec![0xa5u8; 132];
+        for (mkey, shm, device) in [(&host, Some(w), false), (&dev, None, true)] {
+            for help in [false, true] {
+                let key = RndvKeyRef { mkey, shm, device };
+                let owned = RndvKey {
+                    mkey: KeyBytes::from_slice(mkey),
+                    shm,
+                    device,
+                };
+                let want = encode_rts(
+                    &h,
+                    &RtsData::Get {
+                        rkey: owned.encode(),
+                        segs: segs.clone(),
+                        help,
+                    },
+                );
+                let n = rts_get_len(&key, &segs);
+                assert_eq!(n, want.len());
+                let mut out = vec![0u8; n + 8];
+                assert_eq!(write_rts_get(&mut out, &h, help, &key, &segs), Some(n));
+                assert_eq!(&out[..n], &want[..]);
+                // Read back in place, the key is the one written.
+                let Some((_, RtsData::Get { rkey, .. })) = decode_rts(&out[..n]) else {
+                    panic!("not a get RTS");
+                };
+                assert_eq!(RndvKeyRef::decode(&rkey), Some(key));
+                assert_eq!(RndvKey::decode(&rkey), Some(owned));
+                // A buffer one byte short is refused and left as it was.
+                let mut short = vec![0u8; n - 1];
+                assert_eq!(write_rts_get(&mut short, &h, help, &key, &segs), None);
+                assert!(short.iter().all(|&b| b == 0));
+            }
+        }
     }
 
     #[test]

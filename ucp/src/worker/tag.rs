@@ -979,12 +979,6 @@ pub(super) fn push_send(
             let shm = (!device)
                 .then(|| rma::shm_window(mems, *shm_regions, lo, hi))
                 .flatten();
-            let rkey = RndvKey {
-                mkey: mkey.into(),
-                shm,
-                device,
-            }
-            .encode();
             if let Some(m) = memh {
                 s.memh = Some(Box::new((rma.iface, m)));
             }
@@ -995,20 +989,43 @@ pub(super) fn push_send(
                 && total >= split_thresh
                 && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
             s.split_offered = help;
-            let msg = wire::encode_rts(
-                &FirstHdr {
-                    tag,
-                    ep: rid,
-                    flags: s.flags,
-                    sreq: id.0,
-                    total: total as u64,
-                },
-                &RtsData::Get { rkey, segs, help },
-            );
+            let hdr = FirstHdr {
+                tag,
+                ep: rid,
+                flags: s.flags,
+                sreq: id.0,
+                total: total as u64,
+            };
+            let key = wire::RndvKeyRef {
+                mkey: &mkey,
+                shm,
+                device,
+            };
             let iface = &mut ifaces[lane.iface];
-            let (am_id, msg) = rts_for(&s.am, msg);
-            if nb(send_bytes(iface.as_mut(), lane, am_id, &msg))?.is_none() {
-                return Ok(false);
+            if s.am.is_none() {
+                // A tag RTS is written straight into the transport's buffer: no key or
+                // message built first (two allocations per message with `cuda_ipc`'s key).
+                let n = wire::rts_get_len(&key, &segs);
+                let r = iface.am_bcopy(lane.ep, wire::AM_RTS, &mut |buf| {
+                    wire::write_rts_get(buf, &hdr, help, &key, &segs).unwrap_or(0)
+                });
+                match nb(r)? {
+                    None => return Ok(false),
+                    Some(m) if m != n => return Err(Status::MessageTruncated),
+                    Some(_) => {}
+                }
+            } else {
+                let rkey = RndvKey {
+                    mkey: mkey.as_slice().into(),
+                    shm,
+                    device,
+                }
+                .encode();
+                let msg = wire::encode_rts(&hdr, &RtsData::Get { rkey, segs, help });
+                let (am_id, msg) = rts_for(&s.am, msg);
+                if nb(send_bytes(iface.as_mut(), lane, am_id, &msg))?.is_none() {
+                    return Ok(false);
+                }
             }
             s.started = true;
             s.offset = total;
@@ -1690,7 +1707,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
     };
     let Some((ep, sreq)) = r.peer else { return };
     let total = r.expect;
-    let Some(key) = RndvKey::decode(&rkey) else {
+    let Some(key) = wire::RndvKeyRef::decode(&rkey) else {
         fail_get(core, id, ep, sreq, Status::InvalidParam);
         return;
     };
@@ -1704,7 +1721,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         return;
     };
     let iface = &mut ifaces[lane.iface];
-    let rk = match iface.md().rkey_unpack(&key.mkey) {
+    let rk = match iface.md().rkey_unpack(key.mkey) {
         Ok(k) => k,
         Err(s) => {
             fail_get(core, id, ep, sreq, s);
@@ -1742,7 +1759,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
         let other_gpu = local.is_some_and(|v| {
             ifaces[lane.iface]
                 .md()
-                .rkey_same_device(&key.mkey, v.buffer as u64)
+                .rkey_same_device(key.mkey, v.buffer as u64)
                 == Some(false)
         });
         let copier = other_gpu || core.eps.get(ep).is_some_and(|e| core.uuid < e.remote_uuid);
