@@ -829,13 +829,7 @@ pub(super) fn push_send(
         }
         Proto::EagerMulti => {
             if !s.started {
-                let hdr = FirstHdr {
-                    tag,
-                    ep: rid,
-                    flags: s.flags,
-                    sreq: id.0,
-                    total: total as u64,
-                };
+                let hdr = first_hdr(tag, rid, s.flags, id, total);
                 let data = &mut s.data;
                 let r = iface.am_bcopy(lane.ep, wire::AM_EAGER_FIRST, &mut |buf| {
                     let h = wire::EAGER_FIRST_HDR;
@@ -923,13 +917,7 @@ pub(super) fn push_send(
             }
             let layout = (first && !in_parts).then(|| l.dt.encoded().to_vec());
             let msg = wire::encode_rts(
-                &FirstHdr {
-                    tag,
-                    ep: rid,
-                    flags: s.flags,
-                    sreq: id.0,
-                    total: total as u64,
-                },
+                &first_hdr(tag, rid, s.flags, id, total),
                 &RtsData::GetLayout {
                     rkey,
                     origin: l.origin_addr,
@@ -989,13 +977,7 @@ pub(super) fn push_send(
                 && total >= split_thresh
                 && info[rma.iface].attr.flags.contains(IfaceFlags::PUT_ZCOPY);
             s.split_offered = help;
-            let hdr = FirstHdr {
-                tag,
-                ep: rid,
-                flags: s.flags,
-                sreq: id.0,
-                total: total as u64,
-            };
+            let hdr = first_hdr(tag, rid, s.flags, id, total);
             let key = wire::RndvKeyRef {
                 mkey: &mkey,
                 shm,
@@ -1038,16 +1020,7 @@ pub(super) fn push_send(
                 } else {
                     RtsData::Am
                 };
-                let msg = wire::encode_rts(
-                    &FirstHdr {
-                        tag,
-                        ep: rid,
-                        flags: s.flags,
-                        sreq: id.0,
-                        total: total as u64,
-                    },
-                    &rts,
-                );
+                let msg = wire::encode_rts(&first_hdr(tag, rid, s.flags, id, total), &rts);
                 let (am_id, msg) = rts_for(&s.am, msg);
                 if nb(send_bytes(iface.as_mut(), lane, am_id, &msg))?.is_none() {
                     return Ok(false);
@@ -1313,6 +1286,17 @@ impl IovCutter {
         } else {
             Ok(())
         }
+    }
+}
+
+/// The first header of send `id`'s message (eager first fragment or RTS).
+fn first_hdr(tag: u64, rid: u32, flags: u8, id: ReqId, total: usize) -> FirstHdr {
+    FirstHdr {
+        tag,
+        ep: rid,
+        flags,
+        sreq: id.0,
+        total: total as u64,
     }
 }
 

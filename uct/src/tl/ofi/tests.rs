@@ -236,9 +236,11 @@ fn a_count_marker_and_abort_release_every_waiter() {
 }
 
 /// A dead peer: a send posted to it is refused at once; one posted before it died is,
-/// through `sockets`, dropped by the provider without a completion or an error (nothing
-/// came in 15 s when this was measured), so its owner writes it off with `abort`, and
-/// nothing waiting on the count hangs.
+/// through `sockets`, usually dropped by the provider without a completion or an error
+/// (nothing came in 15 s when this was measured), so its owner writes it off with
+/// `abort`, and nothing waiting on the count hangs. The provider may also have written it
+/// to the socket before the peer's end closed and completed it: either way it is counted
+/// exactly once.
 #[test]
 fn a_dead_peer_is_refused_at_post_or_written_off_by_abort() {
     let Some(mut a) = open_or_skip("a dead peer") else {
@@ -260,10 +262,19 @@ fn a_dead_peer_is_refused_at_post_or_written_off_by_abort() {
     drop(b);
     a.trigger_add(1).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(a.progress().total(), 0);
+    // The counts are cumulative.
+    let early = a.progress();
     a.abort();
-    assert_eq!(a.progress(), Done { ok: 0, failed: 1 });
-    assert_eq!(a.error(), Some(Status::Canceled));
+    let late = a.progress();
+    assert_eq!(late.total(), 1, "{early:?}, then {late:?}");
+    if early.total() == 0 {
+        // Written off.
+        assert_eq!(late, Done { ok: 0, failed: 1 });
+        assert_eq!(a.error(), Some(Status::Canceled));
+    } else {
+        // Completed by the provider first: the abort had nothing left to write off.
+        assert_eq!(late, early);
+    }
     drop(a);
 }
 
