@@ -966,5 +966,19 @@ mod tests {
         let n = bad.len();
         bad[n - 4..].copy_from_slice(&(-5i32).to_le_bytes());
         assert!(unpack_key(&bad).is_err());
+        // A bus id longer than any the key holds inline, or not text, is refused.
+        let at = 4 + 8 + 8 + 4 + 8 + 8 + 8;
+        let bus = e.bus_id.as_bytes().len();
+        let with_bus = |b: &[u8]| {
+            let good = pack_key(0x7000_1000, 4096, &e);
+            let mut v = good[..at].to_vec();
+            v.push(b.len() as u8);
+            v.extend_from_slice(b);
+            v.extend_from_slice(&good[at + 1 + bus..]);
+            v
+        };
+        assert_eq!(unpack_key(&with_bus(b"0000:19:00.0")).map(|k| k.1), Ok(e.clone()));
+        assert!(unpack_key(&with_bus(&[b'0'; BUS_ID_MAX + 1])).is_err());
+        assert!(unpack_key(&with_bus(&[0xff; 12])).is_err());
     }
 }
