@@ -977,7 +977,10 @@ mod tests {
             v.extend_from_slice(&good[at + 1 + bus..]);
             v
         };
-        assert_eq!(unpack_key(&with_bus(b"0000:19:00.0")).map(|k| k.1), Ok(e.clone()));
+        assert_eq!(
+            unpack_key(&with_bus(b"0000:19:00.0")).map(|k| k.1),
+            Ok(e.clone())
+        );
         assert!(unpack_key(&with_bus(&[b'0'; BUS_ID_MAX + 1])).is_err());
         assert!(unpack_key(&with_bus(&[0xff; 12])).is_err());
     }
