@@ -205,18 +205,18 @@ pub fn known_host(ptr: *const u8) -> bool {
 /// Only the type, for callers that need nothing else.
 #[inline(always)]
 pub fn mem_type(ptr: *const u8) -> MemoryType {
-    if !active() || cached_host(ptr as u64) {
+    if !active() || ptr.is_null() || cached_host(ptr as u64) {
         return MemoryType::Host;
     }
-    detect(ptr).mem_type
+    detect_slow(ptr as u64).mem_type
 }
 
 thread_local! {
     /// The device or managed range this thread last found in the range cache, and the
     /// epoch it was found in: a rendezvous asks about the same buffer several times per
-    /// message, and the read lock and tree walk cost about 0.1 µs each time on the GPU
-    /// machine's host (docs/benchmarks.md, stop 45). Any `remember`, `forget` or `enable`
-    /// starts a new epoch, which retires it.
+    /// message, and the read lock and tree walk of each ask were 2.8 % of a GPU ping-pong's
+    /// CPU samples on the GPU machine's host (docs/benchmarks.md, stop 45). Any
+    /// `remember`, `forget` or `enable` starts a new epoch, which retires it.
     static LAST_RANGE: std::cell::Cell<(u64, MemInfo)> =
         const { std::cell::Cell::new((0, MemInfo::HOST)) };
 }

@@ -245,22 +245,20 @@ const SHM_WINDOW_LEN: usize = 4 + 4 + 8 + 8 + 8 + 8;
 const _: () = assert!(2 + uct::md::RKEY_PACKED_LEN + 1 + SHM_WINDOW_LEN <= 80);
 
 impl RndvKey {
+    /// The encoding [`RndvKeyRef::write`] makes (one encoder for both).
     pub fn encode(&self) -> KeyBytes {
-        let mut k = KeyBytes::new();
-        k.extend_from_slice(&(self.mkey.len() as u16).to_le_bytes());
-        k.extend_from_slice(&self.mkey);
-        let dev = if self.device { KEY_DEVICE } else { 0 };
-        match self.shm {
-            None => k.push(dev),
-            Some(s) => {
-                k.push(dev | KEY_SHM);
-                k.extend_from_slice(&s.pid.to_le_bytes());
-                k.extend_from_slice(&s.fd.to_le_bytes());
-                for v in [s.nonce, s.seg_len, s.base, s.len] {
-                    k.extend_from_slice(&v.to_le_bytes());
-                }
-            }
-        }
+        let key = RndvKeyRef {
+            mkey: &self.mkey,
+            shm: self.shm,
+            device: self.device,
+        };
+        let mut k = KeyBytes::from_elem(0, key.encoded_len());
+        let mut w = Put {
+            out: &mut k,
+            at: 0,
+            short: false,
+        };
+        key.write(&mut w);
         k
     }
 
