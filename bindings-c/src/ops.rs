@@ -480,15 +480,28 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
                 return r;
             }
         }
-        // SAFETY: ucp.h's contract for this call.
-        if let Some((post, d)) = unsafe { Post::plain_contig(param, CbKind::Send, buffer, count) } {
-            let (e, w) = ep_or_ret!(ep);
-            let h = e.h;
-            return post.run(w, |wk| wk.tag_send(h, &d, tag, send_p(false)));
-        }
-        let p = nbx_or_ret!(param, CbKind::Send);
-        tag_send(ep, buffer, count, tag, p, false)
+        tag_send_general(ep, buffer, count, tag, param)
     })
+}
+
+/// `ucp_tag_send_nbx` past its small-message path: out of line, so that the registers and
+/// stack this needs are not saved and set up on every call of the small-message path.
+#[inline(never)]
+fn tag_send_general(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    // SAFETY: ucp.h's contract for this call.
+    if let Some((post, d)) = unsafe { Post::plain_contig(param, CbKind::Send, buffer, count) } {
+        let (e, w) = ep_or_ret!(ep);
+        let h = e.h;
+        return post.run(w, |wk| wk.tag_send(h, &d, tag, send_p(false)));
+    }
+    let p = nbx_or_ret!(param, CbKind::Send);
+    tag_send(ep, buffer, count, tag, p, false)
 }
 
 /// # Safety
@@ -562,15 +575,28 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
                 return r;
             }
         }
-        // SAFETY: ucp.h's contract for this call.
-        let plain = unsafe { Post::plain_contig(param, CbKind::TagRecv, buffer, count) };
-        if let Some((post, d)) = plain {
-            let w = worker_or_ret!(worker);
-            return post.run(w, |wk| wk.tag_recv(&d, tag, tag_mask, RECV_P).map(Some));
-        }
-        let p = nbx_or_ret!(param, CbKind::TagRecv);
-        tag_recv(worker, buffer, count, tag, tag_mask, p)
+        tag_recv_general(worker, buffer, count, tag, tag_mask, param)
     })
+}
+
+/// `ucp_tag_recv_nbx` past its small-message path, out of line (as `tag_send_general`).
+#[inline(never)]
+fn tag_recv_general(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    // SAFETY: ucp.h's contract for this call.
+    let plain = unsafe { Post::plain_contig(param, CbKind::TagRecv, buffer, count) };
+    if let Some((post, d)) = plain {
+        let w = worker_or_ret!(worker);
+        return post.run(w, |wk| wk.tag_recv(&d, tag, tag_mask, RECV_P).map(Some));
+    }
+    let p = nbx_or_ret!(param, CbKind::TagRecv);
+    tag_recv(worker, buffer, count, tag, tag_mask, p)
 }
 
 /// Message handles of `ucp_tag_probe_nb(.., remove = 0)`: found, but not receivable.
