@@ -24,7 +24,8 @@ use crate::tag::{ArriveResult, SenderId, TagInfo};
 const MAX_EAGER_TOTAL: u64 = 1 << 30;
 
 /// What an unexpected multi-fragment message's buffer reserves up front (it grows with
-/// the fragments that actually arrive).
+/// the fragments that actually arrive). The buffer comes from the pool of unexpected
+/// eager messages and goes back there once the message is received.
 const FRAG_PREALLOC: usize = 256 << 10;
 
 /// Plain eager messages carry no sender: they are complete on arrival and need no answer.
@@ -275,8 +276,8 @@ impl Core {
             self.stats.unexpected += 1;
             // Room for what came; the rest grows as it arrives (the announced total is
             // the peer's word, not an allocation to make on its behalf).
-            let mut buf = Vec::with_capacity(payload.len().max(total.min(FRAG_PREALLOC)));
-            buf.extend_from_slice(payload);
+            let mut buf = self.unexp_bufs.take(payload);
+            buf.reserve(total.min(FRAG_PREALLOC).saturating_sub(buf.len()));
             let f = self.unexp_frags.insert(FragBuf {
                 buf,
                 total,

@@ -342,11 +342,61 @@ pub(crate) enum Ctrl {
 /// back when the message is received.
 pub(crate) type UnexpData = Vec<u8>;
 
-/// Payload buffers `Core::unexp_bufs` keeps for reuse, and the largest one it keeps: an
-/// unexpected eager message then allocates nothing once a run is warm, and a burst of
-/// large ones is not held for the rest of the run.
+/// Payload buffers `Core::unexp_bufs` keeps for reuse, the largest one it keeps, and the
+/// bytes it keeps in all: an unexpected eager message (one cell, or several fragments)
+/// then allocates nothing once a run is warm, and a burst of large ones is not held for the
+/// rest of the run. When only buffers of up to 16 KiB were kept, every unexpected 32 KiB
+/// message (one posix cell) allocated and freed its buffer, and a window of them both ways
+/// ran at half speed whenever the two processes fell out of step (MPI `bibw` 32 KiB on the
+/// VM: 11.7 or 22 GB/s by run; docs/benchmarks.md, stop 46).
 const UNEXP_BUFS_KEEP: usize = 256;
-const UNEXP_BUF_KEEP_MAX: usize = 16 << 10;
+const UNEXP_BUF_KEEP_MAX: usize = 256 << 10;
+const UNEXP_BUFS_KEEP_BYTES: usize = 4 << 20;
+
+/// Payload buffers of received unexpected eager messages, kept for the next ones (within
+/// the bounds above).
+#[derive(Debug, Default)]
+pub(crate) struct UnexpPool {
+    bufs: Vec<UnexpData>,
+    /// Their capacity, in bytes.
+    bytes: usize,
+}
+
+impl UnexpPool {
+    /// A buffer holding `payload`: the last one given back, else a new one.
+    #[inline]
+    pub(crate) fn take(&mut self, payload: &[u8]) -> UnexpData {
+        let mut v = match self.bufs.pop() {
+            Some(v) => {
+                self.bytes -= v.capacity();
+                v
+            }
+            None => Vec::new(),
+        };
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Takes back a buffer, or drops it when it is too large or the pool is full.
+    #[inline]
+    pub(crate) fn give(&mut self, mut v: UnexpData) {
+        let cap = v.capacity();
+        if self.bufs.len() < UNEXP_BUFS_KEEP
+            && cap <= UNEXP_BUF_KEEP_MAX
+            && self.bytes + cap <= UNEXP_BUFS_KEEP_BYTES
+        {
+            v.clear();
+            self.bytes += cap;
+            self.bufs.push(v);
+        }
+    }
+
+    /// Buffers kept and their bytes.
+    #[cfg(test)]
+    pub(crate) fn kept(&self) -> (usize, usize) {
+        (self.bufs.len(), self.bytes)
+    }
+}
 
 /// An unexpected message, stored in the matcher until a receive takes it.
 #[derive(Debug)]
@@ -648,7 +698,7 @@ pub(crate) struct Core {
     pub(crate) frags: HashMap<(usize, u64), FragTarget>,
     pub(crate) unexp_frags: Slab<FragBuf>,
     /// Payload buffers of received unexpected eager messages, for the next ones.
-    pub(crate) unexp_bufs: Vec<UnexpData>,
+    pub(crate) unexp_bufs: UnexpPool,
     pub(crate) ctrl: VecDeque<(usize, Ctrl)>,
     /// Wire-up requests from peers, to answer (their decoded message and address).
     pub(crate) accepts: VecDeque<(crate::proto::wire::Wireup, WorkerAddress)>,
@@ -917,7 +967,7 @@ impl Worker {
             matcher: TagMatcher::with_capacity(64, 64),
             frags: HashMap::new(),
             unexp_frags: Slab::new(),
-            unexp_bufs: Vec::new(),
+            unexp_bufs: UnexpPool::default(),
             ctrl: VecDeque::new(),
             accepts: VecDeque::new(),
             ready: VecDeque::new(),
@@ -1656,18 +1706,13 @@ impl Core {
     /// A buffer holding `payload`, for an unexpected eager message.
     #[inline]
     pub(crate) fn unexp_data(&mut self, payload: &[u8]) -> UnexpData {
-        let mut v = self.unexp_bufs.pop().unwrap_or_default();
-        v.extend_from_slice(payload);
-        v
+        self.unexp_bufs.take(payload)
     }
 
     /// Takes back the buffer of an unexpected eager message that was received.
     #[inline]
-    pub(crate) fn recycle_unexp(&mut self, mut v: UnexpData) {
-        if self.unexp_bufs.len() < UNEXP_BUFS_KEEP && v.capacity() <= UNEXP_BUF_KEEP_MAX {
-            v.clear();
-            self.unexp_bufs.push(v);
-        }
+    pub(crate) fn recycle_unexp(&mut self, v: UnexpData) {
+        self.unexp_bufs.give(v);
     }
 
     pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {

@@ -1416,10 +1416,13 @@ pub(super) fn deliver(core: &mut Core, info: TagInfo, msg: Unexp, id: ReqId) {
             if let Err(s) = r.data.unpack(0, &fb.buf) {
                 r.status = s;
             }
-            if fb.received() >= info.length {
-                finish_recv(core, id);
-            } else {
+            let whole = fb.received() >= info.length;
+            if !whole {
                 core.frags.insert((fb.ep, fb.sreq), FragTarget::Recv(id));
+            }
+            core.recycle_unexp(fb.buf);
+            if whole {
+                finish_recv(core, id);
             }
         }
         Unexp::Rts { ep, sreq, rts } => start_rndv_recv(core, id, info, ep, sreq, *rts),

@@ -3306,3 +3306,33 @@ fn a_peer_found_dead_by_another_lane_has_its_last_message_delivered_first() {
     assert_eq!(a.poll_ep_error(), Some((ab, Status::ConnectionReset)));
     assert!(a.core.eps[ab.idx()].failed.is_some());
 }
+
+/// The pool of unexpected-message buffers keeps one-cell messages of posix (32 KiB) and
+/// smaller, refuses larger ones, and holds at most `UNEXP_BUFS_KEEP_BYTES` in all; a
+/// buffer taken again holds exactly the new payload.
+#[test]
+fn unexpected_buffers_are_kept_within_their_bounds() {
+    let mut p = UnexpPool::default();
+    let big = vec![7u8; 32 << 10];
+    let v = p.take(&big);
+    assert_eq!(v, big);
+    p.give(v);
+    assert_eq!(p.kept().0, 1, "a 32 KiB buffer is kept");
+    let v = p.take(b"abc");
+    assert_eq!(v, b"abc", "a reused buffer holds only the new payload");
+    assert!(v.capacity() >= 32 << 10, "the kept buffer was reused");
+    assert_eq!(p.kept(), (0, 0));
+    p.give(v);
+    p.give(Vec::with_capacity(UNEXP_BUF_KEEP_MAX + 1));
+    assert_eq!(
+        p.kept().0,
+        1,
+        "a buffer larger than the largest kept is dropped"
+    );
+    for _ in 0..2 * UNEXP_BUFS_KEEP {
+        p.give(Vec::with_capacity(UNEXP_BUF_KEEP_MAX));
+    }
+    let (n, bytes) = p.kept();
+    assert!(bytes <= UNEXP_BUFS_KEEP_BYTES, "{bytes} bytes kept");
+    assert!(n <= UNEXP_BUFS_KEEP && n > 1, "{n} buffers kept");
+}
