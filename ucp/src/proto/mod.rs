@@ -6,7 +6,8 @@
 //! * [`wire`]: the protocol messages' headers and their checked decoders.
 //!
 //! The protocols' steps themselves are driven by the worker (`worker/tag.rs` sends,
-//! `worker/handler.rs` reacts to arrivals).
+//! `worker/rndv.rs` runs the receiver's side of a rendezvous, `worker/handler.rs` reacts
+//! to arrivals).
 
 pub mod select;
 pub mod tune;

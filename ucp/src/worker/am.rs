@@ -37,7 +37,8 @@ use ucs::wire::Reader;
 use ucs::{Status, UcsResult};
 
 use super::handler::{Bad, Res};
-use super::tag::{maybe_finish_send, new_recv, push_send, start_rndv_recv};
+use super::rndv::start_rndv_recv;
+use super::tag::{maybe_finish_send, new_recv, push_send};
 use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
 use crate::buf::KeptBytes;
 use crate::datatype::{Data, DataState};

@@ -20,7 +20,7 @@ use ucs::memtype::{self, MemoryType};
 use ucs::UcsResult;
 use uct::{Done, Iface, IfaceFlags, RemoteKey};
 
-use super::tag::finish_get;
+use super::rndv::finish_get;
 use super::{Core, Ctrl, Lane, Op, PutTarget, SendOp};
 use crate::datatype::DataState;
 use crate::dt::gpu::launch::{self, Side};

@@ -10,7 +10,8 @@ use ucs::wire::Reader;
 use ucs::Status;
 use uct::{Comp, EpId, Handler};
 
-use super::tag::{deliver, finish_recv, on_completion, recv_eager, start_rndv_recv};
+use super::rndv::start_rndv_recv;
+use super::tag::{deliver, finish_recv, on_completion, recv_eager};
 use super::wireup::{fail_ep, Failure};
 use super::{stage, Core, FragBuf, FragTarget, Op, Unexp, COMP_FLUSH};
 use crate::address::WorkerAddress;
@@ -644,7 +645,7 @@ impl Core {
                         .is_some_and(|x| x.memh.is_some() || x.umr.is_some()) =>
             {
                 let status = Status::from_code(status).unwrap_or(Status::IoError);
-                super::tag::on_fin(self, id, status);
+                super::rndv::on_fin(self, id, status);
                 Ok(())
             }
             _ => Err(Bad::Malformed(Some(ep))),
@@ -763,7 +764,7 @@ impl Core {
 /// to write into its device memory instead of reading (`RTR_PUT` with a device key): on a
 /// pair of processes, one side makes every device copy, so that one GPU never switches
 /// between the two processes' contexts for each message; and host data bound for device
-/// memory is written by its sender, who can read it (`tag::start_get`). Data with
+/// memory is written by its sender, who can read it (`rndv::start_get`). Data with
 /// addresses only (contiguous, iov, device): a layout or generic datatype is never asked.
 fn pushes_device(s: &super::SendOp) -> bool {
     use crate::datatype::DataState;

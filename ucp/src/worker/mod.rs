@@ -36,6 +36,7 @@ mod listener;
 mod mapped;
 pub mod queue;
 pub mod rma;
+mod rndv;
 mod stage;
 pub mod stream;
 pub(crate) mod tag;
@@ -1478,19 +1479,19 @@ impl Worker {
         }
         // Gets and sends first: they queue acknowledgements, sent below in this same call.
         while let Some(id) = core.gets.pop_front() {
-            tag::start_get(ifaces, core, id);
+            rndv::start_get(ifaces, core, id);
             n += 1;
             if !core.unpacks.is_empty() {
                 // Copy what was read into device memory while the next get reads.
-                n += tag::start_unpacks(ifaces, core);
+                n += rndv::start_unpacks(ifaces, core);
             }
         }
         while let Some(id) = core.puts.pop_front() {
-            tag::start_put_recv(ifaces, core, id);
+            rndv::start_put_recv(ifaces, core, id);
             n += 1;
         }
         if !core.unpacks.is_empty() {
-            n += tag::start_unpacks(ifaces, core);
+            n += rndv::start_unpacks(ifaces, core);
         }
         for (i, m) in core.deregs.drain(..) {
             let _ = ifaces[i].md().mem_dereg(&m);
