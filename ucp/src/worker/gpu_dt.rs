@@ -20,7 +20,7 @@ use ucs::memtype::{self, MemoryType};
 use ucs::UcsResult;
 use uct::{Done, Iface, IfaceFlags, RemoteKey};
 
-use super::rndv::finish_get;
+use super::rndv::{finish_get, register_key};
 use super::{Core, Ctrl, Lane, Op, PutTarget, SendOp};
 use crate::datatype::DataState;
 use crate::dt::gpu::launch::{self, Side};
@@ -285,16 +285,9 @@ fn ask_push_layout(
     if !parts && layout.as_ref().is_some_and(|(l, _)| 64 + l.len() > seg_max) {
         return false;
     }
-    let md = ifaces[lane.iface].md();
-    let Ok(m) = crate::buf::register_span(md, lo, len) else {
+    let Ok((m, rkey)) = register_key(ifaces[lane.iface].md(), lo, len, None, true) else {
         return false;
     };
-    let rkey = RndvKey {
-        mkey: md.mkey_pack(&m).into(),
-        shm: None,
-        device: true,
-    }
-    .encode();
     if let DataState::DeviceLayout(g) = &mut r.data {
         g.direct_done();
     }

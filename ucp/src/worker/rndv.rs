@@ -319,16 +319,15 @@ fn ask_push(
     sreq: u64,
     v: Iov,
 ) -> bool {
-    let md = ifaces[lane.iface].md();
-    let Ok(m) = buf::register_span(md, v.buffer as u64, v.length) else {
+    let Ok((m, rkey)) = register_key(
+        ifaces[lane.iface].md(),
+        v.buffer as u64,
+        v.length,
+        None,
+        true,
+    ) else {
         return false;
     };
-    let rkey = RndvKey {
-        mkey: md.mkey_pack(&m).into(),
-        shm: None,
-        device: true,
-    }
-    .encode();
     if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         r.rndv().memh = Some((lane.iface, m));
     }
@@ -459,14 +458,9 @@ fn start_split(
         return None;
     }
     let (lo, hi) = span_of(&segs)?;
-    let md = ifaces[lane.iface].md();
-    let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
-    let rkey = RndvKey {
-        mkey: md.mkey_pack(&m).into(),
-        shm: core.shm_window(lo, hi),
-        device: false,
-    }
-    .encode();
+    let shm = core.shm_window(lo, hi);
+    let (m, rkey) =
+        register_key(ifaces[lane.iface].md(), lo, (hi - lo) as usize, shm, false).ok()?;
     let c = Ctrl::RtrSplit {
         sreq,
         rreq: id.0,
@@ -501,14 +495,14 @@ fn start_split_layout(
     if 64 + layout.len() > seg_max {
         return None;
     }
-    let md = ifaces[lane.iface].md();
-    let m = buf::register_span(md, lo, (hi - lo) as usize).ok()?;
-    let rkey = RndvKey {
-        mkey: md.mkey_pack(&m).into(),
-        shm: Some(shm),
-        device: false,
-    }
-    .encode();
+    let (m, rkey) = register_key(
+        ifaces[lane.iface].md(),
+        lo,
+        (hi - lo) as usize,
+        Some(shm),
+        false,
+    )
+    .ok()?;
     let c = Ctrl::RtrSplitLayout {
         sreq,
         rreq: id.0,
@@ -519,6 +513,26 @@ fn start_split_layout(
         hash,
     };
     send_split(ifaces, core, id, lane, ep, m, c).then_some(head)
+}
+
+/// Registers `len` bytes at `addr` with `md` for a peer's access, and encodes the
+/// rendezvous key a receiver's RTR carries for it (`shm`: a window of our shared memory
+/// the peer may map instead; `device`: the memory is CUDA device memory).
+pub(super) fn register_key(
+    md: &dyn uct::Md,
+    addr: u64,
+    len: usize,
+    shm: Option<ShmWindow>,
+    device: bool,
+) -> ucs::UcsResult<(uct::MemH, wire::KeyBytes)> {
+    let m = buf::register_span(md, addr, len)?;
+    let rkey = RndvKey {
+        mkey: md.mkey_pack(&m).into(),
+        shm,
+        device,
+    }
+    .encode();
+    Ok((m, rkey))
 }
 
 /// Where a split rendezvous of `total` bytes cuts: half each, at a page (the two copies
@@ -622,23 +636,10 @@ pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id:
     let reg = match lane {
         Some(l) if fits && !segs.is_empty() && r.data.host_only() => {
             let (lo, hi) = span_of(&segs).unwrap_or((0, 0));
-            let md = ifaces[l.iface].md();
             let shm = rma::shm_window(&core.mems, core.shm_regions, lo, hi);
-            buf::register_span(md, lo, (hi - lo) as usize)
+            register_key(ifaces[l.iface].md(), lo, (hi - lo) as usize, shm, false)
                 .ok()
-                .map(|m| {
-                    let mkey = md.mkey_pack(&m);
-                    (
-                        l.iface,
-                        m,
-                        RndvKey {
-                            mkey: mkey.into(),
-                            shm,
-                            device: false,
-                        }
-                        .encode(),
-                    )
-                })
+                .map(|(m, rkey)| (l.iface, m, rkey))
         }
         _ => None,
     };
