@@ -54,8 +54,8 @@ impl Context {
         #[cfg(feature = "cuda")]
         {
             ucs::cuda::enable_detection(config.memtype_cache);
-            // Small host -> device copies through gdrcopy, where gdrdrv exists, unless
-            // UCX_TLS leaves gdr_copy out.
+            // Small copies between host and device memory through gdrcopy, where gdrdrv
+            // exists, unless UCX_TLS leaves gdr_copy out.
             ucs::cuda::gdr::allow(config.tls.selects("gdr_copy", ucs::config::TLS_ALIASES));
         }
         let discovery = uct::discover(&config);

@@ -168,8 +168,11 @@ fn print_gpus() {
     }
     if ucs::cuda::gdr::absent_reason().is_none() {
         println!(
-            "# gdr_copy: host -> GPU copies of up to {} bytes by CPU stores through gdrcopy",
-            ucs::cuda::gdr::GDR_COPY_MAX
+            "# gdr_copy: host -> GPU copies of up to {} bytes by CPU stores, GPU -> host of up \
+             to {} by CPU loads, through gdrcopy; device messages of up to {} bytes go eager",
+            ucs::cuda::gdr::GDR_COPY_MAX,
+            ucs::cuda::gdr::GDR_READ_MAX,
+            ucs::cuda::gdr::eager_max()
         );
     }
     match ucs::cuda::nvrtc::describe() {

@@ -82,6 +82,11 @@ pub struct Thresholds {
     pub rma: bool,
     /// Whether it has a memory lane for device memory (the peer maps our device memory).
     pub rma_dev: bool,
+    /// Largest contiguous device message sent eager even where there is a memory lane for
+    /// device memory (0: none): where the CPU reads and writes device memory through
+    /// gdrcopy's mappings, a small message costs two CPU copies instead of one device
+    /// copy queued and waited for.
+    pub dev_eager: usize,
     /// Zero-copy rendezvous writes (put) instead of reading (get).
     pub put: bool,
 }
@@ -99,6 +104,9 @@ pub struct LaneAttrs<'a> {
     /// put is data the target places as it arrives, a get a round trip of messages. Its
     /// rendezvous is a put, unless `UCX_RNDV_SCHEME=get_zcopy` asks otherwise.
     pub rma_by_messages: bool,
+    /// Largest device message the CPU can copy out of device memory cheaply
+    /// (`ucs::cuda::gdr::eager_max`; 0 without gdrcopy).
+    pub dev_eager: usize,
 }
 
 impl Thresholds {
@@ -134,6 +142,8 @@ impl Thresholds {
             rndv,
             rma: l.rma.is_some(),
             rma_dev: l.rma_dev.is_some(),
+            // Never above a rendezvous threshold the user set.
+            dev_eager: l.dev_eager.min(rndv.saturating_sub(1)),
             put: scheme == RndvScheme::PutZcopy
                 || (l.rma_by_messages && scheme == RndvScheme::Auto),
         }
@@ -189,16 +199,19 @@ impl Thresholds {
     /// host buffers by the driver: eager while it fits one buffer, the AM pipeline above.
     /// Never eager short or zero-copy, which hand the buffer to a host transport.
     fn select_device(&self, op: Op, dt: DtClass, size: usize) -> Proto {
-        // A layout goes by its description: the receiver (or the sender, asked to push)
-        // moves it with one kernel between the two layouts.
-        if self.rma_dev && matches!(dt, DtClass::Contig | DtClass::Layout) {
-            return Proto::RndvGet;
-        }
         let single = if op == Op::TagSendSync {
             self.max_bcopy_sync
         } else {
             self.max_bcopy
         };
+        if dt == DtClass::Contig && self.dev_eager > 0 && size <= self.dev_eager.min(single) {
+            return Proto::EagerBcopy;
+        }
+        // A layout goes by its description: the receiver (or the sender, asked to push)
+        // moves it with one kernel between the two layouts.
+        if self.rma_dev && matches!(dt, DtClass::Contig | DtClass::Layout) {
+            return Proto::RndvGet;
+        }
         if size <= single {
             Proto::EagerBcopy
         } else {
@@ -217,6 +230,7 @@ impl Thresholds {
             self.zcopy.map(|z| z.0),
             self.zcopy.map(|z| z.1 + 1),
             Some(self.rndv),
+            (self.dev_eager > 0).then_some(self.dev_eager + 1),
         ]
         .into_iter()
         .flatten()
@@ -338,6 +352,7 @@ mod tests {
                 rma_dev: None,
                 am_bounce: false,
                 rma_by_messages: false,
+                dev_eager: 0,
             },
             AutoSize::Auto,
             AutoSize::Auto,
@@ -371,6 +386,7 @@ mod tests {
                     rma_dev: None,
                     am_bounce: true,
                     rma_by_messages: true,
+                    dev_eager: 0,
                 },
                 AutoSize::Bytes(100_000),
                 AutoSize::Auto,
@@ -419,6 +435,7 @@ mod tests {
                     rma_dev: dev.then_some(&ipc),
                     am_bounce: false,
                     rma_by_messages: false,
+                    dev_eager: 0,
                 },
                 AutoSize::Auto,
                 AutoSize::Auto,
@@ -453,6 +470,67 @@ mod tests {
         }
     }
 
+    #[test]
+    fn small_device_messages_go_eager_where_gdrcopy_reads_them() {
+        let posix = attr(
+            IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY,
+            8232,
+            8240,
+            0,
+            (15.0, 80.0, 12e9),
+        );
+        let ipc = attr(
+            IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
+            0,
+            0,
+            0,
+            (1000.0, 5000.0, 300e9),
+        );
+        let with = |dev_eager: usize, rndv: AutoSize| {
+            Thresholds::new(
+                LaneAttrs {
+                    am: &posix,
+                    rma: None,
+                    rma_dev: Some(&ipc),
+                    am_bounce: false,
+                    rma_by_messages: false,
+                    dev_eager,
+                },
+                rndv,
+                AutoSize::Auto,
+                RndvScheme::Auto,
+            )
+        };
+        let gdr = with(1024, AutoSize::Auto);
+        for op in [Op::TagSend, Op::TagSendSync] {
+            assert_eq!(
+                gdr.ranges(op, MemoryType::Cuda, DtClass::Contig),
+                [
+                    (0, 1024, Proto::EagerBcopy),
+                    (1025, usize::MAX, Proto::RndvGet)
+                ]
+            );
+            // A layout still goes by its description, to be moved by one kernel.
+            assert_eq!(
+                gdr.select(op, MemoryType::Cuda, DtClass::Layout, 8),
+                Proto::RndvGet
+            );
+        }
+        // A rendezvous threshold the user set bounds it.
+        let low = with(1024, AutoSize::Bytes(100));
+        assert_eq!(low.dev_eager, 99);
+        assert_eq!(
+            low.select(Op::TagSend, MemoryType::Cuda, DtClass::Contig, 100),
+            Proto::RndvGet
+        );
+        assert_eq!(with(1024, AutoSize::Bytes(0)).dev_eager, 0);
+        // Without gdrcopy, every size is a rendezvous.
+        assert_eq!(
+            with(0, AutoSize::Auto).ranges(Op::TagSend, MemoryType::Cuda, DtClass::Contig),
+            [(0, usize::MAX, Proto::RndvGet)]
+        );
+    }
+
     /// The send fast path's shortcut answers as `select` does.
     fn short_fits_agrees_with_select(t: &Thresholds) {
         let edges = [t.max_short.unwrap_or(0), t.rndv.min(1 << 20), t.max_bcopy];
@@ -480,6 +558,7 @@ mod tests {
             rma_dev: None,
             am_bounce: false,
             rma_by_messages: false,
+            dev_eager: 0,
         };
         let t = Thresholds::new(
             l,

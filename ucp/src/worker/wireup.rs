@@ -162,6 +162,14 @@ pub(super) fn by_messages(info: &super::IfaceInfo) -> bool {
     info.kind == DeviceKind::Network && !info.attr.flags.contains(IfaceFlags::RMA_ONE_SIDED)
 }
 
+/// The largest device message sent eager whatever the lanes (`LaneAttrs::dev_eager`).
+fn dev_eager() -> usize {
+    #[cfg(feature = "cuda")]
+    return ucs::cuda::gdr::eager_max();
+    #[cfg(not(feature = "cuda"))]
+    0
+}
+
 /// Creates an endpoint to `peer` and registers its lanes.
 pub(super) fn new_ep(
     ifaces: &mut [Box<dyn Iface>],
@@ -176,6 +184,7 @@ pub(super) fn new_ep(
             rma_dev: rma_dev.map(|l| &core.info[l.iface].attr),
             am_bounce: core.info[am.iface].kind == DeviceKind::Network,
             rma_by_messages: rma.is_some_and(|l| by_messages(&core.info[l.iface])),
+            dev_eager: dev_eager(),
         },
         core.rndv_cfg,
         core.zcopy_cfg,

@@ -14,8 +14,11 @@
 //!
 //! [`copy_to_device`] is what the driver's copy path (`memtype::copy`, through
 //! `DriverQuery`) calls for host → device copies of up to [`GDR_COPY_MAX`] bytes: eager
-//! messages received into device buffers. Device → host copies stay with the driver
-//! (reads through the mapping are uncached).
+//! messages received into device buffers. [`copy_from_device`] reads device → host copies
+//! of up to [`GDR_READ_MAX`] bytes through the same mappings (`gdr_copy_from_mapping`):
+//! the sender's side of a small device message, which `ucp` then sends eager instead of by
+//! a rendezvous ([`eager_max`]). Reads through the mapping are uncached loads across PCIe,
+//! so only small ones go this way; larger copies stay with the driver.
 //!
 //! No machine here has `/dev/gdrdrv`: [`absent_reason`] says so, and `rucx-info -d` lists
 //! `gdr_copy` as absent with it. The cache's logic (page rounding, the offset of the
@@ -35,6 +38,11 @@ use crate::{Status, UcsResult};
 pub const GPU_PAGE: u64 = 1 << 16;
 /// Largest host → device copy made through a mapping.
 pub const GDR_COPY_MAX: usize = 8192;
+/// Largest device → host copy read through a mapping. Uncached reads across PCIe cost far
+/// more per byte than the writes; the bound is set from that, not measured: no machine
+/// here has gdrdrv.
+pub const GDR_READ_MAX: usize = 1024;
+
 /// Pinned mappings kept.
 pub const MAX_MAPPINGS: usize = 64;
 
@@ -60,6 +68,18 @@ pub trait GdrApi: Send + std::fmt::Debug {
         src: *const u8,
         n: usize,
     ) -> Result<(), Status>;
+    /// Copies `n` bytes from `src`, inside a mapping of `mh`, to host memory at `dst`
+    /// (`gdr_copy_from_mapping`).
+    ///
+    /// # Safety
+    /// `src` lies in a live mapping of `mh` for `n` bytes; `dst` is writable for `n`.
+    unsafe fn copy_from(
+        &mut self,
+        mh: u64,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+    ) -> Result<(), Status>;
 }
 
 type OpenFn = unsafe extern "C" fn() -> *mut c_void;
@@ -68,6 +88,8 @@ type UnpinFn = unsafe extern "C" fn(*mut c_void, u64) -> c_int;
 type MapFn = unsafe extern "C" fn(*mut c_void, u64, *mut *mut c_void, usize) -> c_int;
 type UnmapFn = unsafe extern "C" fn(*mut c_void, u64, *mut c_void, usize) -> c_int;
 type InfoFn = unsafe extern "C" fn(*mut c_void, u64, *mut GdrInfo) -> c_int;
+/// `gdr_copy_to_mapping(mh, map_d_ptr, h_ptr, size)` and
+/// `gdr_copy_from_mapping(mh, h_ptr, map_d_ptr, size)`: destination first in both.
 type CopyFn = unsafe extern "C" fn(u64, *mut c_void, *const c_void, usize) -> c_int;
 
 /// `gdr_info_v2_t` (`gdr_info_t` of gdrcopy 2.0–2.3 begins the same way: `va`,
@@ -91,6 +113,7 @@ pub struct Lib {
     unmap: UnmapFn,
     info: InfoFn,
     copy_to: CopyFn,
+    copy_from: CopyFn,
 }
 
 // SAFETY: the gdr_t handle is used under the global cache's mutex only; libgdrapi's
@@ -116,13 +139,14 @@ impl Lib {
                 .ok_or_else(|| format!("libgdrapi.so.2 lacks {}", name.to_string_lossy()))
         };
         let info = sym(c"gdr_get_info_v2").or_else(|_| sym(c"gdr_get_info"))?;
-        let (open, pin, unpin, map, unmap, copy_to) = (
+        let (open, pin, unpin, map, unmap, copy_to, copy_from) = (
             sym(c"gdr_open")?,
             sym(c"gdr_pin_buffer")?,
             sym(c"gdr_unpin_buffer")?,
             sym(c"gdr_map")?,
             sym(c"gdr_unmap")?,
             sym(c"gdr_copy_to_mapping")?,
+            sym(c"gdr_copy_from_mapping")?,
         );
         // SAFETY: the C signatures of gdrapi.h (gdr_mh_t is one unsigned long, passed and
         // returned as a u64 on the 64-bit targets Rucx builds for).
@@ -137,6 +161,7 @@ impl Lib {
                     unmap: std::mem::transmute::<*mut c_void, UnmapFn>(unmap),
                     info: std::mem::transmute::<*mut c_void, InfoFn>(info),
                     copy_to: std::mem::transmute::<*mut c_void, CopyFn>(copy_to),
+                    copy_from: std::mem::transmute::<*mut c_void, CopyFn>(copy_from),
                 },
             )
         };
@@ -198,6 +223,17 @@ impl GdrApi for Lib {
     ) -> Result<(), Status> {
         // SAFETY: per the trait's contract.
         rc(unsafe { (self.copy_to)(mh, dst.cast(), src.cast(), n) })
+    }
+
+    unsafe fn copy_from(
+        &mut self,
+        mh: u64,
+        dst: *mut u8,
+        src: *const u8,
+        n: usize,
+    ) -> Result<(), Status> {
+        // SAFETY: per the trait's contract.
+        rc(unsafe { (self.copy_from)(mh, dst.cast(), src.cast(), n) })
     }
 }
 
@@ -344,17 +380,43 @@ impl<A: GdrApi> GdrCache<A> {
         src: *const u8,
         n: usize,
     ) -> UcsResult<()> {
-        let p = self.host_ptr(info, dst, n)?;
-        let mh = self
-            .maps
-            .get(&info.base)
-            .map(|m| m.mh)
-            .ok_or(Status::IoError)?;
+        let (mh, p) = self.mapped_at(info, dst, n)?;
         // SAFETY: `p` lies in the mapping of `mh` for n bytes (checked by host_ptr against
         // the allocation, which the mapping covers); src per the contract.
         unsafe { self.api.copy_to(mh, p, src, n) }?;
         self.copies += 1;
         Ok(())
+    }
+
+    /// Copies `n` bytes from `src` in the device allocation `info` to host memory `dst`.
+    ///
+    /// # Safety
+    /// `dst` is writable for `n` bytes; `info` describes the live allocation holding `src`
+    /// (the driver's answer for `src`).
+    pub unsafe fn read(
+        &mut self,
+        info: &MemInfo,
+        src: u64,
+        dst: *mut u8,
+        n: usize,
+    ) -> UcsResult<()> {
+        let (mh, p) = self.mapped_at(info, src, n)?;
+        // SAFETY: `p` lies in the mapping of `mh` for n bytes (as in `write`); dst per the
+        // contract.
+        unsafe { self.api.copy_from(mh, dst, p, n) }?;
+        self.copies += 1;
+        Ok(())
+    }
+
+    /// The mapping's handle and the host address of `[addr, addr+n)` in it.
+    fn mapped_at(&mut self, info: &MemInfo, addr: u64, n: usize) -> UcsResult<(u64, *mut u8)> {
+        let p = self.host_ptr(info, addr, n)?;
+        let mh = self
+            .maps
+            .get(&info.base)
+            .map(|m| m.mh)
+            .ok_or(Status::IoError)?;
+        Ok((mh, p))
     }
 
     fn release(&mut self, base: u64) {
@@ -428,6 +490,42 @@ pub unsafe fn copy_to_device(
         // Memory gdrdrv cannot pin (the driver's own refusal): the driver copies it.
         Err(Status::Unsupported | Status::InvalidParam) => None,
         r => Some(r),
+    }
+}
+
+/// Copies `n` bytes of device memory at `src` (allocation `info`) into host memory at
+/// `dst` through gdrcopy: `None` when gdrcopy is absent, not allowed, or the copy is larger
+/// than [`GDR_READ_MAX`] (the caller copies with the driver), else the copy's result.
+///
+/// # Safety
+/// As for [`GdrCache::read`].
+pub unsafe fn copy_from_device(
+    info: &MemInfo,
+    src: u64,
+    dst: *mut u8,
+    n: usize,
+) -> Option<UcsResult<()>> {
+    if n > GDR_READ_MAX || !ALLOWED.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let cache = global().as_ref().ok()?;
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: forwarded contract.
+    match unsafe { c.read(info, src, dst, n) } {
+        Err(Status::Unsupported | Status::InvalidParam) => None,
+        r => Some(r),
+    }
+}
+
+/// The largest contiguous device message `ucp` sends eager, its sender reading it through
+/// a mapping ([`copy_from_device`]) and its receiver writing it through one: 0 where
+/// gdrcopy is absent or not allowed (then device messages between processes of one host go
+/// by a rendezvous, one copy by the driver).
+pub fn eager_max() -> usize {
+    if usable() {
+        GDR_READ_MAX
+    } else {
+        0
     }
 }
 
@@ -591,6 +689,23 @@ mod tests {
             unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
             Ok(())
         }
+        unsafe fn copy_from(
+            &mut self,
+            mh: u64,
+            dst: *mut u8,
+            src: *const u8,
+            n: usize,
+        ) -> Result<(), Status> {
+            assert!(self.pins.contains_key(&mh));
+            let inside = self.maps.iter().any(|m| {
+                src >= m.0.cast_const()
+                    && src.wrapping_add(n) <= m.0.wrapping_add(m.1 as usize).cast_const()
+            });
+            assert!(inside, "a read outside every mapping");
+            // SAFETY: inside a live mapping (checked); dst per the contract.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+            Ok(())
+        }
     }
 
     fn device_bytes(m: &Model, off: usize, n: usize) -> Vec<u8> {
@@ -623,6 +738,55 @@ mod tests {
             2 * GPU_PAGE,
             "70,100 bytes from offset 100 span two GPU pages"
         );
+    }
+
+    #[test]
+    fn reads_come_from_the_device_address_through_the_mapping() {
+        let mut c = GdrCache::new(Model::new(1 << 20));
+        let a = c.api.info(300, 5000, 1);
+        // SAFETY: inside the model's device range.
+        let dev = unsafe { std::slice::from_raw_parts_mut(c.api.dev.add(300), 5000) };
+        for (i, b) in dev.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        for (off, n) in [(0usize, 8usize), (1, 1), (4990, 10), (100, GDR_READ_MAX)] {
+            let mut out = vec![0u8; n];
+            // SAFETY: out is writable; `a` describes the model's range.
+            unsafe { c.read(&a, a.base + off as u64, out.as_mut_ptr(), n) }.unwrap();
+            assert_eq!(out, device_bytes(&c.api, 300 + off, n), "at {off}");
+        }
+        // One pin serves reads and writes alike.
+        // SAFETY: as above.
+        unsafe { c.write(&a, a.base, [0xeeu8; 4].as_ptr(), 4) }.unwrap();
+        let mut out = [0u8; 6];
+        // SAFETY: as above.
+        unsafe { c.read(&a, a.base, out.as_mut_ptr(), 6) }.unwrap();
+        assert_eq!(
+            out,
+            [
+                0xee,
+                0xee,
+                0xee,
+                0xee,
+                dev_at(&c.api, 304),
+                dev_at(&c.api, 305)
+            ]
+        );
+        assert_eq!((c.pinned, c.copies), (1, 6));
+        // A freed and re-allocated buffer at the same address is pinned again before it is
+        // read, and a read past the allocation is refused.
+        let again = c.api.info(300, 5000, 2);
+        let mut out = [0u8; 8];
+        // SAFETY: as above.
+        unsafe { c.read(&again, again.base, out.as_mut_ptr(), 8) }.unwrap();
+        assert_eq!((c.pinned, c.stale), (2, 1));
+        // SAFETY: as above.
+        let r = unsafe { c.read(&again, again.base + 4996, out.as_mut_ptr(), 8) };
+        assert_eq!(r, Err(Status::InvalidParam));
+    }
+
+    fn dev_at(m: &Model, off: usize) -> u8 {
+        device_bytes(m, off, 1)[0]
     }
 
     #[test]
@@ -712,5 +876,13 @@ mod tests {
         };
         // SAFETY: returns before touching anything (gdrcopy is absent).
         assert!(unsafe { copy_to_device(&info, 0x1000, [0u8].as_ptr(), 1) }.is_none());
+        let mut b = [0u8];
+        // SAFETY: as above.
+        assert!(unsafe { copy_from_device(&info, 0x1000, b.as_mut_ptr(), 1) }.is_none());
+        assert_eq!(
+            eager_max(),
+            0,
+            "no device message goes eager without gdrcopy"
+        );
     }
 }

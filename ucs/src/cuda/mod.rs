@@ -839,6 +839,17 @@ impl PointerQuery for DriverQuery {
                 }
             }
         }
+        // A small copy from device memory into host memory: CPU loads through the mapping
+        // (the sender's side of a small device message sent eager, `gdr::eager_max`).
+        if n <= gdr::GDR_READ_MAX && gdr::usable() && self.0.pointer(dst).is_none() {
+            if let Some(info) = self.0.pointer(src) {
+                // SAFETY: `memtype::copy`'s contract: dst is writable for n bytes; info is
+                // the driver's answer for src.
+                if let Some(r) = unsafe { gdr::copy_from_device(&info, src, dst as *mut u8, n) } {
+                    return r;
+                }
+            }
+        }
         self.0.copy(dst, src, n)
     }
 

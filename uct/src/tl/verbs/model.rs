@@ -265,6 +265,8 @@ fn mr(t: &Table, key: u32) -> Option<(usize, &MrEnt)> {
 struct Pc {
     a: u64,
     n: u64,
+    // Read only by the device memory path, built with the `cuda` feature.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     r: u32,
     d: i32,
 }
