@@ -335,15 +335,31 @@ mod tests {
         }
     }
 
-    #[test]
-    fn shm_ranges_are_contiguous_and_ordered() {
-        let posix = attr(
+    /// A shared-memory AM lane's attributes, as posix reports them.
+    fn posix_like() -> IfaceAttr {
+        attr(
             IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY,
             8232,
             8240,
             0,
             (15.0, 80.0, 12e9),
-        );
+        )
+    }
+
+    /// A device memory lane's attributes, as `cuda_ipc` reports them.
+    fn ipc_like() -> IfaceAttr {
+        attr(
+            IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
+            0,
+            0,
+            0,
+            (1000.0, 5000.0, 300e9),
+        )
+    }
+
+    #[test]
+    fn shm_ranges_are_contiguous_and_ordered() {
+        let posix = posix_like();
         let cma = attr(IfaceFlags::GET_ZCOPY, 0, 0, 0, (600.0, 80.0, 8e9));
         let t = Thresholds::new(
             LaneAttrs {
@@ -412,21 +428,9 @@ mod tests {
 
     #[test]
     fn device_memory_selection() {
-        let posix = attr(
-            IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY,
-            8232,
-            8240,
-            0,
-            (15.0, 80.0, 12e9),
-        );
+        let posix = posix_like();
         let cma = attr(IfaceFlags::GET_ZCOPY, 0, 0, 0, (600.0, 80.0, 8e9));
-        let ipc = attr(
-            IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
-            0,
-            0,
-            0,
-            (1000.0, 5000.0, 300e9),
-        );
+        let ipc = ipc_like();
         let with = |dev: bool| {
             Thresholds::new(
                 LaneAttrs {
@@ -472,20 +476,8 @@ mod tests {
 
     #[test]
     fn small_device_messages_go_eager_where_gdrcopy_reads_them() {
-        let posix = attr(
-            IfaceFlags::AM_SHORT | IfaceFlags::AM_BCOPY,
-            8232,
-            8240,
-            0,
-            (15.0, 80.0, 12e9),
-        );
-        let ipc = attr(
-            IfaceFlags::GET_ZCOPY | IfaceFlags::PUT_ZCOPY,
-            0,
-            0,
-            0,
-            (1000.0, 5000.0, 300e9),
-        );
+        let posix = posix_like();
+        let ipc = ipc_like();
         let with = |dev_eager: usize, rndv: AutoSize| {
             Thresholds::new(
                 LaneAttrs {

@@ -480,17 +480,8 @@ pub unsafe fn copy_to_device(
     src: *const u8,
     n: usize,
 ) -> Option<UcsResult<()>> {
-    if n > GDR_COPY_MAX || !ALLOWED.load(std::sync::atomic::Ordering::Relaxed) {
-        return None;
-    }
-    let cache = global().as_ref().ok()?;
-    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: forwarded contract.
-    match unsafe { c.write(info, dst, src, n) } {
-        // Memory gdrdrv cannot pin (the driver's own refusal): the driver copies it.
-        Err(Status::Unsupported | Status::InvalidParam) => None,
-        r => Some(r),
-    }
+    with_cache(n <= GDR_COPY_MAX, |c| unsafe { c.write(info, dst, src, n) })
 }
 
 /// Copies `n` bytes of device memory at `src` (allocation `info`) into host memory at
@@ -505,13 +496,23 @@ pub unsafe fn copy_from_device(
     dst: *mut u8,
     n: usize,
 ) -> Option<UcsResult<()>> {
-    if n > GDR_READ_MAX || !ALLOWED.load(std::sync::atomic::Ordering::Relaxed) {
+    // SAFETY: forwarded contract.
+    with_cache(n <= GDR_READ_MAX, |c| unsafe { c.read(info, src, dst, n) })
+}
+
+/// Runs `copy` on the global cache when gdrcopy is present and allowed and the copy is
+/// `small`: `None` otherwise, or when gdrdrv cannot pin the memory (the driver's own
+/// refusal), so that the caller copies with the driver.
+fn with_cache(
+    small: bool,
+    copy: impl FnOnce(&mut GdrCache<Lib>) -> UcsResult<()>,
+) -> Option<UcsResult<()>> {
+    if !small || !ALLOWED.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
     let cache = global().as_ref().ok()?;
     let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: forwarded contract.
-    match unsafe { c.read(info, src, dst, n) } {
+    match copy(&mut c) {
         Err(Status::Unsupported | Status::InvalidParam) => None,
         r => Some(r),
     }
@@ -611,6 +612,17 @@ mod tests {
             }
         }
 
+        /// Asserts that `[at, at+n)` lies in a live mapping of the pinned handle `mh`, as
+        /// gdrcopy's copies require.
+        fn check_mapped(&self, mh: u64, at: *mut u8, n: usize) {
+            assert!(self.pins.contains_key(&mh));
+            let inside = self
+                .maps
+                .iter()
+                .any(|m| at >= m.0 && at.wrapping_add(n) <= m.0.wrapping_add(m.1 as usize));
+            assert!(inside, "a copy outside every mapping");
+        }
+
         fn info(&self, off: u64, len: u64, id: u64) -> MemInfo {
             MemInfo {
                 mem_type: MemoryType::Cuda,
@@ -679,12 +691,7 @@ mod tests {
             src: *const u8,
             n: usize,
         ) -> Result<(), Status> {
-            assert!(self.pins.contains_key(&mh));
-            let inside = self
-                .maps
-                .iter()
-                .any(|m| dst >= m.0 && dst.wrapping_add(n) <= m.0.wrapping_add(m.1 as usize));
-            assert!(inside, "a copy outside every mapping");
+            self.check_mapped(mh, dst, n);
             // SAFETY: inside a live mapping (checked); src per the contract.
             unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
             Ok(())
@@ -696,12 +703,7 @@ mod tests {
             src: *const u8,
             n: usize,
         ) -> Result<(), Status> {
-            assert!(self.pins.contains_key(&mh));
-            let inside = self.maps.iter().any(|m| {
-                src >= m.0.cast_const()
-                    && src.wrapping_add(n) <= m.0.wrapping_add(m.1 as usize).cast_const()
-            });
-            assert!(inside, "a read outside every mapping");
+            self.check_mapped(mh, src.cast_mut(), n);
             // SAFETY: inside a live mapping (checked); dst per the contract.
             unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
             Ok(())
