@@ -193,11 +193,13 @@ impl Thresholds {
         }
     }
 
-    /// Device memory. With a memory lane for it (the peer maps our device memory), every
+    /// Device memory. Contiguous data of up to `dev_eager` bytes (gdrcopy present) goes
+    /// eager: the CPU copies it out and in through mappings, with no device copy to wait
+    /// for. Otherwise, with a memory lane for it (the peer maps our device memory), every
     /// size is a get rendezvous: the receiver's one device copy is the floor, and an eager
-    /// message would cost two staging copies. Without one, the data is staged through
-    /// host buffers by the driver: eager while it fits one buffer, the AM pipeline above.
-    /// Never eager short or zero-copy, which hand the buffer to a host transport.
+    /// message would cost two staging copies by the driver. Without one, the data is staged
+    /// through host buffers by the driver: eager while it fits one buffer, the AM pipeline
+    /// above. Never eager short or zero-copy, which hand the buffer to a host transport.
     fn select_device(&self, op: Op, dt: DtClass, size: usize) -> Proto {
         let single = if op == Op::TagSendSync {
             self.max_bcopy_sync
