@@ -170,6 +170,16 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
     }
 }
 
+/// [`open`], holding posix by its own type (see [`OpenIface`](crate::iface::OpenIface)).
+pub fn open_iface(res: &TlResource, cfg: &Config) -> Result<crate::iface::OpenIface, OpenError> {
+    match res.tl {
+        "posix" => Ok(crate::iface::OpenIface::Posix(Box::new(
+            tl::posix::PosixIface::open(cfg)?,
+        ))),
+        _ => open(res, cfg).map(crate::iface::OpenIface::Dyn),
+    }
+}
+
 /// Opens transport `tl` on `device` (or its first device when `None`), for tests and tools.
 pub fn open_by_name(
     tl: &str,

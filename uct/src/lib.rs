@@ -15,9 +15,10 @@ mod test_util;
 pub mod tl;
 pub mod trigger;
 
-pub use component::{discover, open, Discovery, TlAbsent, TlResource};
+pub use component::{discover, open, open_iface, Discovery, TlAbsent, TlResource};
 pub use ep::{Comp, Done, EpId, Iov};
 pub use iface::{
-    Amo64, Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate, UmrCost,
+    Amo64, Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, OpenIface, PerfEstimate,
+    UmrCost,
 };
 pub use md::{Md, MemH, MemTypes, MemoryType, RemoteKey};

@@ -673,7 +673,7 @@ impl Core {
     }
 
     /// Sends what a new request can send now, or queues it behind the endpoint's others.
-    pub(super) fn start_send(&mut self, ifaces: &mut [Box<dyn uct::Iface>], ep: usize, id: ReqId) {
+    pub(super) fn start_send(&mut self, ifaces: &mut [uct::OpenIface], ep: usize, id: ReqId) {
         let e = &self.eps[ep];
         if e.queue.is_empty() && e.remote_id.is_some() {
             match push_send(ifaces, self, id) {

@@ -18,7 +18,7 @@
 
 use ucs::memtype::{self, MemoryType};
 use ucs::UcsResult;
-use uct::{Done, Iface, IfaceFlags, RemoteKey};
+use uct::{Done, Iface, IfaceFlags, OpenIface, RemoteKey};
 
 use super::rndv::{finish_get, register_key};
 use super::{Core, Ctrl, Lane, Op, PutTarget, SendOp};
@@ -154,7 +154,7 @@ fn run(stream: &ucs::cuda::StreamRef, local_dev: i32, src: &Side, dst: &Side) ->
 /// false leaves it to the copy protocols.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn direct_get(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: Lane,
@@ -254,7 +254,7 @@ fn remote_size(r: &Remote) -> u64 {
 /// `RTR_SPLIT_LAYOUT` at offset 0 with our layout and a device key of its span, or
 /// `RTR_PUT` for a contiguous buffer. False when our memory cannot be registered.
 fn ask_push_layout(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     ep: usize,

@@ -49,7 +49,7 @@ impl Handler for Core {
     /// As `am`, but eager user active messages are kept in place for their handler
     /// (`Core::keep_am_user`). The same dispatch as `am`, written out again: the tag path
     /// then pays no extra call.
-    #[inline]
+    #[inline(always)]
     fn am_keep(&mut self, id: u8, data: &[u8]) -> bool {
         let ok = match id {
             wire::AM_EAGER => self.on_eager(data),

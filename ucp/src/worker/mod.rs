@@ -54,7 +54,7 @@ use slab::Slab;
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
 use uct::component::DeviceKind;
-use uct::{EpId, Iface, IfaceAttr, MemH};
+use uct::{EpId, IfaceAttr, MemH, OpenIface};
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Error};
@@ -790,7 +790,7 @@ pub(crate) struct Core {
 /// serialized thread mode.
 pub struct Worker {
     ctx: Arc<Context>,
-    ifaces: Vec<Box<dyn Iface>>,
+    ifaces: Vec<OpenIface>,
     core: Core,
     epoll: ucs::wakeup::Epoll,
     has_event_fd: bool,
@@ -860,11 +860,11 @@ impl std::fmt::Debug for Worker {
 impl Worker {
     /// Opens every transport the context allows. Fails only when none opens.
     pub fn new(ctx: &Arc<Context>) -> Result<Worker, Error> {
-        let mut ifaces: Vec<Box<dyn Iface>> = Vec::new();
+        let mut ifaces: Vec<OpenIface> = Vec::new();
         let mut info = Vec::new();
         let mut failures = Vec::new();
         for res in &ctx.discovery.available {
-            match uct::open(res, &ctx.config) {
+            match uct::open_iface(res, &ctx.config) {
                 Ok(i) => {
                     info.push(IfaceInfo {
                         tl: res.tl,

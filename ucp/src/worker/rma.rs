@@ -891,7 +891,7 @@ fn new_op(
 /// transport runs out of resources (from `run_actions`).
 /// Deregisters every region still mapped, before their memory goes (a worker dropped with
 /// regions the application never unmapped; `cuda_copy` pins host memory while registered).
-pub(super) fn unmap_all(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core) {
+pub(super) fn unmap_all(ifaces: &mut [uct::OpenIface], core: &mut Core) {
     for m in core.mems.drain() {
         for (i, r) in &m.regs {
             let _ = ifaces[*i].md().mem_dereg(r);
@@ -900,7 +900,7 @@ pub(super) fn unmap_all(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core) {
     core.shm_regions = 0;
 }
 
-pub(super) fn progress_queue(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core) -> usize {
+pub(super) fn progress_queue(ifaces: &mut [uct::OpenIface], core: &mut Core) -> usize {
     let mut n = 0;
     while let Some(&id) = core.rma_queue.front() {
         match push_rma(ifaces, core, id) {
@@ -943,7 +943,7 @@ fn put_sent(core: &mut Core, id: ReqId) {
 }
 
 /// `Ok(true)`: every message of `id` is out.
-fn push_rma(ifaces: &mut [Box<dyn uct::Iface>], core: &mut Core, id: ReqId) -> UcsResult<bool> {
+fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsResult<bool> {
     let Core {
         reqs, eps, info, ..
     } = core;

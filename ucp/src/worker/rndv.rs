@@ -10,7 +10,7 @@
 use smallvec::SmallVec;
 use ucs::shm::Segment;
 use ucs::Status;
-use uct::{Done, Iface, Iov, MemoryType, RemoteKey};
+use uct::{Done, Iov, MemoryType, OpenIface, RemoteKey};
 
 use super::mapped;
 use super::rma;
@@ -107,7 +107,7 @@ pub(super) fn start_rndv_recv(
 }
 
 /// Issues the gets of a matched get-rendezvous receive.
-pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
+pub(super) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -311,7 +311,7 @@ pub(super) fn start_get(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqI
 /// `RTR_PUT` with the key of our memory lane for device memory); the FIN that follows its
 /// writes completes the receive. False when our buffer cannot be registered (then we read).
 fn ask_push(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,
@@ -348,7 +348,7 @@ fn ask_push(
 /// side is its structured `layout` at an origin, or its segments `segs`.
 #[allow(clippy::too_many_arguments)]
 fn get_mapped(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,
@@ -435,7 +435,7 @@ fn get_mapped(
 /// read to this side (the tail's segment list would not fit a message, or registering
 /// failed).
 fn start_split(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,
@@ -475,7 +475,7 @@ fn start_split(
 /// can map: RTR_SPLIT_LAYOUT describes the tail by the layout itself (a few bytes, where
 /// a segment list would not fit a message).
 fn start_split_layout(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,
@@ -546,7 +546,7 @@ fn split_point(total: usize) -> Option<usize> {
 /// registered as `m`; `false` (and `m` released) when it cannot be sent, so this side
 /// reads everything.
 fn send_split(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,
@@ -617,7 +617,7 @@ fn head_of(segs: &[RemoteSeg], n: usize) -> wire::Segs {
 /// Exposes the buffer of a receive matched by a put rendezvous: registers it and answers
 /// RTR_PUT with its segments. Without a memory lane, or when the segment list does not fit
 /// one message, asks for the pipeline instead (plain RTR).
-pub(super) fn start_put_recv(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
+pub(super) fn start_put_recv(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -750,7 +750,7 @@ fn stages(r: &mut RecvOp) -> bool {
 
 /// Starts the copies of pinned bounces into the device memory of their receives, on the
 /// memory-type copy engine; each completes through `on_completion` and `finish_get`.
-pub(super) fn start_unpacks(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -> usize {
+pub(super) fn start_unpacks(ifaces: &mut [OpenIface], core: &mut Core) -> usize {
     let Some(lane) = core.mt_copy else {
         return 0;
     };

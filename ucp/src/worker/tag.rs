@@ -5,7 +5,7 @@
 
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
-use uct::{Done, Iface, IfaceFlags, Iov, MemoryType};
+use uct::{Done, Iface, IfaceFlags, Iov, MemoryType, OpenIface};
 
 use super::mapped;
 use super::rma::{self, MappingCache};
@@ -662,11 +662,7 @@ pub(super) fn enqueue(core: &mut Core, ep: usize, id: ReqId) {
 
 /// Sends what request `id` can send now. `Ok(true)`: nothing more to send until a peer
 /// answers; `Ok(false)`: out of resources, call again later.
-pub(super) fn push_send(
-    ifaces: &mut [Box<dyn Iface>],
-    core: &mut Core,
-    id: ReqId,
-) -> UcsResult<bool> {
+pub(super) fn push_send(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) -> UcsResult<bool> {
     let Core {
         reqs,
         eps,
@@ -1330,7 +1326,7 @@ fn send_bytes(iface: &mut dyn Iface, lane: super::Lane, id: u8, b: &[u8]) -> Ucs
 }
 
 /// Completes send `id` if nothing about it is outstanding any more.
-pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, id: ReqId) {
+pub(super) fn maybe_finish_send(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     let Some(Op::Send(s)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -1363,7 +1359,7 @@ pub(super) fn maybe_finish_send(ifaces: &mut [Box<dyn Iface>], core: &mut Core, 
 }
 
 /// Sends the queued requests of `ep` in order until one blocks. Returns whether any moved.
-pub(super) fn drain_queue(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usize) -> bool {
+pub(super) fn drain_queue(ifaces: &mut [OpenIface], core: &mut Core, ep: usize) -> bool {
     let mut moved = false;
     loop {
         let Some(e) = core.eps.get(ep) else {

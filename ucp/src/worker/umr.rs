@@ -30,7 +30,7 @@
 //! the plain path, one read per block). `docs/benchmarks.md` has the measured crossing.
 
 use ucs::{Status, UcsResult};
-use uct::{Done, Iface, IfaceFlags, Iov};
+use uct::{Done, Iface, IfaceFlags, Iov, OpenIface};
 
 use super::{Ctrl, Ep, Op, ReqId, SendOp};
 use crate::datatype::{DataState, DtLayout};
@@ -124,7 +124,7 @@ fn fnv(words: impl IntoIterator<Item = u64>) -> u64 {
 /// block.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn layout_get(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
     lane: super::Lane,

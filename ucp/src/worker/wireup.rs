@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use ucs::{Status, UcsResult};
 use uct::component::DeviceKind;
-use uct::{Done, Iface, IfaceFlags, MemoryType};
+use uct::{Done, Iface, IfaceFlags, MemoryType, OpenIface};
 
 use super::{Core, Ctrl, Ep, EpHandle, FlushOp, Lane, Op, Worker, COMP_FLUSH};
 use crate::address::WorkerAddress;
@@ -54,11 +54,7 @@ struct Lanes {
 }
 
 /// Which lanes an endpoint to `peer` uses.
-fn select_lanes(
-    ifaces: &mut [Box<dyn Iface>],
-    core: &Core,
-    peer: &WorkerAddress,
-) -> UcsResult<Lanes> {
+fn select_lanes(ifaces: &mut [OpenIface], core: &Core, peer: &WorkerAddress) -> UcsResult<Lanes> {
     let same_worker = peer.uuid == core.uuid;
     let mut am: Option<(f64, usize, usize)> = None;
     let mut rma: Option<(f64, usize, usize)> = None;
@@ -109,28 +105,27 @@ fn select_lanes(
         }
     }
     let (_, ai, aj) = am.ok_or(Status::Unreachable)?;
-    let connect = |ifaces: &mut [Box<dyn Iface>], i: usize, j: usize| {
+    let connect = |ifaces: &mut [OpenIface], i: usize, j: usize| {
         let t = &peer.tls[j];
         ifaces[i]
             .ep_connect(&t.device_addr, &t.iface_addr)
             .map(|ep| Lane { iface: i, ep })
     };
     let am_lane = connect(ifaces, ai, aj)?;
-    let memory_lane =
-        |ifaces: &mut [Box<dyn Iface>], choice: Option<(f64, usize, usize)>| match choice {
-            Some((_, ri, _)) if ri == ai => Some(Lane {
-                iface: ri,
-                ep: am_lane.ep,
-            }),
-            Some((_, ri, rj)) => match connect(ifaces, ri, rj) {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    log::debug!("ucp: no memory lane via {}: {e}", core.info[ri].tl);
-                    None
-                }
-            },
-            None => None,
-        };
+    let memory_lane = |ifaces: &mut [OpenIface], choice: Option<(f64, usize, usize)>| match choice {
+        Some((_, ri, _)) if ri == ai => Some(Lane {
+            iface: ri,
+            ep: am_lane.ep,
+        }),
+        Some((_, ri, rj)) => match connect(ifaces, ri, rj) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                log::debug!("ucp: no memory lane via {}: {e}", core.info[ri].tl);
+                None
+            }
+        },
+        None => None,
+    };
     // No memory transport reaches the peer: a network transport that carries put and get
     // as messages on the AM lane's connection serves, for put rendezvous (the target
     // places the data as it arrives, with no copy through a bounce buffer at either end).
@@ -172,7 +167,7 @@ fn dev_eager() -> usize {
 
 /// Creates an endpoint to `peer` and registers its lanes.
 pub(super) fn new_ep(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     peer: &WorkerAddress,
 ) -> UcsResult<usize> {
@@ -450,12 +445,7 @@ fn proto_table(core: &Core, idx: usize) -> Option<String> {
 
 /// Answers a peer's wire-up request: pairs it with our endpoint for that worker that has
 /// no peer yet (or already names it), or creates one.
-pub(super) fn accept(
-    ifaces: &mut [Box<dyn Iface>],
-    core: &mut Core,
-    w: Wireup,
-    peer: WorkerAddress,
-) {
+pub(super) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer: WorkerAddress) {
     let existing = core
         .eps
         .iter()
@@ -482,7 +472,7 @@ pub(super) fn accept(
 
 /// Sends one control message on `ep`'s AM lane.
 pub(super) fn send_ctrl(
-    ifaces: &mut [Box<dyn Iface>],
+    ifaces: &mut [OpenIface],
     core: &mut Core,
     ep: usize,
     c: &Ctrl,
@@ -499,7 +489,7 @@ pub(super) fn send_ctrl(
     // endpoint: `NoResource` keeps the control message for the next progress call.
     let peer_id = e.remote_id.ok_or(Status::NoResource);
     let iface = &mut ifaces[lane.iface];
-    let bcopy = |iface: &mut Box<dyn Iface>, id: u8, b: &[u8]| {
+    let bcopy = |iface: &mut OpenIface, id: u8, b: &[u8]| {
         iface
             .am_bcopy(lane.ep, id, &mut |buf| {
                 buf[..b.len()].copy_from_slice(b);
@@ -713,7 +703,7 @@ pub(super) fn send_layout_parts(
 /// Moves flush requests along; returns how many completed. Allocates nothing in the
 /// common case (one flush, a few lanes): a flush after one-sided operations is on the
 /// latency path of `MPI_Win_flush`.
-pub(super) fn progress_flushes(ifaces: &mut [Box<dyn Iface>], core: &mut Core) -> usize {
+pub(super) fn progress_flushes(ifaces: &mut [OpenIface], core: &mut Core) -> usize {
     let mut done = 0;
     // Taken and put back with the ones still waiting, so the vector keeps its capacity;
     // flushes posted meanwhile (by a completion callback) are appended.
@@ -832,7 +822,7 @@ pub(super) fn flush_completion(core: &mut Core, id: ReqId) {
 /// Removes an endpoint and its transport endpoints. A paired endpoint that has not failed
 /// tells its peer first (`WIREUP_CLOSE`), so the peer's endpoint ends quietly instead of
 /// failing when this process exits; the notice is best effort (a full FIFO drops it).
-pub(super) fn destroy_ep(ifaces: &mut [Box<dyn Iface>], core: &mut Core, ep: usize) {
+pub(super) fn destroy_ep(ifaces: &mut [OpenIface], core: &mut Core, ep: usize) {
     if let Some(e) = core.eps.get(ep) {
         if let (None, Some(dst)) = (e.failed, e.remote_id) {
             let m = Wireup {

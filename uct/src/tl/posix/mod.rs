@@ -435,6 +435,57 @@ impl Iface for PosixIface {
 
     #[inline]
     fn progress(&mut self, h: &mut dyn Handler) -> usize {
+        self.poll(h)
+    }
+
+    fn am_release(&mut self) {
+        if self.kept != NOT_KEPT {
+            self.kept = NOT_KEPT;
+            self.release_due();
+        }
+    }
+
+    fn event_fd(&self) -> Option<RawFd> {
+        Some(self.efd.as_raw_fd())
+    }
+
+    fn arm(&mut self) -> UcsResult<()> {
+        self.efd.drain();
+        if self.kept != NOT_KEPT
+            || !self.errors.is_empty()
+            || self
+                .pending
+                .iter()
+                .any(|(e, _)| self.ep(*e).is_ok_and(|p| p.fifo.has_room()))
+        {
+            return Err(Status::Busy);
+        }
+        self.rx_released = self.rx_index;
+        if self.rx.arm(self.rx_index) {
+            Ok(())
+        } else {
+            Err(Status::Busy)
+        }
+    }
+}
+
+/// `PosixIface::kept` when no cell is kept.
+const NOT_KEPT: u64 = u64::MAX;
+
+/// A peer wrote a cell whose length does not fit: the cell is skipped.
+#[cold]
+#[inline(never)]
+fn bad_cell(len: u32) {
+    log::error!("posix: dropped a cell with invalid length {len}");
+}
+
+impl PosixIface {
+    /// `Iface::progress`, generic over the handler: a worker that holds this interface by
+    /// its own type (`uct::OpenIface`) calls it with its handler's type, and the handler's
+    /// message path is inlined into the loop that reads the FIFO (docs/benchmarks.md,
+    /// stop 48).
+    #[inline(always)]
+    pub fn poll<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         self.progress_calls = self.progress_calls.wrapping_add(1);
         let mut n = 0;
         // One message inline (the ping-pong case); a backlog continues in `progress_full`.
@@ -483,51 +534,9 @@ impl Iface for PosixIface {
         n
     }
 
-    fn am_release(&mut self) {
-        if self.kept != NOT_KEPT {
-            self.kept = NOT_KEPT;
-            self.release_due();
-        }
-    }
-
-    fn event_fd(&self) -> Option<RawFd> {
-        Some(self.efd.as_raw_fd())
-    }
-
-    fn arm(&mut self) -> UcsResult<()> {
-        self.efd.drain();
-        if self.kept != NOT_KEPT
-            || !self.errors.is_empty()
-            || self
-                .pending
-                .iter()
-                .any(|(e, _)| self.ep(*e).is_ok_and(|p| p.fifo.has_room()))
-        {
-            return Err(Status::Busy);
-        }
-        self.rx_released = self.rx_index;
-        if self.rx.arm(self.rx_index) {
-            Ok(())
-        } else {
-            Err(Status::Busy)
-        }
-    }
-}
-
-/// `PosixIface::kept` when no cell is kept.
-const NOT_KEPT: u64 = u64::MAX;
-
-/// A peer wrote a cell whose length does not fit: the cell is skipped.
-#[cold]
-#[inline(never)]
-fn bad_cell(len: u32) {
-    log::error!("posix: dropped a cell with invalid length {len}");
-}
-
-impl PosixIface {
     /// Hands one cell to `h` and moves past it; returns true when the handler kept it.
     #[inline(always)]
-    fn deliver(&mut self, cell: Result<(u8, &[u8]), u32>, h: &mut dyn Handler) -> bool {
+    fn deliver<H: Handler + ?Sized>(&mut self, cell: Result<(u8, &[u8]), u32>, h: &mut H) -> bool {
         // Nothing is held in registers across the handler's call (an empty poll of
         // `progress` would pay for saving them).
         match cell {
@@ -555,7 +564,7 @@ impl PosixIface {
     /// common path holds fewer registers.
     #[cold]
     #[inline(never)]
-    fn deliver_behind_kept(&mut self, id: u8, data: &[u8], h: &mut dyn Handler) {
+    fn deliver_behind_kept<H: Handler + ?Sized>(&mut self, id: u8, data: &[u8], h: &mut H) {
         h.am(id, data);
         self.rx_index = self.rx_index.wrapping_add(1);
     }
@@ -576,7 +585,7 @@ impl PosixIface {
 
     /// Drains a backlog of up to `RX_BATCH` more cells.
     #[inline(never)]
-    fn progress_full(&mut self, h: &mut dyn Handler) -> usize {
+    fn progress_full<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         let mut n = 0;
         while n < RX_BATCH {
             let rx = self.rx.view();
@@ -594,7 +603,7 @@ impl PosixIface {
     /// Pending senders, peer liveness, failed endpoints: off the receive fast path.
     #[cold]
     #[inline(never)]
-    fn progress_slow(&mut self, h: &mut dyn Handler) -> usize {
+    fn progress_slow<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         let mut n = 0;
         if !self.pending.is_empty() {
             n += self.progress_pending(h);
@@ -641,7 +650,7 @@ impl PosixIface {
         self.release_due();
     }
 
-    fn report_errors(&mut self, h: &mut dyn Handler) -> usize {
+    fn report_errors<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         let mut n = 0;
         while let Some((ep, st)) = self.errors.pop_front() {
             let tokens = self.pending_purge(ep);
@@ -660,7 +669,7 @@ impl PosixIface {
         n
     }
 
-    fn progress_pending(&mut self, h: &mut dyn Handler) -> usize {
+    fn progress_pending<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         let mut n = 0;
         let eps = &self.eps;
         // Readiness is decided once per endpoint, so a FIFO that drains mid-scan cannot
