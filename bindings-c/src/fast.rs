@@ -11,7 +11,7 @@
 
 use std::ffi::c_void;
 
-use ucp::{Buf, SendParams};
+use ucp::{Buf, HostBuf, SendParams};
 use ucs::Status;
 
 use crate::ep::CEp;
@@ -116,13 +116,13 @@ impl Plain {
     /// # Safety
     /// ucp.h's contract: the buffer stays valid until the operation completes.
     #[inline(always)]
-    unsafe fn buf(&self, buffer: *const c_void, count: usize) -> Option<Buf> {
+    unsafe fn buf(&self, buffer: *const c_void, count: usize) -> Option<HostBuf> {
         let len = count.checked_mul(self.elem)?;
-        if len > 0 && (buffer.is_null() || !host_memory(buffer)) {
+        if len > 0 && buffer.is_null() {
             return None;
         }
         // SAFETY: per the contract.
-        Some(unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) })
+        HostBuf::host_only(unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) })
     }
 
     fn cb(&self, kind: crate::ops::CbKind) -> Cb {
@@ -142,12 +142,6 @@ const SEND_P: SendParams = SendParams {
     force_imm: false,
     fast_cmpl: false,
 };
-
-/// Whether `p` is host memory (always, where no CUDA driver is loaded).
-#[inline(always)]
-fn host_memory(p: *const c_void) -> bool {
-    !ucs::memtype::active() || ucs::memtype::mem_type(p.cast()) == ucs::memtype::MemoryType::Host
-}
 
 /// `ucp_tag_send_nbx` with plain parameters, or `None` (nothing done) for the general path.
 ///
@@ -173,7 +167,7 @@ pub(crate) unsafe fn tag_send(
         fast_cmpl: p.fast(),
         ..SEND_P
     };
-    let id = match w.with(|wk| wk.tag_send_contig(h, b, tag, sp)) {
+    let id = match w.with(|wk| wk.tag_send_host(h, b, tag, sp)) {
         // Sent in the call: NULL, and the application's request memory, if it passed
         // some, is left untouched, as UCX's inline send leaves it (OpenMPI's blocking
         // `MPI_Send` passes some and reads it only when a request is returned).

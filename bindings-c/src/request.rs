@@ -16,7 +16,6 @@ use std::sync::Mutex;
 use ucp::ReqId;
 use ucs::Status;
 
-use crate::context::CContext;
 use crate::types::*;
 use crate::worker::CWorker;
 use crate::{code, guard, ptr_is_err};
@@ -117,7 +116,6 @@ pub(crate) struct ReqHdr {
     pub(crate) cb: Cb,
     pub(crate) user_data: *mut c_void,
     pub(crate) worker: *const CWorker,
-    pub(crate) ctx: *const CContext,
     pub(crate) info: ucp_tag_recv_info_t,
     /// `ucs_memory_type_t` of the operation's buffer (`ucp_request_query`).
     pub(crate) mem_type: std::ffi::c_int,
@@ -263,7 +261,6 @@ pub(crate) unsafe fn alloc(
             cb,
             user_data,
             worker: w as *const CWorker,
-            ctx: w.ctx() as *const CContext,
             info: ucp_tag_recv_info_t::default(),
             mem_type: UCS_MEMORY_TYPE_HOST,
         })

@@ -122,6 +122,35 @@ impl fmt::Debug for Buf {
     }
 }
 
+/// A [`Buf`] the CPU can read and write, checked once: the small-message send and
+/// receive take it, so that a send or receive of the C ABI asks the memory-type cache once
+/// (in the shim, which also records the request's memory type), not again in the worker.
+/// Where a CUDA driver is loaded, each ask is a lookup (docs/benchmarks.md, stop 48).
+#[derive(Clone, Copy, Debug)]
+pub struct HostBuf(Buf);
+
+impl HostBuf {
+    /// `b` when the CPU can reach it directly: host or managed memory.
+    #[inline(always)]
+    pub fn accessible(b: Buf) -> Option<HostBuf> {
+        b.host_accessible().then_some(HostBuf(b))
+    }
+
+    /// `b` when it is host memory: not device memory, and not managed memory either. An
+    /// empty region always is.
+    #[inline(always)]
+    pub fn host_only(b: Buf) -> Option<HostBuf> {
+        (b.len == 0 || !ucs::memtype::active() || b.mem_type() == MemoryType::Host)
+            .then_some(HostBuf(b))
+    }
+
+    /// The region.
+    #[inline(always)]
+    pub fn buf(self) -> Buf {
+        self.0
+    }
+}
+
 impl Buf {
     /// The empty buffer.
     pub const EMPTY: Buf = Buf {

@@ -23,7 +23,7 @@ pub mod request;
 pub mod tag;
 pub mod worker;
 
-pub use buf::Buf;
+pub use buf::{Buf, HostBuf};
 pub use context::{Context, Error};
 pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
 pub use request::{Completion, ReqId};

@@ -68,22 +68,25 @@ impl Worker {
         // Fastest path: small contiguous data on a wired, idle endpoint is one eager short
         // message, sent without a request, a data state or a protocol lookup.
         if let Data::Contig(b) = data {
-            return self.tag_send_contig(ep, *b, tag, p);
+            if let Some(hb) = crate::HostBuf::accessible(*b) {
+                return self.tag_send_host(ep, hb, tag, p);
+            }
         }
         self.tag_send_any(ep, data, tag, p)
     }
 
-    /// [`tag_send`](Self::tag_send) of a contiguous buffer, for the C ABI's send: the eager
-    /// short message is inlined into the caller without a [`Data`] to build and drop
-    /// (docs/benchmarks.md, stop 43); anything else is a call.
+    /// [`tag_send`](Self::tag_send) of a contiguous buffer the CPU can read, for the C
+    /// ABI's send: the eager short message is inlined into the caller without a [`Data`]
+    /// to build and drop (docs/benchmarks.md, stop 43); anything else is a call.
     #[inline(always)]
-    pub fn tag_send_contig(
+    pub fn tag_send_host(
         &mut self,
         ep: EpHandle,
-        b: crate::Buf,
+        hb: crate::HostBuf,
         tag: u64,
         p: SendParams,
     ) -> UcsResult<Option<ReqId>> {
+        let b = hb.buf();
         if let Some(e) = self.core.eps.get(ep.idx()) {
             if e.failed.is_none()
                 && !p.sync
@@ -91,7 +94,6 @@ impl Worker {
                 && e.queue.is_empty()
                 && e.remote_id.is_some()
                 && e.thresh.short_fits(b.len())
-                && b.host_accessible()
             {
                 let lane = e.am;
                 let iface = &mut self.ifaces[lane.iface];
@@ -319,8 +321,8 @@ impl Worker {
         Ok(id)
     }
 
-    /// A receive into contiguous host memory, subscribed with `user_data` when it waits,
-    /// for the C ABI's receive with a request: `Ok(id)` while it waits (its completion is
+    /// A receive into contiguous memory the CPU can reach ([`HostBuf`](crate::HostBuf)),
+    /// subscribed with `user_data` when it waits, for the C ABI's receive with a request: `Ok(id)` while it waits (its completion is
     /// reported by [`Worker::take_completion`] or [`Worker::take_completions`]); `Err`
     /// with its status and info when it finished in the call (nothing is kept). A receive
     /// that waits is a direct receive (`request::DirectRecvs`): no request until a message
@@ -330,24 +332,22 @@ impl Worker {
     #[inline]
     pub fn tag_recv_host(
         &mut self,
-        buf: crate::Buf,
+        hb: crate::HostBuf,
         tag: u64,
         tag_mask: u64,
         user_data: u64,
     ) -> Result<ReqId, (Status, Option<TagInfo>)> {
+        let buf = hb.buf();
         let core = &mut self.core;
-        if buf.host_accessible() {
-            if !core.matcher.no_unexpected() {
-                if let Some((info, msg)) = core.matcher.take_matching(tag, tag_mask) {
-                    return self.recv_arrived(buf, info, msg, user_data);
-                }
+        if !core.matcher.no_unexpected() {
+            if let Some((info, msg)) = core.matcher.take_matching(tag, tag_mask) {
+                return self.recv_arrived(buf, info, msg, user_data);
             }
-            let Core {
-                direct, matcher, ..
-            } = &mut self.core;
-            return Ok(direct.insert(buf, user_data, |id| matcher.queue_recv(tag, tag_mask, id)));
         }
-        self.tag_recv_host_any(buf, tag, tag_mask, user_data)
+        let Core {
+            direct, matcher, ..
+        } = &mut self.core;
+        Ok(direct.insert(buf, user_data, |id| matcher.queue_recv(tag, tag_mask, id)))
     }
 
     /// [`tag_recv_host`](Self::tag_recv_host) of a message that arrived first: a whole
@@ -386,29 +386,6 @@ impl Worker {
                 self.subscribe_or_take(id, user_data).map(|()| id)
             }
         }
-    }
-
-    /// [`tag_recv_host`](Self::tag_recv_host) into memory that is not the host's: the
-    /// general path. Out of line, so that the common case stays small enough to be
-    /// inlined into its caller.
-    #[inline(never)]
-    fn tag_recv_host_any(
-        &mut self,
-        buf: crate::Buf,
-        tag: u64,
-        tag_mask: u64,
-        user_data: u64,
-    ) -> Result<ReqId, (Status, Option<TagInfo>)> {
-        let p = RecvParams {
-            user_data: 0,
-            notify: false,
-            force_imm: false,
-        };
-        let id = post_recv(&mut self.core, &Data::Contig(buf), tag, tag_mask, p);
-        if self.core.work {
-            self.answer_now();
-        }
-        self.subscribe_or_take(id, user_data).map(|()| id)
     }
 
     /// Whether the oldest unexpected message matching `(tag, tag_mask)` is here whole,

@@ -74,6 +74,11 @@ fn buf_of_mut(v: &mut [u8]) -> Buf {
     unsafe { Buf::from_mut_slice(v) }
 }
 
+/// `v` for the host receive (`Worker::tag_recv_host`): host memory, as checked.
+fn host_of_mut(v: &mut [u8]) -> crate::HostBuf {
+    crate::HostBuf::host_only(buf_of_mut(v)).expect("a Vec is host memory")
+}
+
 fn contig_mut(v: &mut [u8]) -> Data {
     // SAFETY: as above.
     Data::Contig(unsafe { Buf::from_mut_slice(v) })
@@ -524,7 +529,7 @@ fn host_receives_posted_ahead_wait_without_a_request() {
         .zip(&cases)
         .enumerate()
         .map(|(i, (v, c))| {
-            b.tag_recv_host(buf_of_mut(v), c.0, u64::MAX, i as u64)
+            b.tag_recv_host(host_of_mut(v), c.0, u64::MAX, i as u64)
                 .unwrap()
         })
         .collect();
@@ -567,7 +572,7 @@ fn host_receives_posted_ahead_wait_without_a_request() {
     for (i, (v, c)) in bufs.iter_mut().zip(&cases).enumerate() {
         // Up to 1000 bytes is eager on any host; 1 MiB a rendezvous; 30,000 bytes either,
         // as this host's measured switch points say.
-        match b.tag_recv_host(buf_of_mut(v), c.0, u64::MAX, i as u64) {
+        match b.tag_recv_host(host_of_mut(v), c.0, u64::MAX, i as u64) {
             Err(done) => {
                 assert!(c.1 < 1 << 20, "case {i}: a rendezvous finishes later");
                 got.insert(i as u64, done);
@@ -587,7 +592,7 @@ fn host_receives_posted_ahead_wait_without_a_request() {
     // Cancelled while waiting: reported once, as any receive's cancel is.
     let mut v = vec![0u8; 8];
     let r = b
-        .tag_recv_host(buf_of_mut(&mut v), 99, u64::MAX, 42)
+        .tag_recv_host(host_of_mut(&mut v), 99, u64::MAX, 42)
         .unwrap();
     b.request_cancel(r);
     b.request_cancel(r);
@@ -597,7 +602,7 @@ fn host_receives_posted_ahead_wait_without_a_request() {
     assert_eq!(b.core.direct.len(), 0);
     // A stale id names nothing: the next receive reuses the slot and is left alone.
     let r2 = b
-        .tag_recv_host(buf_of_mut(&mut v), 99, u64::MAX, 43)
+        .tag_recv_host(host_of_mut(&mut v), 99, u64::MAX, 43)
         .unwrap();
     b.request_cancel(r);
     assert!(b.take_completion().is_none());
