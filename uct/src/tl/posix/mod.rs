@@ -537,8 +537,10 @@ impl PosixIface {
     /// Hands one cell to `h` and moves past it; returns true when the handler kept it.
     #[inline(always)]
     fn deliver<H: Handler + ?Sized>(&mut self, cell: Result<(u8, &[u8]), u32>, h: &mut H) -> bool {
-        // Nothing is held in registers across the handler's call (an empty poll of
-        // `progress` would pay for saving them).
+        // Nothing is held in registers across the handler (an empty poll of `progress`
+        // would pay for saving them), whether it is called through the trait object or,
+        // for the worker's own handler, inlined here (empty poll 4.85 ns before, 4.87
+        // after, docs/benchmarks.md, stop 48).
         match cell {
             Ok((id, data)) if self.kept == NOT_KEPT => {
                 if h.am_keep(id, data) {
