@@ -503,12 +503,6 @@ impl std::ops::DerefMut for OpenIface {
     }
 }
 
-impl From<Box<dyn Iface>> for OpenIface {
-    fn from(i: Box<dyn Iface>) -> Self {
-        OpenIface::Dyn(i)
-    }
-}
-
 impl AsMut<dyn Iface> for OpenIface {
     #[inline]
     fn as_mut(&mut self) -> &mut (dyn Iface + 'static) {

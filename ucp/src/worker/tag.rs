@@ -322,13 +322,14 @@ impl Worker {
     }
 
     /// A receive into contiguous memory the CPU can reach ([`HostBuf`](crate::HostBuf)),
-    /// subscribed with `user_data` when it waits, for the C ABI's receive with a request: `Ok(id)` while it waits (its completion is
-    /// reported by [`Worker::take_completion`] or [`Worker::take_completions`]); `Err`
-    /// with its status and info when it finished in the call (nothing is kept). A receive
-    /// that waits is a direct receive (`request::DirectRecvs`): no request until a message
-    /// that needs one matches it; one whose whole eager message is here is copied in the
-    /// call without a request. Neither goes through the general path's result enum, whose
-    /// trip through memory cost more than the queueing.
+    /// subscribed with `user_data` when it waits, for the C ABI's receive with a request:
+    /// `Ok(id)` while it waits (its completion is reported by [`Worker::take_completion`]
+    /// or [`Worker::take_completions`]); `Err` with its status and info when it finished in
+    /// the call (nothing is kept). A receive that waits is a direct receive
+    /// (`request::DirectRecvs`): no request until a message that needs one matches it; one
+    /// whose whole eager message is here is copied in the call without a request. Neither
+    /// goes through the general path's result enum, whose trip through memory cost more
+    /// than the queueing.
     #[inline]
     pub fn tag_recv_host(
         &mut self,
