@@ -18,6 +18,12 @@
 # (contrib/gpu/pack.sh's) instead of building, and OSU_SYS_LABEL names the system's UCX
 # column (default ucx113, Debian 12's). RUCX_BEFORE=path/to/libucp.so.0 adds an earlier
 # build of Rucx as a column ("before", with its own ratio to UCX), in the same rounds.
+# OSU_AA=1 runs the system's UCX twice in each round (the second time as column "aa") and
+# judges each figure against that A/A pair, which is the machine's run-to-run spread:
+# "met" when the ratio of medians is on the right side of 1.0; otherwise "miss" when
+# Rucx's per-round ratios to UCX are worse than the A/A pair's (exact Mann-Whitney test,
+# one-sided p < 0.025, i.e. a two-sided test at 0.05), "spread" when they are not. Three
+# rounds can never show a difference at that level; use -r 7 or more.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=3 sizes="1,8,64,512,4096,32768,262144,1048576,4194304"
@@ -50,6 +56,7 @@ if [ -n "${UCX122:-}" ]; then
   libs+=(ucx122)
 fi
 [ -n "${RUCX_BEFORE:-}" ] && libs+=(before)
+[ -n "${OSU_AA:-}" ] && libs+=(aa)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # run LIB PATTERN: "size value" lines of one run.
@@ -72,10 +79,50 @@ run() {
     "$work/osu" "$pat" "$sizes" 2>/dev/null | awk '{print $2, $3}'
 }
 
+# per_round LIB SIZE PATTERN: LIB's value over the system UCX's, one line per round.
+per_round() {
+  for r in $(seq "$rounds"); do
+    a=$(awk -v n="$2" '$1 == n {print $2}' "$work/$3.$1.$r" 2>/dev/null)
+    b=$(awk -v n="$2" '$1 == n {print $2}' "$work/$3.$base.$r" 2>/dev/null)
+    [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) print a / b }'
+  done
+}
+
+# verdict PATTERN SIZE RATIO: met / spread / miss (OSU_AA above).
+verdict() {
+  local better=low
+  case $1 in bw | bibw | put_bw | get_bw) better=high ;; esac
+  { per_round rucx "$2" "$1" | sed 's/^/r /'; per_round aa "$2" "$1" | sed 's/^/a /'; } |
+    awk -v m="$3" -v better="$better" '
+      $1 == "r" { r[++n1] = $2 } $1 == "a" { a[++n2] = $2 }
+      END {
+        if (m == "nan" || n1 == 0 || n2 == 0) { print "nan"; exit }
+        if ((better == "low" && m <= 1) || (better == "high" && m >= 1)) { print "met"; exit }
+        # U: pairs where Rucx is above the A/A ratio (ties count a half).
+        u = 0
+        for (i = 1; i <= n1; i++) for (j = 1; j <= n2; j++) u += (r[i] > a[j]) + 0.5 * (r[i] == a[j])
+        # Exact null distribution of U without ties: f[i,j,k] ways for i and j values.
+        for (i = 0; i <= n1; i++) for (j = 0; j <= n2; j++) for (k = 0; k <= n1 * n2; k++) {
+          if (i == 0 || j == 0) { f[i, j, k] = (k == 0); continue }
+          f[i, j, k] = (k >= j ? f[i - 1, j, k - j] : 0) + f[i, j - 1, k]
+        }
+        tot = 0; lo = 0; hi = 0
+        for (k = 0; k <= n1 * n2; k++) {
+          tot += f[n1, n2, k]
+          if (k <= u + 0.5) lo += f[n1, n2, k]
+          if (k >= u - 0.5) hi += f[n1, n2, k]
+        }
+        # The bad side: Rucx slower (time) or lower (bandwidth) than the A/A pair.
+        p = (better == "low" ? hi : lo) / tot
+        print (p < 0.025 ? "miss" : "spread")
+      }'
+}
+
 printf '%-9s %9s' pattern size
 for l in "${libs[@]}"; do printf ' %11s %19s' "$l" "(min..max)"; done
 printf ' %9s %9s' "rucx/$base" paired
 [ -n "${RUCX_BEFORE:-}" ] && printf ' %11s' "before/$base"
+[ -n "${OSU_AA:-}" ] && printf ' %9s %7s' "aa/$base" verdict
 printf '\n'
 for pat in "${pats[@]}"; do
   for r in $(seq "$rounds"); do
@@ -102,14 +149,14 @@ for pat in "${pats[@]}"; do
     done
     # The ratio of the medians, and the median of each round's own ratio (the two runs of
     # a round are seconds apart, so a slow spell of the machine hits both).
-    paired=$(for r in $(seq "$rounds"); do
-      a=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.rucx.$r" 2>/dev/null)
-      b=$(awk -v n="$n" '$1 == n {print $2}' "$work/$pat.$base.$r" 2>/dev/null)
-      [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) print a / b }'
-    done | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) printf "%.3f", v[(NR+1)/2]; else printf "%.3f", (v[NR/2]+v[NR/2+1])/2}')
+    paired=$(per_round rucx "$n" "$pat" | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) printf "%.3f", v[(NR+1)/2]; else printf "%.3f", (v[NR/2]+v[NR/2+1])/2}')
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "nan" || b == "nan" || b == 0) ? "nan" : sprintf("%.3f", a / b) }'; }
     printf ' %9s %9s' "$(ratio "${med[rucx]}" "${med[$base]}")" "$paired"
     [ -n "${RUCX_BEFORE:-}" ] && printf ' %11s' "$(ratio "${med[before]}" "${med[$base]}")"
+    if [ -n "${OSU_AA:-}" ]; then
+      printf ' %9s %7s' "$(ratio "${med[aa]}" "${med[$base]}")" \
+        "$(verdict "$pat" "$n" "$(ratio "${med[rucx]}" "${med[$base]}")")"
+    fi
     printf '\n'
   done
 done
