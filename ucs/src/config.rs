@@ -62,6 +62,13 @@ pub const TABLE: &[ConfigVar] = &[
               of 64 cells: 2.1 MB of shared memory per process); UCX's is 8256.",
     },
     ConfigVar {
+        name: "POSIX_FIFO_MAX_POLL",
+        default: "16",
+        doc: "Messages a posix interface hands over per progress call at most, as in UCX; \
+              the rest wait for the next call, so an application that posts receives between \
+              its calls finds fewer messages taken as unexpected ('inf': no limit).",
+    },
+    ConfigVar {
         name: "POSIX_POLL_BACKOFF",
         default: "16",
         doc: "Empty polls of a posix receive FIFO in a row after which each further empty poll \
@@ -332,6 +339,7 @@ pub struct Config {
     pub log_level: LogLevel,
     pub posix_fifo_size: usize,
     pub posix_seg_size: usize,
+    pub posix_fifo_max_poll: usize,
     pub posix_poll_backoff: usize,
     pub tcp_seg_size: usize,
     pub tcp_sndbuf: AutoSize,
@@ -540,6 +548,11 @@ impl Config {
             let (v, n) = get("POSIX_SEG_SIZE");
             return Err(bad(n, &v, "must be a multiple of 64 between 128 and 16m"));
         }
+        let posix_fifo_max_poll = size("POSIX_FIFO_MAX_POLL")?;
+        if posix_fifo_max_poll == 0 {
+            let (v, n) = get("POSIX_FIFO_MAX_POLL");
+            return Err(bad(n, &v, "must be at least 1"));
+        }
         let posix_poll_backoff = size("POSIX_POLL_BACKOFF")?;
         let tcp_seg = size("TCP_SEG_SIZE")?;
         if !(64..=(1 << 30)).contains(&tcp_seg) {
@@ -632,6 +645,7 @@ impl Config {
             log_level,
             posix_fifo_size: fifo,
             posix_seg_size: seg,
+            posix_fifo_max_poll,
             posix_poll_backoff,
             tcp_seg_size: tcp_seg,
             tcp_sndbuf: auto_size("TCP_SNDBUF")?,
@@ -675,6 +689,10 @@ impl Config {
             "LOG_LEVEL" => self.log_level.to_string(),
             "POSIX_FIFO_SIZE" => self.posix_fifo_size.to_string(),
             "POSIX_SEG_SIZE" => self.posix_seg_size.to_string(),
+            "POSIX_FIFO_MAX_POLL" => match self.posix_fifo_max_poll {
+                usize::MAX => "inf".to_string(),
+                n => n.to_string(),
+            },
             "POSIX_POLL_BACKOFF" => match self.posix_poll_backoff {
                 usize::MAX => "inf".to_string(),
                 n => n.to_string(),
@@ -820,6 +838,17 @@ mod tests {
         let c = cfg(&[("POSIX_POLL_BACKOFF", "0")]).unwrap();
         assert_eq!(c.value_of("POSIX_POLL_BACKOFF").unwrap(), "0");
         assert!(cfg(&[("POSIX_POLL_BACKOFF", "often")]).is_err());
+        assert_eq!(Config::default().posix_fifo_max_poll, 16);
+        let c = cfg(&[("POSIX_FIFO_MAX_POLL", "inf")]).unwrap();
+        assert_eq!(c.value_of("POSIX_FIFO_MAX_POLL").unwrap(), "inf");
+        assert_eq!(
+            cfg(&[("POSIX_FIFO_MAX_POLL", "1")])
+                .unwrap()
+                .posix_fifo_max_poll,
+            1
+        );
+        let e = cfg(&[("POSIX_FIFO_MAX_POLL", "0")]).unwrap_err();
+        assert!(e.to_string().contains("UCX_POSIX_FIFO_MAX_POLL=0"), "{e}");
     }
 
     #[test]

@@ -23,9 +23,6 @@ use ucs::wire::{Reader, Writer};
 
 static MD: BoundsMd = BoundsMd::new("posix", *b"PSX1");
 
-/// Cells handed to the handler per `progress` call at most.
-const RX_BATCH: usize = 32;
-
 /// Checks that a shared-memory segment can be created here.
 pub fn probe() -> Result<(), String> {
     Segment::create(4096)
@@ -132,6 +129,10 @@ pub struct PosixIface {
     /// Empty polls in a row, and how many of them may pass before each further one pauses.
     idle_polls: u32,
     poll_backoff: u32,
+    /// Cells `progress_full` hands over after the one `poll` hands over inline
+    /// (`UCX_POSIX_FIFO_MAX_POLL` - 1): a call stops there, so that the application can
+    /// post receives for the rest before they are matched (docs/benchmarks.md, stop 49).
+    rx_batch: usize,
 }
 
 impl PosixIface {
@@ -207,6 +208,7 @@ impl PosixIface {
             next_tx: 0,
             idle_polls: 0,
             poll_backoff: u32::try_from(cfg.posix_poll_backoff).unwrap_or(u32::MAX),
+            rx_batch: cfg.posix_fifo_max_poll.saturating_sub(1),
         })
     }
 
@@ -585,11 +587,11 @@ impl PosixIface {
         }
     }
 
-    /// Drains a backlog of up to `RX_BATCH` more cells.
+    /// Drains a backlog of up to `rx_batch` more cells.
     #[inline(never)]
     fn progress_full<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         let mut n = 0;
-        while n < RX_BATCH {
+        while n < self.rx_batch {
             let rx = self.rx.view();
             let Some(cell) = rx.peek(self.rx_index) else {
                 break;
@@ -759,6 +761,43 @@ mod tests {
             iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]),
             Err(Status::InvalidParam)
         );
+    }
+
+    #[test]
+    fn a_progress_call_hands_over_at_most_max_poll_messages() {
+        for (max_poll, per_call) in [(5, 5), (1, 1), (usize::MAX, 12)] {
+            let cfg = Config {
+                posix_fifo_max_poll: max_poll,
+                ..Config::default()
+            };
+            let mut iface = PosixIface::open(&cfg).unwrap();
+            let (dev, ifa) = (
+                iface.device_address().to_vec(),
+                iface.iface_address().to_vec(),
+            );
+            let ep = iface.ep_connect(&dev, &ifa).unwrap();
+            for i in 0..12u32 {
+                iface.am_short(ep, 3, 0, &i.to_le_bytes()).unwrap();
+            }
+            let mut sink = Sink::default();
+            let mut calls = Vec::new();
+            while sink.0.len() < 12 {
+                let before = sink.0.len();
+                iface.progress(&mut sink);
+                calls.push(sink.0.len() - before);
+            }
+            let want: Vec<usize> = (0..12)
+                .step_by(per_call)
+                .map(|k| per_call.min(12 - k))
+                .collect();
+            assert_eq!(calls, want, "UCX_POSIX_FIFO_MAX_POLL={max_poll}");
+            let order: Vec<u32> = sink
+                .0
+                .iter()
+                .map(|(_, d)| u32::from_le_bytes(d[8..12].try_into().unwrap()))
+                .collect();
+            assert_eq!(order, (0..12).collect::<Vec<_>>());
+        }
     }
 
     /// Messages and endpoint errors, in the order the interface reported them.
