@@ -166,6 +166,14 @@ pub const TABLE: &[ConfigVar] = &[
               today (docs/benchmarks.md). (Rucx only.)",
     },
     ConfigVar {
+        name: "SHARED_CPU_ADAPT",
+        default: "y",
+        doc: "y: while the thread that progresses a worker waits for a CPU more than an \
+              eighth of the time (its run delay, read every 10 ms at most: processes taking \
+              turns on the same cores), turn off the split rendezvous and the posix poll \
+              backoff, which pay off only with a core per process; n: keep them. (Rucx only.)",
+    },
+    ConfigVar {
         name: "PROTO_INFO",
         default: "n",
         doc: "y: print each new endpoint's protocol table (which protocol serves which \
@@ -358,6 +366,7 @@ pub struct Config {
     pub rndv_split_thresh: usize,
     /// `RNDV_LAYOUT_PARTS`: `None` for auto.
     pub rndv_layout_parts: Option<bool>,
+    pub shared_cpu_adapt: bool,
     pub proto_info: bool,
     pub memtype_cache: bool,
     pub rndv_frag_size: usize,
@@ -616,6 +625,8 @@ impl Config {
             "auto" => None,
             v => Some(parse_bool(v).ok_or_else(|| bad(lp_n, &lp, "expected auto, y or n"))?),
         };
+        let (sc, sc_n) = get("SHARED_CPU_ADAPT");
+        let shared_cpu_adapt = parse_bool(&sc).ok_or_else(|| bad(sc_n, &sc, "expected y or n"))?;
         let (pi, pi_n) = get("PROTO_INFO");
         let proto_info = parse_bool(&pi).ok_or_else(|| bad(pi_n, &pi, "expected y or n"))?;
 
@@ -661,6 +672,7 @@ impl Config {
             rndv_layout_cache,
             rndv_split_thresh,
             rndv_layout_parts,
+            shared_cpu_adapt,
             proto_info,
             memtype_cache,
             rndv_frag_size,
@@ -726,6 +738,7 @@ impl Config {
                 Some(false) => "n",
             }
             .to_string(),
+            "SHARED_CPU_ADAPT" => if self.shared_cpu_adapt { "y" } else { "n" }.to_string(),
             "PROTO_INFO" => if self.proto_info { "y" } else { "n" }.to_string(),
             "MEMTYPE_CACHE" => if self.memtype_cache { "y" } else { "n" }.to_string(),
             "RNDV_FRAG_SIZE" => self.rndv_frag_size.to_string(),

@@ -15,6 +15,7 @@ pub mod cuda;
 pub mod log;
 pub mod memtype;
 pub mod pool;
+pub mod sched;
 pub mod shm;
 pub mod status;
 pub mod sys;

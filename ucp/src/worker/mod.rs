@@ -685,8 +685,13 @@ pub(crate) struct Core {
     pub(crate) atomic_device: bool,
     pub(crate) layout_cache_size: usize,
     /// Smallest same-host get rendezvous shared between receiver and sender
-    /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never).
+    /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never, also while `cpu` finds this
+    /// thread sharing its CPU).
     pub(crate) split_thresh: usize,
+    split_cfg: usize,
+    /// Whether the progressing thread waits for a CPU (`Worker::watch_cpu_share`; `None`
+    /// with `UCX_SHARED_CPU_ADAPT=n`).
+    cpu: Option<ucs::sched::CpuShare>,
     /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only; off by default).
     pub(crate) layout_parts: Option<bool>,
     pub(crate) proto_info: bool,
@@ -959,6 +964,8 @@ impl Worker {
             atomic_device: ctx.config.atomic_mode.device(),
             layout_cache_size: ctx.config.rndv_layout_cache,
             split_thresh: ctx.config.rndv_split_thresh,
+            split_cfg: ctx.config.rndv_split_thresh,
+            cpu: ctx.config.shared_cpu_adapt.then(Default::default),
             layout_parts: ctx.config.rndv_layout_parts,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
@@ -1146,6 +1153,7 @@ impl Worker {
     fn progress_general(&mut self) -> usize {
         self.release_if_owed();
         let mut n = if self.core.tick.is_multiple_of(IDLE_POLL_EVERY) {
+            self.watch_cpu_share();
             self.progress_all_ifaces()
         } else {
             let mut n = 0;
@@ -1163,6 +1171,34 @@ impl Worker {
             n += self.progress_protocols();
         }
         n
+    }
+
+    /// Follows whether the progressing thread shares its CPU with other busy threads
+    /// (`ucs::sched`, a reading every 10 ms at most). While it does, the processes it
+    /// talks to on this host most likely take turns on the same cores, and two things
+    /// that pay off with a core each are turned off: the split rendezvous, whose second
+    /// half waits for the sender's next turn, and the pause between posix spin-wait
+    /// polls, which makes each poll five times longer and so delays the point where an
+    /// MPI library's wait loop yields its turn (docs/benchmarks.md, stop 49).
+    fn watch_cpu_share(&mut self) {
+        let Some(cpu) = &mut self.core.cpu else {
+            return;
+        };
+        let was = cpu.shared();
+        let shared = cpu.update(ucs::time::now_ns());
+        if shared == was {
+            return;
+        }
+        self.core.split_thresh = if shared {
+            usize::MAX
+        } else {
+            self.core.split_cfg
+        };
+        for iface in &mut self.ifaces {
+            if let OpenIface::Posix(p) = iface {
+                p.set_spin_pause(!shared);
+            }
+        }
     }
 
     /// Fails the endpoints another lane found dead (`Core::lane_errors`), each once its AM

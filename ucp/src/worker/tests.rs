@@ -25,6 +25,14 @@ fn ctx(tls: &str) -> Arc<Context> {
         Config::from_lookup(|k| match k {
             "TLS" => Some(tls.clone()),
             "NET_DEVICES" => Some("lo".into()),
+            // The protocols these tests count must not depend on how busy the machine
+            // is (`shared_cpu_turns_the_split_off` turns it on).
+            "SHARED_CPU_ADAPT" => Some(
+                extra
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map_or("n".into(), |(_, v)| v.clone()),
+            ),
             _ => extra.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
         })
         .unwrap(),
@@ -908,6 +916,76 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
     assert_eq!(b.stats().rndv_split, 0);
     assert_eq!(round(&mut a, &mut b, ab, 2 << 20, false), Proto::RndvGet);
     assert_eq!(b.stats().rndv_split, 1);
+}
+
+/// A worker whose thread takes turns on one CPU with a busy thread stops splitting its
+/// rendezvous copies and pausing between posix polls; `UCX_SHARED_CPU_ADAPT=n` keeps both.
+#[test]
+fn shared_cpu_turns_the_split_off() {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !ucs::sched::available() {
+        println!("skipped: /proc/thread-self/schedstat is not readable here");
+        return;
+    }
+    let mine = sched_getaffinity(Pid::from_raw(0)).unwrap();
+    let cpu = (0..CpuSet::count())
+        .find(|&c| mine.is_set(c).unwrap_or(false))
+        .expect("a CPU in this thread's affinity mask");
+    let pin = move || {
+        let mut one = CpuSet::new();
+        one.set(cpu).unwrap();
+        sched_setaffinity(Pid::from_raw(0), &one).unwrap();
+    };
+    let pause_of = |w: &Worker| {
+        w.ifaces.iter().find_map(|i| match i {
+            uct::OpenIface::Posix(p) => Some(p.spin_pause()),
+            _ => None,
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            pin();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    // On threads of their own, so that the pinning ends with them.
+    let (adapt, fixed) = std::thread::spawn(move || {
+        pin();
+        let mut out = Vec::new();
+        for cfg in ["y", "n"] {
+            let (mut a, mut b, ab, _) =
+                pair(&format!("posix,cma;RNDV_THRESH=16k;SHARED_CPU_ADAPT={cfg}"));
+            // Long enough for a few windows of `ucs::sched::CpuShare`.
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_millis(60) {
+                a.progress();
+                b.progress();
+            }
+            assert_eq!(round(&mut a, &mut b, ab, 600_000, false), Proto::RndvGet);
+            out.push((b.stats().rndv_split, pause_of(&b)));
+        }
+        (out[0], out[1])
+    })
+    .join()
+    .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    spinner.join().unwrap();
+    assert_eq!(
+        adapt,
+        (0, Some(false)),
+        "CPU {cpu} shared: no split, no pause"
+    );
+    assert_eq!(
+        fixed,
+        (1, Some(true)),
+        "UCX_SHARED_CPU_ADAPT=n: split and pause kept"
+    );
 }
 
 #[test]

@@ -126,9 +126,11 @@ pub struct PosixIface {
     /// claim, or 0: prefetched for writing when the next message arrives, then 0 again
     /// (see `progress`).
     next_tx: usize,
-    /// Empty polls in a row, and how many of them may pass before each further one pauses.
+    /// Empty polls in a row, and how many of them may pass before each further one pauses
+    /// (`u32::MAX`: none pauses), as configured and as in force (`set_spin_pause`).
     idle_polls: u32,
     poll_backoff: u32,
+    poll_backoff_cfg: u32,
     /// Cells `progress_full` hands over after the one `poll` hands over inline
     /// (`UCX_POSIX_FIFO_MAX_POLL` - 1): a call stops there, so that the application can
     /// post receives for the rest before they are matched (docs/benchmarks.md, stop 49).
@@ -208,6 +210,7 @@ impl PosixIface {
             next_tx: 0,
             idle_polls: 0,
             poll_backoff: u32::try_from(cfg.posix_poll_backoff).unwrap_or(u32::MAX),
+            poll_backoff_cfg: u32::try_from(cfg.posix_poll_backoff).unwrap_or(u32::MAX),
             rx_batch: cfg.posix_fifo_max_poll.saturating_sub(1),
         })
     }
@@ -482,6 +485,17 @@ fn bad_cell(len: u32) {
 }
 
 impl PosixIface {
+    /// Whether empty polls past `UCX_POSIX_POLL_BACKOFF` pause (the default), or none does
+    /// (the worker's choice while its thread shares a CPU: `ucp`'s `watch_cpu_share`).
+    pub fn set_spin_pause(&mut self, on: bool) {
+        self.poll_backoff = if on { self.poll_backoff_cfg } else { u32::MAX };
+    }
+
+    /// Whether empty polls pause at all now (see [`set_spin_pause`](Self::set_spin_pause)).
+    pub fn spin_pause(&self) -> bool {
+        self.poll_backoff != u32::MAX
+    }
+
     /// `Iface::progress`, generic over the handler: a worker that holds this interface by
     /// its own type (`uct::OpenIface`) calls it with its handler's type, and the handler's
     /// message path is inlined into the loop that reads the FIFO (docs/benchmarks.md,

@@ -1,0 +1,153 @@
+//! Whether the calling thread shares its CPU with other busy threads: the scheduler's run
+//! delay (`/proc/thread-self/schedstat`, second field: the time the thread spent runnable
+//! but waiting for a CPU) against the wall-clock time, over windows of at least
+//! [`CpuShare::WINDOW_NS`].
+//!
+//! Two things that pay off when each process has a core of its own cost time when
+//! processes take turns on one: pausing between the polls of a spin-wait (the process
+//! that would run the peer waits out more of its turn before its MPI library yields), and
+//! handing part of a copy to the peer (the copy then waits for the peer's next turn). The
+//! worker turns both off while its thread waits for a CPU more than an eighth of the time
+//! (docs/benchmarks.md, stop 49).
+
+/// The run-delay reading of one window.
+#[derive(Debug)]
+pub struct CpuShare {
+    /// Wall-clock time and run delay of the window's start; `None` before the first
+    /// reading, and for good where the kernel does not keep the statistic.
+    start: Option<(u64, u64)>,
+    readable: bool,
+    shared: bool,
+}
+
+impl Default for CpuShare {
+    fn default() -> Self {
+        CpuShare {
+            start: None,
+            readable: true,
+            shared: false,
+        }
+    }
+}
+
+impl CpuShare {
+    /// The shortest window judged (one reading of the file every window at most).
+    pub const WINDOW_NS: u64 = 10_000_000;
+
+    /// Takes a reading if the window since the last one is long enough, and returns
+    /// whether the thread waited for a CPU more than an eighth of that window (else the
+    /// previous answer). `now_ns` is `crate::time::now_ns()`.
+    pub fn update(&mut self, now_ns: u64) -> bool {
+        if !self.readable {
+            return false;
+        }
+        if let Some((t0, _)) = self.start {
+            if now_ns.saturating_sub(t0) < Self::WINDOW_NS {
+                return self.shared;
+            }
+        }
+        let Some(delay) = run_delay_ns() else {
+            self.readable = false;
+            self.shared = false;
+            return false;
+        };
+        if let Some(start) = self.start {
+            self.shared = waited_much(start, (now_ns, delay));
+        }
+        self.start = Some((now_ns, delay));
+        self.shared
+    }
+
+    /// The last answer of [`update`](Self::update).
+    pub fn shared(&self) -> bool {
+        self.shared
+    }
+}
+
+/// Whether the kernel keeps the statistic (CONFIG_SCHED_INFO) where this thread can read it.
+pub fn available() -> bool {
+    run_delay_ns().is_some()
+}
+
+/// Whether the run delay grew by more than an eighth of the wall-clock time between two
+/// readings `(wall ns, run delay ns)`. A delay that went backwards (a reading from another
+/// thread) counts as none.
+fn waited_much(from: (u64, u64), to: (u64, u64)) -> bool {
+    let wall = to.0.saturating_sub(from.0);
+    let waited = to.1.saturating_sub(from.1);
+    wall > 0 && waited.saturating_mul(8) > wall
+}
+
+/// The calling thread's run delay in nanoseconds, or `None` where the kernel does not
+/// expose it.
+fn run_delay_ns() -> Option<u64> {
+    use std::io::Read;
+    let mut f = std::fs::File::open("/proc/thread-self/schedstat").ok()?;
+    let mut buf = [0u8; 96];
+    let n = f.read(&mut buf).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_is_judged_by_the_share_of_time_spent_waiting() {
+        assert!(
+            !waited_much((0, 0), (80, 10)),
+            "an eighth is not more than an eighth"
+        );
+        assert!(waited_much((0, 0), (80, 11)));
+        assert!(
+            waited_much((100, 500), (200, 600)),
+            "waited the whole window"
+        );
+        assert!(!waited_much((100, 500), (200, 400)), "went backwards");
+        assert!(!waited_much((100, 0), (100, 50)), "no time passed");
+    }
+
+    #[test]
+    fn the_first_reading_only_starts_a_window() {
+        let mut c = CpuShare::default();
+        assert!(!c.update(crate::time::now_ns()));
+        assert!(!c.shared());
+    }
+
+    /// Two busy threads pinned to one CPU: each waits for it about half the time, and at
+    /// least one of them says so. Needs the statistic (CONFIG_SCHED_INFO).
+    #[test]
+    fn two_busy_threads_on_one_cpu_find_it_shared() {
+        use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+        use nix::unistd::Pid;
+        if !available() {
+            println!("skipped: /proc/thread-self/schedstat is not readable here");
+            return;
+        }
+        let mine = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let cpu = (0..CpuSet::count()).find(|&c| mine.is_set(c).unwrap_or(false));
+        let cpu = cpu.expect("a CPU in this thread's affinity mask");
+        let spin = move || {
+            let mut one = CpuSet::new();
+            one.set(cpu).unwrap();
+            sched_setaffinity(Pid::from_raw(0), &one).unwrap();
+            let mut c = CpuShare::default();
+            let t0 = crate::time::now_ns();
+            c.update(t0);
+            let mut last = false;
+            while crate::time::now_ns() - t0 < 6 * CpuShare::WINDOW_NS {
+                last = c.update(crate::time::now_ns());
+                std::hint::spin_loop();
+            }
+            last
+        };
+        let a = std::thread::spawn(spin);
+        let b = std::thread::spawn(spin);
+        let (a, b) = (a.join().unwrap(), b.join().unwrap());
+        assert!(
+            a || b,
+            "neither of two threads on CPU {cpu} found it shared"
+        );
+    }
+}
