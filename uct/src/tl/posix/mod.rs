@@ -724,6 +724,17 @@ mod tests {
         }
     }
 
+    /// An interface with an endpoint to its own FIFO.
+    fn loopback(cfg: &Config) -> (PosixIface, EpId) {
+        let mut iface = PosixIface::open(cfg).unwrap();
+        let (dev, ifa) = (
+            iface.device_address().to_vec(),
+            iface.iface_address().to_vec(),
+        );
+        let ep = iface.ep_connect(&dev, &ifa).unwrap();
+        (iface, ep)
+    }
+
     #[test]
     fn segment_is_private_and_leaves_no_name_behind() {
         let iface = PosixIface::open(&Config::default()).unwrap();
@@ -745,12 +756,7 @@ mod tests {
     #[test]
     fn loopback_to_own_fifo_delivers_in_order() {
         let cfg = Config::default();
-        let mut iface = PosixIface::open(&cfg).unwrap();
-        let (dev, ifa) = (
-            iface.device_address().to_vec(),
-            iface.iface_address().to_vec(),
-        );
-        let ep = iface.ep_connect(&dev, &ifa).unwrap();
+        let (mut iface, ep) = loopback(&cfg);
         let mut sink = Sink::default();
         for i in 0..200u32 {
             loop {
@@ -784,12 +790,7 @@ mod tests {
                 posix_fifo_max_poll: max_poll,
                 ..Config::default()
             };
-            let mut iface = PosixIface::open(&cfg).unwrap();
-            let (dev, ifa) = (
-                iface.device_address().to_vec(),
-                iface.iface_address().to_vec(),
-            );
-            let ep = iface.ep_connect(&dev, &ifa).unwrap();
+            let (mut iface, ep) = loopback(&cfg);
             for i in 0..12u32 {
                 iface.am_short(ep, 3, 0, &i.to_le_bytes()).unwrap();
             }
@@ -829,12 +830,7 @@ mod tests {
 
     #[test]
     fn a_peer_found_gone_is_reported_after_what_it_sent() {
-        let mut iface = PosixIface::open(&Config::default()).unwrap();
-        let (dev, ifa) = (
-            iface.device_address().to_vec(),
-            iface.iface_address().to_vec(),
-        );
-        let ep = iface.ep_connect(&dev, &ifa).unwrap();
+        let (mut iface, ep) = loopback(&Config::default());
         // The peer publishes three messages (an acknowledgement, say, then its close) and
         // exits; the liveness check finds it gone before they are read.
         for i in 0..3u32 {
@@ -880,13 +876,8 @@ mod tests {
             posix_fifo_size: 8,
             ..Config::default()
         };
-        let mut iface = PosixIface::open(&cfg).unwrap();
+        let (mut iface, ep) = loopback(&cfg);
         assert!(iface.attr().flags.contains(IfaceFlags::AM_KEEP));
-        let (dev, ifa) = (
-            iface.device_address().to_vec(),
-            iface.iface_address().to_vec(),
-        );
-        let ep = iface.ep_connect(&dev, &ifa).unwrap();
         let mut h = Keeper {
             keep: 1,
             kept: None,
