@@ -171,7 +171,9 @@ pub const TABLE: &[ConfigVar] = &[
         doc: "y: while the thread that progresses a worker waits for a CPU more than an \
               eighth of the time (its run delay, read every 10 ms at most: processes taking \
               turns on the same cores), turn off the split rendezvous and the posix poll \
-              backoff, which pay off only with a core per process; n: keep them. (Rucx only.)",
+              backoff, which pay off only with a core per process, and send messages up \
+              to 1 MiB eagerly (256 KiB where it waits more than five eighths of the time) \
+              and larger ones by rendezvous instead of measuring which is faster; n: keep them. (Rucx only.)",
     },
     ConfigVar {
         name: "PROTO_INFO",

@@ -8,7 +8,9 @@
 //! that would run the peer waits out more of its turn before its MPI library yields), and
 //! handing part of a copy to the peer (the copy then waits for the peer's next turn). The
 //! worker turns both off while its thread waits for a CPU more than an eighth of the time
-//! (docs/benchmarks.md, stop 49).
+//! (docs/benchmarks.md, stop 49). It also stops measuring eager against rendezvous, and
+//! sends eagerly up to a size that is smaller where the thread waits more than five eighths
+//! of the time (stop 50).
 
 /// The run-delay reading of one window.
 #[derive(Debug)]
@@ -18,6 +20,7 @@ pub struct CpuShare {
     start: Option<(u64, u64)>,
     readable: bool,
     shared: bool,
+    crowded: bool,
 }
 
 impl Default for CpuShare {
@@ -26,6 +29,7 @@ impl Default for CpuShare {
             start: None,
             readable: true,
             shared: false,
+            crowded: false,
         }
     }
 }
@@ -49,10 +53,12 @@ impl CpuShare {
         let Some(delay) = run_delay_ns() else {
             self.readable = false;
             self.shared = false;
+            self.crowded = false;
             return false;
         };
         if let Some(start) = self.start {
-            self.shared = waited_much(start, (now_ns, delay));
+            self.shared = waited_more_than(start, (now_ns, delay), 1);
+            self.crowded = waited_more_than(start, (now_ns, delay), 5);
         }
         self.start = Some((now_ns, delay));
         self.shared
@@ -62,6 +68,12 @@ impl CpuShare {
     pub fn shared(&self) -> bool {
         self.shared
     }
+
+    /// Whether the thread waited more than five eighths of the last window: three or more
+    /// busy threads take turns on each CPU (two wait about half the time).
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
 }
 
 /// Whether the kernel keeps the statistic (CONFIG_SCHED_INFO) where this thread can read it.
@@ -69,13 +81,13 @@ pub fn available() -> bool {
     run_delay_ns().is_some()
 }
 
-/// Whether the run delay grew by more than an eighth of the wall-clock time between two
-/// readings `(wall ns, run delay ns)`. A delay that went backwards (a reading from another
-/// thread) counts as none.
-fn waited_much(from: (u64, u64), to: (u64, u64)) -> bool {
+/// Whether the run delay grew by more than `eighths` eighths of the wall-clock time
+/// between two readings `(wall ns, run delay ns)`. A delay that went backwards (a reading
+/// from another thread) counts as none.
+fn waited_more_than(from: (u64, u64), to: (u64, u64), eighths: u64) -> bool {
     let wall = to.0.saturating_sub(from.0);
     let waited = to.1.saturating_sub(from.1);
-    wall > 0 && waited.saturating_mul(8) > wall
+    wall > 0 && waited.saturating_mul(8) > wall.saturating_mul(eighths)
 }
 
 /// The calling thread's run delay in nanoseconds, or `None` where the kernel does not
@@ -95,17 +107,19 @@ mod tests {
 
     #[test]
     fn a_window_is_judged_by_the_share_of_time_spent_waiting() {
+        let shared = |from, to| waited_more_than(from, to, 1);
+        let crowded = |from, to| waited_more_than(from, to, 5);
         assert!(
-            !waited_much((0, 0), (80, 10)),
+            !shared((0, 0), (80, 10)),
             "an eighth is not more than an eighth"
         );
-        assert!(waited_much((0, 0), (80, 11)));
-        assert!(
-            waited_much((100, 500), (200, 600)),
-            "waited the whole window"
-        );
-        assert!(!waited_much((100, 500), (200, 400)), "went backwards");
-        assert!(!waited_much((100, 0), (100, 50)), "no time passed");
+        assert!(shared((0, 0), (80, 11)));
+        assert!(shared((100, 500), (200, 600)), "waited the whole window");
+        assert!(crowded((100, 500), (200, 600)), "waited the whole window");
+        assert!(!crowded((0, 0), (80, 40)), "half the time: two threads");
+        assert!(crowded((0, 0), (80, 60)), "three quarters: four threads");
+        assert!(!shared((100, 500), (200, 400)), "went backwards");
+        assert!(!shared((100, 0), (100, 50)), "no time passed");
     }
 
     #[test]

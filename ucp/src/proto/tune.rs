@@ -24,6 +24,20 @@
 //! (the synchronous-send flag), which it does with one small message after the last
 //! fragment.
 //!
+//! While the worker's thread shares its CPU with other busy threads (`ucs::sched`), the
+//! tuner neither measures nor decides: a timed send then measures whether the peer had a
+//! turn, and the best of a few such samples is the one where it had a core to itself,
+//! which the pattern does not. Instead, sizes go eager up to a fixed size and by
+//! rendezvous above: an eager sender's blocking send completes without waiting for the
+//! receiver's turn, which outweighs the second copy; where three or more processes take
+//! turns on each core, their FIFOs, buffers and second copies no longer fit the caches
+//! and the copy each rendezvous saves is worth more. Measured on the 2-core VM with `osu`
+//! (docs/benchmarks.md, stop 50), eager against rendezvous:
+//! - ping-pong with both ranks on one core, and multi-pair latency with 4 ranks: eager
+//!   faster from 64 KiB to 1 MiB (1 MiB: 69 against 92 µs, 80 against 96 µs);
+//! - multi-pair latency with 8 ranks: eager faster up to 256 KiB, slower from 512 KiB
+//!   (1 MiB: 371 against 215 µs).
+//!
 //! This is protocol state without I/O (STYLE.md §4): the worker reads the clock and
 //! hands the measurements in.
 
@@ -34,6 +48,11 @@ pub const MIN_TUNED: usize = 16 << 10;
 /// Size classes: `[2^k, 2^(k+1))` for `k` in `FIRST_CLASS..FIRST_CLASS + CLASSES`.
 const FIRST_CLASS: u32 = MIN_TUNED.trailing_zeros();
 const CLASSES: usize = 9;
+/// The largest size sent eagerly while the CPU is shared (see above)...
+pub const SHARED_EAGER_MAX: usize = 1 << 20;
+/// ... and while three or more threads take turns on it (`ucs::sched::CpuShare::crowded`).
+/// UCX 1.13 on shared memory switches its blocking sends to rendezvous at this size.
+pub const CROWDED_EAGER_MAX: usize = 256 << 10;
 /// Timed sends of one protocol in a probe run.
 const RUN: u8 = 3;
 /// Samples of each protocol before a class decides.
@@ -167,6 +186,16 @@ impl Tuner {
         }
     }
 
+    /// The protocol for a send of `size` bytes while the CPU is shared: eager up to
+    /// `eager_max` bytes, untimed, and leaving the measurements alone.
+    pub fn choose_shared(size: usize, eager_max: usize) -> Choice {
+        if size <= eager_max {
+            Choice::Eager { timed: false }
+        } else {
+            Choice::Rndv { timed: false }
+        }
+    }
+
     /// A timed send of `size` bytes by `proto` took `ns` nanoseconds, from its first
     /// message to the receiver's acknowledgement.
     pub fn record(&mut self, proto: Proto, size: usize, ns: f64) {
@@ -236,6 +265,20 @@ mod tests {
             t.record(proto, size, per_kib * size as f64 / 1024.0);
         }
         (by_rndv, timed)
+    }
+
+    #[test]
+    fn a_shared_cpu_sends_by_size_alone() {
+        let (e, r) = (
+            Choice::Eager { timed: false },
+            Choice::Rndv { timed: false },
+        );
+        for max in [SHARED_EAGER_MAX, CROWDED_EAGER_MAX] {
+            assert_eq!(Tuner::choose_shared(MIN_TUNED, max), e);
+            assert_eq!(Tuner::choose_shared(max, max), e);
+            assert_eq!(Tuner::choose_shared(max + 1, max), r);
+            assert_eq!(Tuner::choose_shared(64 << 20, max), r);
+        }
     }
 
     #[test]

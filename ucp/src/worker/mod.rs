@@ -692,6 +692,9 @@ pub(crate) struct Core {
     /// Whether the progressing thread waits for a CPU (`Worker::watch_cpu_share`; `None`
     /// with `UCX_SHARED_CPU_ADAPT=n`).
     cpu: Option<ucs::sched::CpuShare>,
+    /// While `cpu` finds the CPU shared, the largest size sent eagerly where endpoints
+    /// would measure (`proto::tune::Tuner::choose_shared`); 0: they measure.
+    pub(crate) shared_eager_max: usize,
     /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only; off by default).
     pub(crate) layout_parts: Option<bool>,
     pub(crate) proto_info: bool,
@@ -966,6 +969,7 @@ impl Worker {
             split_thresh: ctx.config.rndv_split_thresh,
             split_cfg: ctx.config.rndv_split_thresh,
             cpu: ctx.config.shared_cpu_adapt.then(Default::default),
+            shared_eager_max: 0,
             layout_parts: ctx.config.rndv_layout_parts,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
@@ -1175,18 +1179,29 @@ impl Worker {
 
     /// Follows whether the progressing thread shares its CPU with other busy threads
     /// (`ucs::sched`, a reading every 10 ms at most). While it does, the processes it
-    /// talks to on this host most likely take turns on the same cores, and two things
+    /// talks to on this host most likely take turns on the same cores, and three things
     /// that pay off with a core each are turned off: the split rendezvous, whose second
-    /// half waits for the sender's next turn, and the pause between posix spin-wait
-    /// polls, which makes each poll five times longer and so delays the point where an
-    /// MPI library's wait loop yields its turn (docs/benchmarks.md, stop 49).
+    /// half waits for the sender's next turn; the pause between posix spin-wait polls,
+    /// which makes each poll five times longer and so delays the point where an MPI
+    /// library's wait loop yields its turn (docs/benchmarks.md, stop 49); and the
+    /// endpoints' measured choice between eager and rendezvous, whose samples then
+    /// measure the scheduler (`proto::tune`, stop 50).
     fn watch_cpu_share(&mut self) {
         let Some(cpu) = &mut self.core.cpu else {
             return;
         };
-        let was = cpu.shared();
+        let was = (cpu.shared(), cpu.crowded());
         let shared = cpu.update(ucs::time::now_ns());
-        if shared == was {
+        if (shared, cpu.crowded()) == was {
+            return;
+        }
+        use crate::proto::tune::{CROWDED_EAGER_MAX, SHARED_EAGER_MAX};
+        self.core.shared_eager_max = match (shared, cpu.crowded()) {
+            (false, _) => 0,
+            (true, false) => SHARED_EAGER_MAX,
+            (true, true) => CROWDED_EAGER_MAX,
+        };
+        if shared == was.0 {
             return;
         }
         self.core.split_thresh = if shared {

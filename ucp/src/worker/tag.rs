@@ -178,8 +178,13 @@ impl Worker {
             if !p.fast_cmpl {
                 proto = Proto::RndvGet;
             } else if let Some(t) = core.eps[idx].tuner.as_mut() {
-                use crate::proto::tune::Choice;
-                match t.choose(total) {
+                use crate::proto::tune::{Choice, Tuner};
+                let choice = if core.shared_eager_max > 0 {
+                    Tuner::choose_shared(total, core.shared_eager_max)
+                } else {
+                    t.choose(total)
+                };
+                match choice {
                     Choice::Eager { timed: tm } => {
                         timed = tm && alone;
                         if timed {

@@ -26,7 +26,7 @@ fn ctx(tls: &str) -> Arc<Context> {
             "TLS" => Some(tls.clone()),
             "NET_DEVICES" => Some("lo".into()),
             // The protocols these tests count must not depend on how busy the machine
-            // is (`shared_cpu_turns_the_split_off` turns it on).
+            // is (`shared_cpu_turns_the_split_and_the_tuner_off` turns it on).
             "SHARED_CPU_ADAPT" => Some(
                 extra
                     .iter()
@@ -919,9 +919,10 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
 }
 
 /// A worker whose thread takes turns on one CPU with a busy thread stops splitting its
-/// rendezvous copies and pausing between posix polls; `UCX_SHARED_CPU_ADAPT=n` keeps both.
+/// rendezvous copies, pausing between posix polls and measuring eager against rendezvous
+/// (up to 256 KiB eager, rendezvous above); `UCX_SHARED_CPU_ADAPT=n` keeps all three.
 #[test]
-fn shared_cpu_turns_the_split_off() {
+fn shared_cpu_turns_the_split_and_the_tuner_off() {
     use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
     use nix::unistd::Pid;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -968,23 +969,43 @@ fn shared_cpu_turns_the_split_off() {
                 b.progress();
             }
             assert_eq!(round(&mut a, &mut b, ab, 600_000, false), Proto::RndvGet);
-            out.push((b.stats().rndv_split, pause_of(&b)));
+            // The automatic threshold: the endpoint's tuner probes each size class, first
+            // eagerly, then by rendezvous, unless the CPU is shared.
+            let (mut c, mut d, cd, _) = pair(&format!("posix,cma;SHARED_CPU_ADAPT={cfg}"));
+            assert!(c.core.eps[cd.idx()].tuner.is_some(), "a tuned endpoint");
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_millis(60) {
+                c.progress();
+                d.progress();
+            }
+            // Two threads on the CPU: 1 MiB; a busier machine may add a third (256 KiB).
+            let m = match c.core.shared_eager_max {
+                0 => 1 << 20,
+                m => m,
+            };
+            let protos: Vec<Proto> = [64 << 10; 6]
+                .into_iter()
+                .chain([m, m + 1])
+                .map(|n| round(&mut c, &mut d, cd, n, false))
+                .collect();
+            out.push((b.stats().rndv_split, pause_of(&b), protos));
         }
-        (out[0], out[1])
+        (out.remove(0), out.remove(0))
     })
     .join()
     .unwrap();
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
+    use Proto::{EagerMulti as E, RndvGet as R};
     assert_eq!(
         adapt,
-        (0, Some(false)),
-        "CPU {cpu} shared: no split, no pause"
+        (0, Some(false), vec![E, E, E, E, E, E, E, R]),
+        "CPU {cpu} shared: no split, no pause, eager up to a fixed size"
     );
     assert_eq!(
         fixed,
-        (1, Some(true)),
-        "UCX_SHARED_CPU_ADAPT=n: split and pause kept"
+        (1, Some(true), vec![E, E, E, R, R, R, E, E]),
+        "UCX_SHARED_CPU_ADAPT=n: split and pause kept, each class probed eagerly first"
     );
 }
 
