@@ -373,18 +373,40 @@ impl CWorker {
         self.guarded(|| self.progress_once())
     }
 
-    /// [`progress`](Self::progress)'s work.
+    /// [`progress`](Self::progress)'s work. A call with nothing to tell the application
+    /// takes one lock and returns; the reporting is out of line, so that an empty poll
+    /// pays neither its registers nor its stack frame (an MPI library polls about a hundred
+    /// times before it yields the CPU, docs/benchmarks.md, stop 50).
+    #[inline(always)]
     fn progress_once(&self) -> usize {
-        let (n, mut done) = {
-            let mut g = self.inner.lock();
-            let n = g.w.progress();
-            if !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty() {
-                // Nothing to tell the application: one lock, no event buffer.
-                return n;
+        let quiet =
+            |g: &Inner| !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty();
+        let (n, quiet) = match &self.inner {
+            State::Serial(c) => {
+                let mut g = c.borrow_mut();
+                let n = g.w.progress();
+                (n, quiet(&g))
             }
+            State::Multi(m) => {
+                let mut g = lock(m);
+                let n = g.w.progress();
+                (n, quiet(&g))
+            }
+        };
+        if quiet {
+            return n;
+        }
+        self.report(n)
+    }
+
+    /// Completes and reports what a progress call finished; `n` is what it counted.
+    #[inline(never)]
+    fn report(&self, n: usize) -> usize {
+        let mut done = {
+            let mut g = self.inner.lock();
             let mut done = std::mem::take(&mut g.done);
             g.w.take_completions(&mut done);
-            (n, done)
+            done
         };
         // Finished requests, all those waiting taken under one lock and completed outside
         // it (a callback may call into this worker); what the callbacks finish is taken
