@@ -8,9 +8,10 @@
 #
 #   contrib/bench/osu.sh [-r ROUNDS] [-s SIZES] [PATTERN ...]
 #
-# PATTERN: lat sendrecv bw bibw mlat2 mlat4 put_lat get_lat put_bw get_bw (default: all).
+# PATTERN: lat sendrecv bw bibw mlat2 mlat4 put_lat get_lat put_bw get_bw (default: all), lat1c.
 # mlatN is the multi-pair latency with N pairs (2N ranks; this 2-core machine then runs
 # more ranks than cores, so those figures measure oversubscription as much as the library).
+# lat1c is the ping-pong with both ranks on CPU 0, OpenMPI yielding the CPU when idle.
 # With UCX122=1, UCX 1.22 (the wheel, contrib/bench/ucx-env.sh) is a third column.
 # OSU_SCALE=k runs k times the iterations (the small-message bandwidth loops take a few
 # milliseconds by default).
@@ -61,9 +62,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # run LIB PATTERN: "size value" lines of one run.
 run() {
-  local lib=$1 pat=$2 np=2 bind=(--bind-to core) osc=() env=()
+  local lib=$1 pat=$2 np=2 bind=(--bind-to core) osc=() env=() cpus=()
   case $pat in
     mlat*) np=$((2 * ${pat#mlat})); pat=mlat; bind=(--bind-to none) ;;
+    lat1c) pat=lat; cpus=(taskset -c 0); bind=(--bind-to none --mca mpi_yield_when_idle 1) ;;
     put_* | get_*) osc=(--mca osc ucx) ;;
   esac
   case $lib in
@@ -73,7 +75,7 @@ run() {
       local d=${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}/libucx
       env=(-x LD_LIBRARY_PATH="$d/lib" -x UCX_MODULE_DIR="$d/lib/ucx") ;;
   esac
-  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$np" "${bind[@]}" \
+  timeout 600 "${cpus[@]}" mpirun --allow-run-as-root --oversubscribe -np "$np" "${bind[@]}" \
     --mca plm isolated --mca btl self --mca pml ucx --mca pml_ucx_tls any \
     --mca pml_ucx_devices any "${osc[@]}" -x UCX_TLS=posix,cma,self ${OSU_SCALE:+-x OSU_SCALE} "${env[@]}" \
     "$work/osu" "$pat" "$sizes" 2>/dev/null | awk '{print $2, $3}'

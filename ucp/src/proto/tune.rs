@@ -29,9 +29,9 @@
 //! turn, and the best of a few such samples is the one where it had a core to itself,
 //! which the pattern does not. Instead, sizes go eager up to a fixed size and by
 //! rendezvous above: an eager sender's blocking send completes without waiting for the
-//! receiver's turn, which outweighs the second copy; where three or more processes take
-//! turns on each core, their FIFOs, buffers and second copies no longer fit the caches
-//! and the copy each rendezvous saves is worth more. Measured on the 2-core VM with `osu`
+//! receiver's turn, which outweighs the second copy; where the machine runs more than two
+//! busy processes per core, their FIFOs, buffers and second copies no longer fit the
+//! caches and the copy each rendezvous saves is worth more. Measured on the 2-core VM with `osu`
 //! (docs/benchmarks.md, stop 50), eager against rendezvous:
 //! - ping-pong with both ranks on one core, and multi-pair latency with 4 ranks: eager
 //!   faster from 64 KiB to 1 MiB (1 MiB: 69 against 92 µs, 80 against 96 µs);
@@ -50,7 +50,8 @@ const FIRST_CLASS: u32 = MIN_TUNED.trailing_zeros();
 const CLASSES: usize = 9;
 /// The largest size sent eagerly while the CPU is shared (see above)...
 pub const SHARED_EAGER_MAX: usize = 1 << 20;
-/// ... and while three or more threads take turns on it (`ucs::sched::CpuShare::crowded`).
+/// ... and while the machine has more than two runnable threads per CPU
+/// (`ucs::sched::CpuShare::crowded`).
 /// UCX 1.13 on shared memory switches its blocking sends to rendezvous at this size.
 pub const CROWDED_EAGER_MAX: usize = 256 << 10;
 /// Timed sends of one protocol in a probe run.
