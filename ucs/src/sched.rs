@@ -79,8 +79,8 @@ impl CpuShare {
     /// Whether, at the last reading, the thread was sharing its CPU and the whole machine
     /// had more than two runnable threads per CPU online. The machine's count, not this
     /// thread's waiting: with eight busy processes on two CPUs the scheduler keeps moving
-    /// them, and each one's own share swung between two and six per CPU for tenths of a
-    /// second at a time (docs/benchmarks.md, stop 50).
+    /// them, and four of them at a time waited less than five eighths of the time for
+    /// 60–200 ms (docs/benchmarks.md, stop 50).
     pub fn crowded(&self) -> bool {
         self.crowded
     }
