@@ -173,7 +173,8 @@ pub const TABLE: &[ConfigVar] = &[
               turns on the same cores), turn off the split rendezvous and the posix poll \
               backoff, which pay off only with a core per process, and send messages up \
               to 1 MiB eagerly (256 KiB while the machine has more than two runnable \
-              threads per CPU) and larger ones by rendezvous instead of measuring which is faster; n: keep them. (Rucx only.)",
+              threads per CPU) and larger ones by rendezvous instead of measuring which is \
+              faster; n: keep them. (Rucx only.)",
     },
     ConfigVar {
         name: "PROTO_INFO",

@@ -103,8 +103,8 @@ fn waited_more_than(from: (u64, u64), to: (u64, u64), eighths: u64) -> bool {
 /// Threads runnable on the machine now: the first half of `/proc/loadavg`'s fourth field
 /// (`runnable/total`).
 fn machine_runnable() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    parse_runnable(&text)
+    let mut buf = [0u8; 128];
+    parse_runnable(read_short("/proc/loadavg", &mut buf)?)
 }
 
 fn parse_runnable(loadavg: &str) -> Option<u64> {
@@ -112,7 +112,8 @@ fn parse_runnable(loadavg: &str) -> Option<u64> {
     field.split_once('/')?.0.parse().ok()
 }
 
-/// CPUs online, from `/sys/devices/system/cpu/online` (`0-3,8-11`).
+/// CPUs online, from `/sys/devices/system/cpu/online` (`0-3,8-11`; read once per worker,
+/// and of any length).
 fn cpus_online() -> Option<u64> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
     parse_cpu_list(&text)
@@ -138,12 +139,17 @@ fn parse_cpu_list(list: &str) -> Option<u64> {
 /// The calling thread's run delay in nanoseconds, or `None` where the kernel does not
 /// expose it.
 fn run_delay_ns() -> Option<u64> {
-    use std::io::Read;
-    let mut f = std::fs::File::open("/proc/thread-self/schedstat").ok()?;
     let mut buf = [0u8; 96];
-    let n = f.read(&mut buf).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let text = read_short("/proc/thread-self/schedstat", &mut buf)?;
     text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// The text of a short kernel file, read with one call into `buf` (no allocation: the
+/// files of every window are read this way).
+fn read_short<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a str> {
+    use std::io::Read;
+    let n = std::fs::File::open(path).ok()?.read(buf).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()
 }
 
 #[cfg(test)]
