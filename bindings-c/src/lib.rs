@@ -58,6 +58,14 @@ pub(crate) fn ptr_is_err(p: *const c_void) -> bool {
     (p as usize) >= (ucs::status::UCS_ERR_LAST as isize as usize)
 }
 
+/// Neither NULL nor an error code (`UCS_PTR_IS_ERR`): one comparison, the subtraction
+/// sending NULL to the top of the range where the error codes are (an MPI library tests
+/// its request once per poll, docs/benchmarks.md, stop 51).
+#[inline(always)]
+pub(crate) fn ptr_is_some(p: *const c_void) -> bool {
+    (p as usize).wrapping_sub(1) < (ucs::status::UCS_ERR_LAST as isize as usize).wrapping_sub(1)
+}
+
 /// Whether the user asked for the one-line announcement that Rucx's library serves
 /// this process (`RUCX_ANNOUNCE=1`, or `UCX_LOG_LEVEL` at info or more verbose).
 pub(crate) fn announce_enabled() -> bool {
@@ -71,4 +79,26 @@ pub(crate) fn announce_enabled() -> bool {
             .as_str(),
         "info" | "debug" | "trace" | "req" | "data" | "async" | "func" | "poll"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptr_is_some_refuses_null_and_every_error_code() {
+        assert!(!ptr_is_some(std::ptr::null()));
+        for c in ucs::status::UCS_ERR_LAST..0 {
+            let p = status_ptr_code(c);
+            assert!(ptr_is_err(p), "{c}");
+            assert!(!ptr_is_some(p), "{c}");
+        }
+        for a in [1usize, 8, 4096, usize::MAX - 100] {
+            assert!(ptr_is_some(a as *const c_void), "{a:#x}");
+        }
+    }
+
+    fn status_ptr_code(c: i8) -> *const c_void {
+        isize::from(c) as *const c_void
+    }
 }

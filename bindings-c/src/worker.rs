@@ -94,6 +94,10 @@ pub struct CWorker {
     /// A panic unwound through the worker's state (caught at the C boundary): whatever it
     /// left is not trusted, and every later call on the worker fails.
     broken: std::sync::atomic::AtomicBool,
+    /// The worker's thread shares its CPU (`ucp::Worker::cpu_shared`, copied after each
+    /// full progress call; SINGLE and SERIALIZED mode): `ucp_worker_progress` then answers
+    /// an empty poll before it enters the message path (`poll_idle`).
+    idle_first: std::cell::Cell<bool>,
 }
 
 /// An active message copied out of `ucp`'s handler for the application's: the header and
@@ -251,9 +255,13 @@ impl CWorker {
     /// Says once per process that calls on a broken worker fail.
     #[cold]
     fn refuse_broken() {
+        use std::io::Write;
         static SAID: std::sync::Once = std::sync::Once::new();
+        // Cannot panic (a failed write to stderr is ignored): `ucp_worker_progress` calls
+        // this without a guard.
         SAID.call_once(|| {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "[rucx] a worker hit an internal error earlier (a panic caught at the C \
                  boundary); every call on it now fails with UCS_ERR_INVALID_PARAM"
             );
@@ -373,30 +381,64 @@ impl CWorker {
         self.guarded(|| self.progress_once())
     }
 
+    /// `ucp_worker_progress` past its empty-poll check: [`progress`](Self::progress),
+    /// guarded at the C boundary.
+    #[inline(never)]
+    fn progress_c(&self) -> std::ffi::c_uint {
+        guard(0, || {
+            self.progress().min(std::ffi::c_uint::MAX as usize) as std::ffi::c_uint
+        })
+    }
+
     /// [`progress`](Self::progress)'s work. A call with nothing to tell the application
     /// takes one lock and returns; the reporting is out of line, so that an empty poll
     /// pays neither its registers nor its stack frame (an MPI library polls about a hundred
     /// times before it yields the CPU, docs/benchmarks.md, stop 50).
     #[inline(always)]
     fn progress_once(&self) -> usize {
-        let quiet =
-            |g: &Inner| !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty();
         let (n, quiet) = match &self.inner {
             State::Serial(c) => {
                 let mut g = c.borrow_mut();
                 let n = g.w.progress();
-                (n, quiet(&g))
+                self.idle_first.set(g.w.cpu_shared());
+                (n, self.quiet(&g))
             }
             State::Multi(m) => {
                 let mut g = lock(m);
                 let n = g.w.progress();
-                (n, quiet(&g))
+                (n, self.quiet(&g))
             }
         };
         if quiet {
             return n;
         }
         self.report(n)
+    }
+
+    /// Whether nothing waits to be told to the application (`poll_idle` asks the same of
+    /// its parts).
+    #[inline(always)]
+    fn quiet(&self, g: &Inner) -> bool {
+        !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty()
+    }
+
+    /// `ucp_worker_progress` when it finds nothing, in SINGLE and SERIALIZED mode: true
+    /// when there was nothing to report and the worker's poll was empty
+    /// (`Worker::progress_idle`); false, having changed nothing, when
+    /// [`progress`](Self::progress) must run. It takes no frame for the message path and
+    /// cannot panic, so it needs no guard: an MPI library polls about a hundred times
+    /// before it yields the CPU, and on a core two ranks share that loop decides when the
+    /// peer runs (docs/benchmarks.md, stops 50 and 51).
+    #[inline(always)]
+    fn poll_idle(&self) -> bool {
+        let State::Serial(c) = &self.inner else {
+            return false;
+        };
+        let Ok(mut g) = c.try_borrow_mut() else {
+            return false;
+        };
+        let Inner { w, deferred, .. } = &mut *g;
+        w.progress_idle(|| self.am_queue.is_empty() && deferred.is_empty())
     }
 
     /// Completes and reports what a progress call finished; `n` is what it counted.
@@ -591,6 +633,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             name,
             am_queue: Arc::new(AmQueue::default()),
             free_reqs: std::cell::Cell::new(std::ptr::null_mut()),
+            idle_first: std::cell::Cell::new(false),
             signaler,
             broken: std::sync::atomic::AtomicBool::new(false),
         });
@@ -684,13 +727,16 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
 /// `worker` ours.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_progress(worker: *mut CWorker) -> std::ffi::c_uint {
-    guard(0, || {
-        // SAFETY: forwarded contract.
-        match unsafe { CWorker::from_ptr(worker.cast()) } {
-            Some(w) => w.progress().min(u32::MAX as usize) as std::ffi::c_uint,
-            None => 0,
-        }
-    })
+    // No guard here: this part cannot panic, and without a landing pad an empty poll needs
+    // no stack frame (docs/benchmarks.md, stop 51); the rest is guarded in `progress_c`.
+    // SAFETY: forwarded contract.
+    let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+        return 0;
+    };
+    if w.idle_first.get() && w.poll_idle() {
+        return 0;
+    }
+    w.progress_c()
 }
 
 /// # Safety

@@ -65,8 +65,19 @@ enum Lib {
     Ucx113,
 }
 
+/// Where the ranks run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cpus {
+    /// OpenMPI's default binding.
+    Default,
+    /// Every rank on this one CPU (`taskset`), yielding it when idle: the worker finds its
+    /// CPU shared and answers empty polls first (`ucp::Worker::progress_idle`).
+    One(usize),
+}
+
 /// `mpirun -np <np>` of `exe` over `lib`, killed after `limit`; returns (ok, stdout,
 /// stderr).
+#[allow(clippy::too_many_arguments)]
 fn mpirun(
     mpirun: &Path,
     np: usize,
@@ -75,6 +86,7 @@ fn mpirun(
     lib: Lib,
     limit: Duration,
     extra: &[(&str, &str)],
+    cpus: Cpus,
 ) -> (bool, String, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi");
     let name = exe.file_name().unwrap().to_string_lossy().to_string();
@@ -82,7 +94,15 @@ fn mpirun(
         dir.join(format!("{name}-{lib:?}.out")),
         dir.join(format!("{name}-{lib:?}.err")),
     );
-    let mut c = Command::new(mpirun);
+    let mut c = match cpus {
+        Cpus::Default => Command::new(mpirun),
+        Cpus::One(cpu) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &cpu.to_string()]).arg(mpirun);
+            c.args(["--bind-to", "none", "--mca", "mpi_yield_when_idle", "1"]);
+            c
+        }
+    };
     c.args([
         "--allow-run-as-root",
         "--oversubscribe",
@@ -144,10 +164,15 @@ fn run(name: &str, np: usize, osc: bool) {
 }
 
 fn run_procs(name: &str, np: usize, procs: usize, osc: bool) {
+    run_on(name, np, procs, osc, Cpus::Default)
+}
+
+fn run_on(name: &str, np: usize, procs: usize, osc: bool, cpus: Cpus) {
     let Some((cc, run)) = tools() else { return };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = compile(&cc, name);
-    let (ok, out, err) = mpirun(&run, np, osc, &exe, Lib::Rucx, Duration::from_secs(60), &[]);
+    let limit = Duration::from_secs(60);
+    let (ok, out, err) = mpirun(&run, np, osc, &exe, Lib::Rucx, limit, &[], cpus);
     let all = format!("{out}\n{err}");
     assert!(
         ok && out.contains(&format!("{name}: OK")),
@@ -191,6 +216,7 @@ fn run_beside_ucx(name: &str, np: usize) {
             Lib::Ucx113,
             Duration::from_secs(60),
             &[],
+            Cpus::Default,
         );
         assert!(
             ok && out.contains(&format!("{name}: OK")),
@@ -205,6 +231,20 @@ fn run_beside_ucx(name: &str, np: usize) {
 #[test]
 fn mpi_p2p_sizes_and_modes() {
     run("p2p", 2, false);
+}
+
+/// The same with both ranks taking turns on one CPU, where a worker that finds its CPU
+/// shared answers empty polls before it enters the message path: every message still
+/// arrives whole and in order, and completes its request.
+#[test]
+fn mpi_p2p_with_both_ranks_on_one_cpu() {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mine = sched_getaffinity(Pid::from_raw(0)).expect("this thread's affinity");
+    let cpu = (0..CpuSet::count())
+        .find(|&c| mine.is_set(c).unwrap_or(false))
+        .expect("a CPU in this thread's affinity mask");
+    run_on("p2p", 2, 2, false, Cpus::One(cpu));
 }
 
 /// OpenMPI with pml and osc ucx where no UCX library is loaded: every UCX soname it needs
@@ -225,6 +265,7 @@ fn mpi_runs_with_no_ucx_library_loaded() {
         Lib::Rucx,
         Duration::from_secs(60),
         &[("LD_DEBUG", "libs")],
+        Cpus::Default,
     );
     assert!(ok && out.contains("p2p: OK"), "p2p failed:\n{out}\n{err}");
     let ours = common::rucx_only_dir();

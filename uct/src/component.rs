@@ -170,11 +170,15 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
     }
 }
 
-/// [`open`], holding posix by its own type (see [`OpenIface`](crate::iface::OpenIface)).
+/// [`open`], holding posix and self by their own types (see
+/// [`OpenIface`](crate::iface::OpenIface)).
 pub fn open_iface(res: &TlResource, cfg: &Config) -> Result<crate::iface::OpenIface, OpenError> {
     match res.tl {
         "posix" => Ok(crate::iface::OpenIface::Posix(Box::new(
             tl::posix::PosixIface::open(cfg)?,
+        ))),
+        "self" => Ok(crate::iface::OpenIface::SelfTl(Box::new(
+            tl::self_::SelfIface::open(cfg),
         ))),
         _ => open(res, cfg).map(crate::iface::OpenIface::Dyn),
     }

@@ -695,6 +695,9 @@ pub(crate) struct Core {
     /// While `cpu` finds the CPU shared, the largest size sent eagerly where endpoints
     /// would measure (`proto::tune::Tuner::choose_shared`); 0: they measure.
     pub(crate) shared_eager_max: usize,
+    /// `cpu` finds the CPU shared: an empty poll is then answered before the message path
+    /// is entered (`Worker::progress_idle`).
+    pub(crate) cpu_shared: bool,
     /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only; off by default).
     pub(crate) layout_parts: Option<bool>,
     pub(crate) proto_info: bool,
@@ -786,7 +789,7 @@ pub(crate) struct Core {
     /// Interfaces in use that need polling only while they have work
     /// (`IfaceFlags::ON_DEMAND`: `self`): not in `active`, so that a worker with one
     /// other interface keeps its one-interface path.
-    pub(crate) on_demand: SmallVec<[u8; 2]>,
+    pub(crate) on_demand: Vec<u8>,
     pub(crate) tick: u32,
     pub(crate) stats: WorkerStats,
     /// Some stream-triggered queue has a released operation to fire or one running
@@ -970,6 +973,7 @@ impl Worker {
             split_cfg: ctx.config.rndv_split_thresh,
             cpu: ctx.config.shared_cpu_adapt.then(Default::default),
             shared_eager_max: 0,
+            cpu_shared: false,
             layout_parts: ctx.config.rndv_layout_parts,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
@@ -1019,7 +1023,7 @@ impl Worker {
             cur_iface: 0,
             active: SmallVec::new(),
             poll_one: NO_IFACE,
-            on_demand: SmallVec::new(),
+            on_demand: Vec::new(),
             tick: 0,
             stats: WorkerStats::default(),
             queues_armed: false,
@@ -1109,15 +1113,8 @@ impl Worker {
     #[inline(always)]
     pub fn progress(&mut self) -> usize {
         self.core.tick = self.core.tick.wrapping_add(1);
-        let one = self.core.poll_one;
-        if one != NO_IFACE
-            && !self.core.tick.is_multiple_of(IDLE_POLL_EVERY)
-            && !self.core.work
-            && self.core.am_events.is_empty()
-            && !self.sock.active()
-        {
+        if let Some(i) = self.core.lone_iface(&self.sock, self.core.tick) {
             self.release_if_owed();
-            let i = usize::from(one);
             self.core.cur_iface = i;
             let mut n = self.ifaces[i].progress(&mut self.core);
             if self.core.kept.is_some() {
@@ -1132,6 +1129,42 @@ impl Worker {
             return n;
         }
         self.progress_general()
+    }
+
+    /// An empty [`progress`](Self::progress), when that is all there is to do: true when
+    /// the one interface in use is posix and no message waits on it, nothing else is due,
+    /// and `quiet` (the caller's own condition) holds; the call is then counted as
+    /// `progress` counts it. False, having changed nothing, when `progress` must run.
+    /// Asked before `progress` by a caller that polls in a loop, so that an empty poll is
+    /// a few loads and no frame for the message path (`ucp_worker_progress`: 131 -> 101
+    /// instructions, docs/benchmarks.md, stop 51). The message is looked for first, so
+    /// that a poll that finds one pays for the least of this before `progress` runs.
+    #[inline(always)]
+    pub fn progress_idle(&mut self, quiet: impl FnOnce() -> bool) -> bool {
+        let Worker {
+            ifaces, core, sock, ..
+        } = self;
+        if !on_demand_quiet(core, ifaces) {
+            return false;
+        }
+        let Some(uct::OpenIface::Posix(posix)) = ifaces.get_mut(usize::from(core.poll_one)) else {
+            return false;
+        };
+        let tick = core.tick.wrapping_add(1);
+        if !posix.idle()
+            || core.lone_iface(sock, tick).is_none()
+            || core.release_owed != NO_IFACE
+            || core.kept.is_some()
+            || !core.completions.is_empty()
+            || !core.ep_errors.is_empty()
+            || sock.has_conn_requests()
+            || !quiet()
+        {
+            return false;
+        }
+        posix.poll_idle();
+        core.tick = tick;
+        true
     }
 
     /// Progresses the on-demand interfaces in use that have work.
@@ -1204,6 +1237,7 @@ impl Worker {
         if shared == was.0 {
             return;
         }
+        self.core.cpu_shared = shared;
         self.core.split_thresh = if shared {
             usize::MAX
         } else {
@@ -1313,6 +1347,14 @@ impl Worker {
             self.core.work |= self.core.queues_armed;
         }
         n
+    }
+
+    /// Whether the progressing thread was last found sharing its CPU with other busy
+    /// threads (`UCX_SHARED_CPU_ADAPT`): while it does, a caller polling in a loop gains
+    /// by asking [`progress_idle`](Self::progress_idle) before `progress`.
+    #[inline]
+    pub fn cpu_shared(&self) -> bool {
+        self.core.cpu_shared
     }
 
     /// Whether a completion, an endpoint failure or a connection request waits to be
@@ -1637,7 +1679,35 @@ impl Worker {
     }
 }
 
+/// Whether every on-demand interface in use is known to have nothing to progress without
+/// a call: self (in practice the only one) with nothing queued. Any other counts as busy,
+/// which sends `progress_idle`'s caller to `progress` (`poll_on_demand` asks it); a call
+/// here would give `ucp_worker_progress` a stack frame on every empty poll.
+#[inline(always)]
+fn on_demand_quiet(core: &Core, ifaces: &[OpenIface]) -> bool {
+    for &i in &core.on_demand {
+        match ifaces.get(usize::from(i)) {
+            Some(OpenIface::SelfTl(s)) if !uct::Iface::has_work(&**s) => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 impl Core {
+    /// The one interface that `progress` call number `tick` polls, when it polls one
+    /// alone: one interface is in use, it is not the call that looks at the idle ones, and
+    /// no protocol work or connection is waiting.
+    #[inline(always)]
+    fn lone_iface(&self, sock: &listener::Sockets, tick: u32) -> Option<usize> {
+        (self.poll_one != NO_IFACE
+            && !tick.is_multiple_of(IDLE_POLL_EVERY)
+            && !self.work
+            && self.am_events.is_empty()
+            && !sock.active())
+        .then_some(usize::from(self.poll_one))
+    }
+
     /// Makes interface `i` one that every `progress` call polls.
     pub(crate) fn mark_active(&mut self, i: usize) {
         // Worker::new refuses more than 255 interfaces.

@@ -992,6 +992,7 @@ fn shared_cpu_turns_the_split_and_the_tuner_off() {
                     (n, limit, round(&mut c, &mut d, cd, n, false))
                 })
                 .collect();
+            assert_eq!(b.cpu_shared(), cfg == "y", "UCX_SHARED_CPU_ADAPT={cfg}");
             out.push((b.stats().rndv_split, pause_of(&b), sends));
         }
         (out.remove(0), out.remove(0))
@@ -1017,6 +1018,64 @@ fn shared_cpu_turns_the_split_and_the_tuner_off() {
         (1, Some(true), vec![E, E, E, R, R, R, E, E]),
         "UCX_SHARED_CPU_ADAPT=n: split and pause kept, each class probed eagerly first"
     );
+}
+
+/// `progress_idle` answers an empty poll and nothing else: a message waiting in the
+/// posix FIFO, one queued to self (an on-demand interface), and the caller's own
+/// condition each send the caller to `progress`, which delivers the message; a poll it
+/// answers is counted as `progress` counts it.
+#[test]
+fn progress_idle_leaves_every_message_to_progress() {
+    let c = ctx("posix,self");
+    let mut a = Worker::new(&c).unwrap();
+    let mut b = Worker::new(&c).unwrap();
+    let ab = a.ep_create(b.address()).unwrap();
+    let _ba = b.ep_create(a.address()).unwrap();
+    let own = b.address().to_vec();
+    let bb = b.ep_create(&own).unwrap();
+    assert_eq!(round(&mut a, &mut b, ab, 8, false), Proto::EagerShort);
+    assert_eq!(b.core.on_demand.len(), 1, "self is polled on demand");
+    // What the round left (its completions, the wire-up's last messages) is handled.
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    // Empty polls: most are answered, each counted as `progress` would count it.
+    let t0 = b.core.tick;
+    let mut answered = 0;
+    for _ in 0..2000 {
+        if b.progress_idle(|| true) {
+            answered += 1;
+        } else {
+            b.progress();
+        }
+    }
+    assert!(answered > 1900, "{answered} of 2000 empty polls answered");
+    assert_eq!(b.core.tick.wrapping_sub(t0), 2000);
+    assert!(
+        !b.progress_idle(|| false),
+        "the caller's condition is asked"
+    );
+    // A message waiting on posix, then one queued to self: each is left to `progress`.
+    for (ep, tag) in [(None, 5u64), (Some(bb), 6)] {
+        let src = pattern(40, tag as u8);
+        let mut dst = vec![0u8; 40];
+        let r = b
+            .tag_recv(&contig_mut(&mut dst), tag, u64::MAX, RecvParams::default())
+            .unwrap();
+        let s = match ep {
+            None => a.tag_send(ab, &contig(&src), tag, SendParams::default()),
+            Some(e) => b.tag_send(e, &contig(&src), tag, SendParams::default()),
+        }
+        .unwrap();
+        assert!(s.is_none(), "sent at once");
+        for _ in 0..2000 {
+            assert!(!b.progress_idle(|| true), "tag {tag}: a message waits");
+        }
+        assert_eq!(b.request_status(r), Status::InProgress);
+        assert_eq!(b.wait(r).0, Status::Ok);
+        assert!(dst == src, "tag {tag}");
+    }
 }
 
 #[test]

@@ -531,23 +531,48 @@ impl PosixIface {
             }
             self.idle_polls = 0;
         } else {
-            // A caller polling in a loop is spin-waiting: after a few empty polls in a row,
-            // pause between them (UCX_POSIX_POLL_BACKOFF). Each reread of the cell takes its
-            // line back from a producer that has just claimed it for writing (the prefetch
-            // above, on the peer's side), which costs that producer another ownership round
-            // trip before its stores land (docs/benchmarks.md, stop 21).
-            self.idle_polls = self.idle_polls.saturating_add(1);
-            if self.idle_polls > self.poll_backoff {
-                std::hint::spin_loop();
-            }
+            self.idle_wait();
         }
-        if self.progress_calls.is_multiple_of(1024)
-            || !self.pending.is_empty()
-            || !self.errors.is_empty()
-        {
+        if self.slow_due(self.progress_calls) {
             n += self.progress_slow(h);
         }
         n
+    }
+
+    /// Whether the next [`poll`](Self::poll) would be an empty one: no message waits and
+    /// no slow work is due. The worker asks this first, so that an empty poll does not
+    /// pay for the frame of the message path; [`poll_idle`](Self::poll_idle) then does
+    /// that poll's bookkeeping (docs/benchmarks.md, stop 51).
+    #[inline(always)]
+    pub fn idle(&self) -> bool {
+        !self.rx.ready(self.rx_index) && !self.slow_due(self.progress_calls.wrapping_add(1))
+    }
+
+    /// An empty [`poll`](Self::poll), when [`idle`](Self::idle) said it would be one.
+    #[inline(always)]
+    pub fn poll_idle(&mut self) {
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        self.idle_wait();
+    }
+
+    /// An empty poll's wait. A caller polling in a loop is spin-waiting: after a few empty
+    /// polls in a row, pause between them (UCX_POSIX_POLL_BACKOFF). Each reread of the
+    /// cell takes its line back from a producer that has just claimed it for writing (the
+    /// prefetch in `poll`, on the peer's side), which costs that producer another
+    /// ownership round trip before its stores land (docs/benchmarks.md, stop 21).
+    #[inline(always)]
+    fn idle_wait(&mut self) {
+        self.idle_polls = self.idle_polls.saturating_add(1);
+        if self.idle_polls > self.poll_backoff {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether the poll numbered `calls` owes `progress_slow` a turn: every 1024th, and
+    /// every one while sends wait for cells or peers' failures wait to be reported.
+    #[inline(always)]
+    fn slow_due(&self, calls: u32) -> bool {
+        calls.is_multiple_of(1024) || !self.pending.is_empty() || !self.errors.is_empty()
     }
 
     /// Hands one cell to `h` and moves past it; returns true when the handler kept it.
