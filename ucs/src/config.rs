@@ -174,7 +174,8 @@ pub const TABLE: &[ConfigVar] = &[
               backoff, which pay off only with a core per process, and send messages up \
               to 1 MiB eagerly (256 KiB while the machine has more than two runnable \
               threads per CPU) and larger ones by rendezvous instead of measuring which is \
-              faster; n: keep them. (Rucx only.)",
+              faster, and have ucp_worker_progress answer an empty poll before it enters \
+              the message path; n: keep them. (Rucx only.)",
     },
     ConfigVar {
         name: "PROTO_INFO",

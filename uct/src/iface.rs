@@ -527,6 +527,17 @@ impl OpenIface {
         }
     }
 
+    /// [`Iface::am_short`], called directly on posix: the eager send of a small message
+    /// then inlines the FIFO's push (docs/benchmarks.md, stop 51).
+    #[inline(always)]
+    pub fn am_short(&mut self, ep: EpId, id: u8, header: u64, payload: &[u8]) -> UcsResult<()> {
+        match self {
+            OpenIface::Posix(p) => p.am_short(ep, id, header, payload),
+            OpenIface::SelfTl(s) => s.am_short(ep, id, header, payload),
+            OpenIface::Dyn(d) => d.am_short(ep, id, header, payload),
+        }
+    }
+
     /// [`Iface::has_work`], called directly on posix and self.
     #[inline(always)]
     pub fn has_work(&self) -> bool {
