@@ -207,7 +207,9 @@ impl std::ops::DerefMut for StateGuard<'_> {
 // and to application data that the application lets us pass back to it. The mutable
 // state is behind a mutex in MULTI mode; in SINGLE and SERIALIZED mode ucp.h makes the
 // application serialize its calls on the worker (as UCX itself, which takes no lock in
-// those modes, relies on), so the `RefCell` is never used by two threads at once.
+// those modes, relies on), so the `RefCell` is never used by two threads at once. The
+// `Cell`s (`free_reqs`, `idle_first`) are written in those modes only; in MULTI mode they
+// keep their initial values and are only read.
 unsafe impl Send for CWorker {}
 // SAFETY: as above.
 unsafe impl Sync for CWorker {}

@@ -70,8 +70,8 @@ enum Lib {
 enum Cpus {
     /// OpenMPI's default binding.
     Default,
-    /// Every rank on this one CPU (`taskset`), yielding it when idle: the worker finds its
-    /// CPU shared and answers empty polls first (`ucp::Worker::progress_idle`).
+    /// Every rank on this one CPU (`taskset`), OpenMPI yielding it when idle: processes
+    /// taking turns on a core, as `ucp::Worker::cpu_shared` watches for.
     One(usize),
 }
 

@@ -1135,10 +1135,12 @@ impl Worker {
     /// the one interface in use is posix and no message waits on it, nothing else is due,
     /// and `quiet` (the caller's own condition) holds; the call is then counted as
     /// `progress` counts it. False, having changed nothing, when `progress` must run.
-    /// Asked before `progress` by a caller that polls in a loop, so that an empty poll is
-    /// a few loads and no frame for the message path (`ucp_worker_progress`: 131 -> 101
-    /// instructions, docs/benchmarks.md, stop 51). The message is looked for first, so
-    /// that a poll that finds one pays for the least of this before `progress` runs.
+    /// Asked before `progress` by a caller that polls in a loop while its CPU is shared
+    /// ([`cpu_shared`](Self::cpu_shared)), so that an empty poll is a few loads and no
+    /// frame for the message path (`ucp_worker_progress` in OpenMPI's one-core ping-pong:
+    /// 199 -> 116 instructions per call, docs/benchmarks.md, stop 51). Self's queue and
+    /// then the FIFO are looked at first, so that a poll that finds a message pays for
+    /// little of this before `progress` runs.
     #[inline(always)]
     pub fn progress_idle(&mut self, quiet: impl FnOnce() -> bool) -> bool {
         let Worker {
