@@ -1386,7 +1386,7 @@ impl Worker {
     /// [`poll_completion`](Self::poll_completion) and [`request_free`](Self::request_free)
     /// of the completed request in one step, for a caller that reports each completion once
     /// and never asks about the request again.
-    #[inline]
+    #[inline(always)]
     pub fn take_completion(&mut self) -> Option<Completion> {
         let c = self.core.completions.pop_front()?;
         // A finished request holds a status and a tag: nothing to drop. (A direct
