@@ -417,11 +417,17 @@ impl CWorker {
         self.report(n)
     }
 
-    /// Whether nothing waits to be told to the application (`poll_idle` asks the same of
-    /// its parts).
+    /// Whether nothing waits to be told to the application.
     #[inline(always)]
     fn quiet(&self, g: &Inner) -> bool {
-        !g.w.has_reports() && self.am_queue.is_empty() && g.deferred.is_empty()
+        !g.w.has_reports() && self.shim_quiet(&g.deferred)
+    }
+
+    /// The shim's own part of [`quiet`](Self::quiet): no active message and no deferred
+    /// completion queued (`poll_idle` asks it beside the worker's part).
+    #[inline(always)]
+    fn shim_quiet(&self, deferred: &[(usize, Status)]) -> bool {
+        self.am_queue.is_empty() && deferred.is_empty()
     }
 
     /// `ucp_worker_progress` when it finds nothing, in SINGLE and SERIALIZED mode: true
@@ -440,7 +446,7 @@ impl CWorker {
             return false;
         };
         let Inner { w, deferred, .. } = &mut *g;
-        w.progress_idle(|| self.am_queue.is_empty() && deferred.is_empty())
+        w.progress_idle(|| self.shim_quiet(deferred))
     }
 
     /// Completes and reports what a progress call finished; `n` is what it counted.

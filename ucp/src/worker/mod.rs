@@ -695,9 +695,6 @@ pub(crate) struct Core {
     /// While `cpu` finds the CPU shared, the largest size sent eagerly where endpoints
     /// would measure (`proto::tune::Tuner::choose_shared`); 0: they measure.
     pub(crate) shared_eager_max: usize,
-    /// `cpu` finds the CPU shared: an empty poll is then answered before the message path
-    /// is entered (`Worker::progress_idle`).
-    pub(crate) cpu_shared: bool,
     /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only; off by default).
     pub(crate) layout_parts: Option<bool>,
     pub(crate) proto_info: bool,
@@ -973,7 +970,6 @@ impl Worker {
             split_cfg: ctx.config.rndv_split_thresh,
             cpu: ctx.config.shared_cpu_adapt.then(Default::default),
             shared_eager_max: 0,
-            cpu_shared: false,
             layout_parts: ctx.config.rndv_layout_parts,
             proto_info: ctx.config.proto_info,
             eps: Slab::new(),
@@ -1157,9 +1153,7 @@ impl Worker {
             || core.lone_iface(sock, tick).is_none()
             || core.release_owed != NO_IFACE
             || core.kept.is_some()
-            || !core.completions.is_empty()
-            || !core.ep_errors.is_empty()
-            || sock.has_conn_requests()
+            || core.has_reports(sock)
             || !quiet()
         {
             return false;
@@ -1239,7 +1233,6 @@ impl Worker {
         if shared == was.0 {
             return;
         }
-        self.core.cpu_shared = shared;
         self.core.split_thresh = if shared {
             usize::MAX
         } else {
@@ -1356,16 +1349,17 @@ impl Worker {
     /// by asking [`progress_idle`](Self::progress_idle) before `progress`.
     #[inline]
     pub fn cpu_shared(&self) -> bool {
-        self.core.cpu_shared
+        self.core
+            .cpu
+            .as_ref()
+            .is_some_and(ucs::sched::CpuShare::shared)
     }
 
     /// Whether a completion, an endpoint failure or a connection request waits to be
     /// taken (`poll_completion`, `poll_ep_error`, `poll_conn_request`).
     #[inline]
     pub fn has_reports(&self) -> bool {
-        !self.core.completions.is_empty()
-            || !self.core.ep_errors.is_empty()
-            || self.sock.has_conn_requests()
+        self.core.has_reports(&self.sock)
     }
 
     /// Each interface's own counters (`uct::Iface::counters`), by transport name.
@@ -1708,6 +1702,12 @@ impl Core {
             && self.am_events.is_empty()
             && !sock.active())
         .then_some(usize::from(self.poll_one))
+    }
+
+    /// [`Worker::has_reports`], from the parts `Worker::progress_idle` holds.
+    #[inline(always)]
+    fn has_reports(&self, sock: &listener::Sockets) -> bool {
+        !self.completions.is_empty() || !self.ep_errors.is_empty() || sock.has_conn_requests()
     }
 
     /// Makes interface `i` one that every `progress` call polls.
