@@ -1134,7 +1134,7 @@ impl Worker {
     /// Asked before `progress` by a caller that polls in a loop while its CPU is shared
     /// ([`cpu_shared`](Self::cpu_shared)), so that an empty poll is a few loads and no
     /// frame for the message path (`ucp_worker_progress` in OpenMPI's one-core ping-pong:
-    /// 199 -> 116 instructions per call, docs/benchmarks.md, stop 51). Self's queue and
+    /// 199 -> 114 instructions per call, docs/benchmarks.md, stop 51). Self's queue and
     /// then the FIFO are looked at first, so that a poll that finds a message pays for
     /// little of this before `progress` runs.
     #[inline(always)]
