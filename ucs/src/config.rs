@@ -55,6 +55,14 @@ pub const TABLE: &[ConfigVar] = &[
         doc: "Cells in each posix shared-memory receive FIFO (a power of two, 2..=65536).",
     },
     ConfigVar {
+        name: "POSIX_FIFO_SHARED_SIZE",
+        default: "32",
+        doc: "Cells of the posix receive FIFO in use while the worker's thread shares its \
+              CPU (UCX_SHARED_CPU_ADAPT): a smaller ring, whose cells stay in the caches \
+              while processes take turns on the cores (a power of two, 1..=POSIX_FIFO_SIZE; \
+              a larger value is taken as POSIX_FIFO_SIZE). (Rucx only.)",
+    },
+    ConfigVar {
         name: "POSIX_SEG_SIZE",
         default: "32832",
         doc: "Bytes per posix FIFO cell including its 16-byte header (multiple of 64); \
@@ -174,8 +182,9 @@ pub const TABLE: &[ConfigVar] = &[
               backoff, which pay off only with a core per process, and send messages up \
               to 1 MiB eagerly (256 KiB while the machine has more than two runnable \
               threads per CPU) and larger ones by rendezvous instead of measuring which is \
-              faster, and have ucp_worker_progress answer an empty poll before it enters \
-              the message path; n: keep them. (Rucx only.)",
+              faster, have ucp_worker_progress answer an empty poll before it enters \
+              the message path, and receive posix messages in the FIFO's compact ring \
+              (POSIX_FIFO_SHARED_SIZE); n: keep them. (Rucx only.)",
     },
     ConfigVar {
         name: "PROTO_INFO",
@@ -350,6 +359,7 @@ pub struct Config {
     pub zcopy_thresh: AutoSize,
     pub log_level: LogLevel,
     pub posix_fifo_size: usize,
+    pub posix_fifo_shared_size: usize,
     pub posix_seg_size: usize,
     pub posix_fifo_max_poll: usize,
     pub posix_poll_backoff: usize,
@@ -556,6 +566,11 @@ impl Config {
             let (v, n) = get("POSIX_FIFO_SIZE");
             return Err(bad(n, &v, "must be a power of two between 2 and 65536"));
         }
+        let fifo_shared = size("POSIX_FIFO_SHARED_SIZE")?;
+        if fifo_shared == 0 || !fifo_shared.is_power_of_two() {
+            let (v, n) = get("POSIX_FIFO_SHARED_SIZE");
+            return Err(bad(n, &v, "must be a power of two, at least 1"));
+        }
         let seg = size("POSIX_SEG_SIZE")?;
         if seg < 128 || seg % 64 != 0 || seg > (1 << 24) {
             let (v, n) = get("POSIX_SEG_SIZE");
@@ -659,6 +674,7 @@ impl Config {
             zcopy_thresh: auto_size("ZCOPY_THRESH")?,
             log_level,
             posix_fifo_size: fifo,
+            posix_fifo_shared_size: fifo_shared.min(fifo),
             posix_seg_size: seg,
             posix_fifo_max_poll,
             posix_poll_backoff,
@@ -704,6 +720,7 @@ impl Config {
             "ZCOPY_THRESH" => self.zcopy_thresh.to_string(),
             "LOG_LEVEL" => self.log_level.to_string(),
             "POSIX_FIFO_SIZE" => self.posix_fifo_size.to_string(),
+            "POSIX_FIFO_SHARED_SIZE" => self.posix_fifo_shared_size.to_string(),
             "POSIX_SEG_SIZE" => self.posix_seg_size.to_string(),
             "POSIX_FIFO_MAX_POLL" => match self.posix_fifo_max_poll {
                 usize::MAX => "inf".to_string(),
@@ -873,6 +890,11 @@ mod tests {
         let e = cfg(&[("RNDV_THRESH", "lots")]).unwrap_err();
         assert!(e.to_string().contains("UCX_RNDV_THRESH=lots"), "{e}");
         assert!(cfg(&[("POSIX_FIFO_SIZE", "100")]).is_err());
+        assert!(cfg(&[("POSIX_FIFO_SHARED_SIZE", "24")]).is_err());
+        assert!(cfg(&[("POSIX_FIFO_SHARED_SIZE", "0")]).is_err());
+        let c = cfg(&[("POSIX_FIFO_SIZE", "8"), ("POSIX_FIFO_SHARED_SIZE", "32")]).unwrap();
+        assert_eq!(c.value_of("POSIX_FIFO_SHARED_SIZE").unwrap(), "8");
+        assert_eq!(Config::default().posix_fifo_shared_size, 32);
         assert!(cfg(&[("LOG_LEVEL", "loud")]).is_err());
         assert!(cfg(&[("TCP_PORT_RANGE", "9-3")]).is_err());
         assert_eq!(

@@ -1214,7 +1214,9 @@ impl Worker {
     /// which makes each poll five times longer and so delays the point where an MPI
     /// library's wait loop yields its turn (docs/benchmarks.md, stop 49); and the
     /// endpoints' measured choice between eager and rendezvous, whose samples then
-    /// measure the scheduler (`proto::tune`, stop 50).
+    /// measure the scheduler (`proto::tune`, stop 50). The posix receive FIFO also
+    /// shrinks to its compact ring, whose cells the processes taking turns on a core do
+    /// not push out of its caches (stop 52).
     fn watch_cpu_share(&mut self) {
         let Some(cpu) = &mut self.core.cpu else {
             return;
@@ -1241,6 +1243,7 @@ impl Worker {
         for iface in &mut self.ifaces {
             if let OpenIface::Posix(p) = iface {
                 p.set_spin_pause(!shared);
+                p.set_compact_ring(shared);
             }
         }
     }

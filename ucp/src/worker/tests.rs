@@ -920,7 +920,8 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
 
 /// A worker whose thread takes turns on one CPU with a busy thread stops splitting its
 /// rendezvous copies, pausing between posix polls and measuring eager against rendezvous
-/// (up to 256 KiB eager, rendezvous above); `UCX_SHARED_CPU_ADAPT=n` keeps all three.
+/// (up to 256 KiB eager, rendezvous above), and receives in its posix FIFO's compact
+/// ring; `UCX_SHARED_CPU_ADAPT=n` keeps all four as they were.
 #[test]
 fn shared_cpu_turns_the_split_and_the_tuner_off() {
     use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
@@ -939,9 +940,10 @@ fn shared_cpu_turns_the_split_and_the_tuner_off() {
         one.set(cpu).unwrap();
         sched_setaffinity(Pid::from_raw(0), &one).unwrap();
     };
+    // The posix interface's poll pause, and whether its receive FIFO runs compact.
     let pause_of = |w: &Worker| {
         w.ifaces.iter().find_map(|i| match i {
-            uct::OpenIface::Posix(p) => Some(p.spin_pause()),
+            uct::OpenIface::Posix(p) => Some((p.spin_pause(), p.compact_ring())),
             _ => None,
         })
     };
@@ -993,6 +995,10 @@ fn shared_cpu_turns_the_split_and_the_tuner_off() {
                 })
                 .collect();
             assert_eq!(b.cpu_shared(), cfg == "y", "UCX_SHARED_CPU_ADAPT={cfg}");
+            // Nothing in flight: the FIFO switches at the next slow poll (every 1024th).
+            for _ in 0..2048 {
+                b.progress();
+            }
             out.push((b.stats().rndv_split, pause_of(&b), sends));
         }
         (out.remove(0), out.remove(0))
@@ -1004,8 +1010,8 @@ fn shared_cpu_turns_the_split_and_the_tuner_off() {
     use Proto::{EagerMulti as E, RndvGet as R};
     assert_eq!(
         (adapt.0, adapt.1),
-        (0, Some(false)),
-        "CPU {cpu} shared: no split, no pause"
+        (0, Some((false, true))),
+        "CPU {cpu} shared: no split, no pause, the compact ring"
     );
     for &(n, limit, proto) in &adapt.2 {
         assert!(limit > 0, "CPU {cpu} shared: the tuner stands aside");
@@ -1015,8 +1021,9 @@ fn shared_cpu_turns_the_split_and_the_tuner_off() {
     let fixed_protos: Vec<Proto> = fixed.2.iter().map(|s| s.2).collect();
     assert_eq!(
         (fixed.0, fixed.1, fixed_protos),
-        (1, Some(true), vec![E, E, E, R, R, R, E, E]),
-        "UCX_SHARED_CPU_ADAPT=n: split and pause kept, each class probed eagerly first"
+        (1, Some((true, false)), vec![E, E, E, R, R, R, E, E]),
+        "UCX_SHARED_CPU_ADAPT=n: split, pause and the full ring kept, each class probed \
+         eagerly first"
     );
 }
 

@@ -3,8 +3,9 @@
 //! Layout (every field on its own cache line):
 //!
 //! ```text
-//! 0    control: magic, fifo_size, seg_size, owner pid
-//! 64   head  — producers claim cell `head` with compare-and-swap; bit 63 is ARMED
+//! 0    control: magic, fifo_size, seg_size, owner pid, compact size
+//! 64   head  — producers claim cell `head` with compare-and-swap; bit 63 is ARMED,
+//!        bit 62 COMPACT
 //! 128  tail  — the consumer has released every cell below `tail`
 //! 192  producer slots handed out
 //! 256  slots[SLOTS], 64 bytes each: a producer's pid, and the index it is claiming
@@ -33,6 +34,17 @@
 //! sleep. Otherwise the next producer's compare-and-swap sees ARMED, clears it, and signals
 //! the eventfd after publishing. The ARMED handshake rides on the claim itself, so the send
 //! path needs no extra fence.
+//!
+//! Two geometries: the full ring of `fifo_size` cells, and a compact one of its first
+//! `compact` cells, for while the consumer's thread shares its CPU. Eight processes taking
+//! turns on two cores each cycling through a 2.1 MB ring push one another's cells out of
+//! the cores' caches; a ring of half that keeps them in (docs/benchmarks.md, stop
+//! 52). Which geometry maps an index is the COMPACT bit of the `head` value that claimed
+//! it: a producer reads it in the compare-and-swap that claims the cell, and the consumer
+//! flips it only at a quiescent point (`Fifo::set_compact`): every claimed cell consumed
+//! and released, no cell kept, `head` equal to the index it reads next. So no index is
+//! mapped by one geometry and read by the other, and every cell the new geometry maps was
+//! last read before the flip.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -49,6 +61,11 @@ const OFF_HEAD: usize = 64;
 const OFF_TAIL: usize = 128;
 /// Set in `head` by a consumer about to sleep.
 const ARMED: u64 = 1 << 63;
+/// Set in `head` while the ring runs compact: the cells claimed from then on are mapped
+/// onto the first `compact` cells.
+const COMPACT: u64 = 1 << 62;
+/// The index bits of `head`.
+const INDEX: u64 = !(ARMED | COMPACT);
 /// Set in a cell's `seq` (with the producer's pid below) while the producer writes it; a
 /// published `seq` (an index + 1) never has it.
 const CLAIMED: u64 = 1 << 63;
@@ -72,8 +89,12 @@ pub(crate) struct Fifo {
 pub(crate) struct FifoView {
     base: *mut u8,
     cells: *mut u8,
+    /// The consumer's mask: that of the geometry in force for the indices it reads (on a
+    /// producer's view, the full ring's; producers go by the COMPACT bit they claim with).
     mask: u64,
-    size: u64,
+    /// The full ring's and the compact ring's masks (cells - 1).
+    full_mask: u64,
+    compact_mask: u64,
     seg_size: usize,
     /// `CLAIMED` and this process's pid: the mark of a cell this process is writing.
     mark: u64,
@@ -102,19 +123,33 @@ pub(crate) enum BadFifo {
     Owner,
 }
 
+/// The cells of the compact ring of a FIFO of `fifo_size` cells when `wanted` are asked for:
+/// a power of two, at least 1 and at most `fifo_size` (itself a power of two).
+pub(crate) fn compact_size(fifo_size: usize, wanted: usize) -> usize {
+    let w = wanted.clamp(1, fifo_size);
+    if w.is_power_of_two() {
+        w
+    } else {
+        w.next_power_of_two() / 2
+    }
+}
+
 impl Fifo {
-    /// Initializes a fresh (zeroed) segment as an empty FIFO owned by this process.
-    pub(crate) fn init(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
+    /// Initializes a fresh (zeroed) segment as an empty FIFO owned by this process, in its
+    /// full geometry; `compact` cells (see [`compact_size`]) make its compact one.
+    pub(crate) fn init(seg: Segment, fifo_size: usize, seg_size: usize, compact: usize) -> Fifo {
         assert!(seg.len() >= segment_len(fifo_size, seg_size));
+        let compact = compact_size(fifo_size, compact);
         let base = seg.base();
         // SAFETY: the segment is at least CTL_SIZE long, page-aligned, and not yet shared.
         unsafe {
             base.add(8).cast::<u32>().write(fifo_size as u32);
             base.add(12).cast::<u32>().write(seg_size as u32);
             base.add(16).cast::<u32>().write(std::process::id());
+            base.add(20).cast::<u32>().write(compact as u32);
             (*base.cast::<AtomicU64>()).store(MAGIC, Ordering::Release);
         }
-        Self::wrap(seg, fifo_size, seg_size)
+        Self::wrap(seg, fifo_size, seg_size, compact)
     }
 
     /// Checks a peer's mapped segment against the geometry and owner its address announced.
@@ -129,24 +164,28 @@ impl Fifo {
         }
         let base = seg.base();
         // SAFETY: the segment is at least CTL_SIZE long (checked), page-aligned.
-        let (magic, fs, ss, pid) = unsafe {
+        let (magic, fs, ss, pid, compact) = unsafe {
             (
                 (*base.cast::<AtomicU64>()).load(Ordering::Acquire),
                 base.add(8).cast::<u32>().read_volatile(),
                 base.add(12).cast::<u32>().read_volatile(),
                 base.add(16).cast::<u32>().read_volatile(),
+                base.add(20).cast::<u32>().read_volatile() as usize,
             )
         };
         if magic != MAGIC {
             return Err(BadFifo::Magic);
         }
-        if fs as usize != fifo_size || ss as usize != seg_size {
+        if fs as usize != fifo_size
+            || ss as usize != seg_size
+            || compact_size(fifo_size, compact) != compact
+        {
             return Err(BadFifo::Geometry);
         }
         if pid != owner {
             return Err(BadFifo::Owner);
         }
-        let mut f = Self::wrap(seg, fifo_size, seg_size);
+        let mut f = Self::wrap(seg, fifo_size, seg_size, compact);
         // A producer's slot: its pid, and no index claimed yet.
         let k = f.ctl_atomic64(OFF_NSLOTS).fetch_add(1, Ordering::AcqRel) as usize;
         if k < SLOTS {
@@ -161,14 +200,15 @@ impl Fifo {
         Ok(f)
     }
 
-    fn wrap(seg: Segment, fifo_size: usize, seg_size: usize) -> Fifo {
+    fn wrap(seg: Segment, fifo_size: usize, seg_size: usize, compact: usize) -> Fifo {
         // SAFETY: CTL_SIZE is inside the segment.
         let cells = unsafe { seg.base().add(CTL_SIZE) };
         let view = FifoView {
             base: seg.base(),
             cells,
             mask: fifo_size as u64 - 1,
-            size: fifo_size as u64,
+            full_mask: fifo_size as u64 - 1,
+            compact_mask: compact as u64 - 1,
             seg_size,
             mark: CLAIMED | u64::from(std::process::id()),
             slot: std::ptr::null_mut(),
@@ -183,6 +223,49 @@ impl Fifo {
     /// A copy of the view; valid while `self` lives.
     pub(crate) fn view(&self) -> FifoView {
         self.view
+    }
+
+    /// Consumer: switches the ring to its compact geometry (`on`) or back to the full one,
+    /// from `index`, the next cell it reads, on: the caller has consumed every cell below
+    /// `index` and keeps none. Each cell below `index` is released first. The switch
+    /// happens only when no producer has claimed a cell at or after `index` (the flip of
+    /// COMPACT is a compare-and-swap on that `head`, so a producer's claim either comes
+    /// before it and stops the switch, or after it and sees the new geometry). Returns
+    /// whether the ring is now in the geometry asked for.
+    pub(crate) fn set_compact(&mut self, index: u64, on: bool) -> bool {
+        let head = self.ctl_atomic64(OFF_HEAD);
+        let cur = head.load(Ordering::Acquire);
+        if (cur & COMPACT != 0) == on {
+            return true;
+        }
+        if cur & INDEX != index & INDEX {
+            return false;
+        }
+        // Producers check their claims against `tail` in the new geometry; every cell
+        // below `index` is read, so all of them may be written again.
+        self.release(index);
+        if head
+            .compare_exchange(cur, cur ^ COMPACT, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        self.view.mask = if on {
+            self.view.compact_mask
+        } else {
+            self.view.full_mask
+        };
+        true
+    }
+
+    /// Consumer: whether the ring runs in its compact geometry.
+    pub(crate) fn compact(&self) -> bool {
+        self.view.mask != self.view.full_mask
+    }
+
+    /// Cells in the geometry in force for the consumer.
+    pub(crate) fn cells_in_use(&self) -> u64 {
+        self.view.mask + 1
     }
 }
 
@@ -202,10 +285,28 @@ impl FifoView {
         unsafe { &*self.slot.add(i * 8).cast::<AtomicU64>() }
     }
 
+    /// The consumer's cell for `index`.
     #[inline]
     fn cell(&self, index: u64) -> *mut u8 {
-        // SAFETY: (index & mask) < fifo_size, so the cell lies inside the segment.
-        unsafe { self.cells.add((index & self.mask) as usize * self.seg_size) }
+        self.cell_in(index, self.mask)
+    }
+
+    /// The cell for `index` in the geometry of `mask` (the full or the compact one).
+    #[inline(always)]
+    fn cell_in(&self, index: u64, mask: u64) -> *mut u8 {
+        // SAFETY: mask is full_mask or compact_mask, both below fifo_size, so
+        // (index & mask) < fifo_size and the cell lies inside the segment.
+        unsafe { self.cells.add((index & mask) as usize * self.seg_size) }
+    }
+
+    /// A producer's mask for the cells claimed from the `head` value `head`.
+    #[inline(always)]
+    fn mask_of(&self, head: u64) -> u64 {
+        if head & COMPACT != 0 {
+            self.compact_mask
+        } else {
+            self.full_mask
+        }
     }
 
     #[inline]
@@ -223,9 +324,9 @@ impl FifoView {
     /// True when a producer could claim a cell now.
     #[inline]
     pub(crate) fn has_room(&self) -> bool {
-        let h = self.ctl_atomic64(OFF_HEAD).load(Ordering::Relaxed) & !ARMED;
+        let cur = self.ctl_atomic64(OFF_HEAD).load(Ordering::Relaxed);
         let t = self.ctl_atomic64(OFF_TAIL).load(Ordering::Acquire);
-        h.wrapping_sub(t) & !ARMED < self.size
+        (cur & INDEX).wrapping_sub(t) & INDEX <= self.mask_of(cur)
     }
 
     /// [`push_sized`](Self::push_sized) with the length unknown.
@@ -266,14 +367,16 @@ impl FifoView {
     ) -> Option<(usize, bool, usize)> {
         let head = self.ctl_atomic64(OFF_HEAD);
         let mut cur = head.load(Ordering::Relaxed);
-        let h = loop {
-            let h = cur & !ARMED;
-            if h.wrapping_sub(*tail_seen) & !ARMED >= self.size {
+        let (h, mask) = loop {
+            let h = cur & INDEX;
+            // The geometry of this claim: the one `head` names when the claim succeeds.
+            let mask = self.mask_of(cur);
+            if h.wrapping_sub(*tail_seen) & INDEX > mask {
                 // The acquire orders the consumer's reads of the cells it released before
                 // our writes into them (cells below any earlier reading were ordered by
                 // that reading's acquire).
                 *tail_seen = self.ctl_atomic64(OFF_TAIL).load(Ordering::Acquire);
-                if h.wrapping_sub(*tail_seen) & !ARMED >= self.size {
+                if h.wrapping_sub(*tail_seen) & INDEX > mask {
                     return None;
                 }
             }
@@ -285,16 +388,16 @@ impl FifoView {
             // Claiming also clears ARMED: this producer then owes the consumer a signal.
             match head.compare_exchange_weak(
                 cur,
-                (h + 1) & !ARMED,
+                (h + 1) & INDEX | cur & COMPACT,
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break h,
+                Ok(_) => break (h, mask),
                 Err(now) => cur = now,
             }
         };
         let wake = cur & ARMED != 0;
-        let cell = self.cell(h);
+        let cell = self.cell_in(h, mask);
         if reach > 64 - CELL_HDR {
             prefetch_write(cell as usize + 64);
         }
@@ -302,8 +405,9 @@ impl FifoView {
         // stalled cell was (the line is ours to write: the data below shares it).
         self.seq(cell).store(self.mark, Ordering::Relaxed);
         // SAFETY: we own cell `h` until we publish it: the consumer released it (h - tail <
-        // size at claim time, by a reading of tail no newer than the real one) and no
-        // other producer can claim the same index.
+        // size at claim time, by a reading of tail no newer than the real one, in the
+        // geometry the claim named; the consumer switches geometry only with every cell
+        // released) and no other producer can claim the same index.
         let data = unsafe { std::slice::from_raw_parts_mut(cell.add(CELL_HDR), self.data_cap()) };
         let len = fill(data).min(self.data_cap());
         // SAFETY: header word of our claimed cell (len in the low half, am id above it:
@@ -314,13 +418,13 @@ impl FifoView {
                 .write(len as u64 | u64::from(am_id) << 32)
         };
         self.seq(cell).store(h.wrapping_add(1), Ordering::Release);
-        Some((len, wake, self.cell(h.wrapping_add(1)) as usize))
+        Some((len, wake, self.cell_in(h.wrapping_add(1), mask) as usize))
     }
 
     /// The index of the next cell a producer will claim: every cell below it has been
     /// claimed (and is published, or being written, or abandoned by a dead writer).
     pub(crate) fn claimed(&self) -> u64 {
-        self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & !ARMED
+        self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & INDEX
     }
 
     /// Consumer: true when the cell at `index` has been published.
@@ -361,9 +465,9 @@ impl FifoView {
     /// will move on, unless dead). Empty when the cell is not stalled that way, or when its
     /// writer cannot be known (a producer without a slot that died before marking it).
     pub(crate) fn claimants(&self, index: u64) -> Vec<u32> {
-        let head = self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & !ARMED;
-        let claimed_past = head.wrapping_sub(index);
-        if claimed_past == 0 || claimed_past > self.size {
+        let head = self.ctl_atomic64(OFF_HEAD).load(Ordering::Acquire) & INDEX;
+        let claimed_past = head.wrapping_sub(index) & INDEX;
+        if claimed_past == 0 || claimed_past > self.mask + 1 {
             return Vec::new(); // not claimed in this round
         }
         let s = self.seq(self.cell(index)).load(Ordering::Acquire);
@@ -409,7 +513,7 @@ impl FifoView {
         self.release(index);
         let head = self.ctl_atomic64(OFF_HEAD);
         let before = head.fetch_or(ARMED, Ordering::AcqRel);
-        if before & !ARMED != index & !ARMED {
+        if before & INDEX != index & INDEX {
             head.fetch_and(!ARMED, Ordering::AcqRel);
             return false;
         }
@@ -462,7 +566,7 @@ mod tests {
 
     #[test]
     fn a_producer_that_dies_mid_write_leaves_its_mark() {
-        let f = Fifo::init(Segment::create(segment_len(4, 256)).unwrap(), 4, 256);
+        let f = Fifo::init(Segment::create(segment_len(4, 256)).unwrap(), 4, 256, 4);
         let mut tail = 0;
         // A producer that stops between claiming cell 0 and publishing it (here: its fill
         // panics).
@@ -502,7 +606,7 @@ mod tests {
     fn a_producer_that_dies_between_claim_and_mark_is_named_by_its_slot() {
         let seg = Segment::create(segment_len(4, 256)).unwrap();
         let pid = std::process::id();
-        let consumer = Fifo::init(seg, 4, 256);
+        let consumer = Fifo::init(seg, 4, 256, 4);
         let (fd, len) = (consumer.segment().fd(), segment_len(4, 256));
         let producer = Fifo::open(
             Segment::attach(pid as i32, fd as u32, len).unwrap(),
@@ -527,7 +631,7 @@ mod tests {
     #[test]
     fn push_peek_release_wraps() {
         let seg = Segment::create(segment_len(4, 128)).unwrap();
-        let f = Fifo::init(seg, 4, 128);
+        let f = Fifo::init(seg, 4, 128, 4);
         let mut next = 0u64;
         let mut seen = 0;
         for round in 0..10u8 {
@@ -554,7 +658,7 @@ mod tests {
 
     #[test]
     fn push_names_the_next_cell_and_its_prefetch_is_only_a_hint() {
-        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128, 4);
         let mut seen = 0;
         // Addresses that are not mapped, or not ours, must not fault: a hint only.
         for addr in [0, 64, usize::MAX & !63, 0x7fff_ffff_f000] {
@@ -580,7 +684,7 @@ mod tests {
     #[test]
     fn a_message_past_the_first_line_reads_back_whole() {
         // `peek` asks for the cell's second line before handing the data over.
-        let f = Fifo::init(Segment::create(segment_len(4, 256)).unwrap(), 4, 256);
+        let f = Fifo::init(Segment::create(segment_len(4, 256)).unwrap(), 4, 256, 4);
         let mut seen = 0;
         for (i, len) in [48usize, 64, 200].into_iter().enumerate() {
             let i = i as u64;
@@ -597,7 +701,7 @@ mod tests {
 
     #[test]
     fn producers_read_tail_only_when_the_fifo_looks_full() {
-        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128, 4);
         let (mut a, mut b) = (0, 0);
         for _ in 0..4 {
             assert!(f.push(&mut a, 1, |_| 0).is_some());
@@ -626,7 +730,7 @@ mod tests {
 
     #[test]
     fn arm_sees_waiting_cell_and_wakes_producer() {
-        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128, 4);
         let mut seen = 0;
         assert!(f.arm(0));
         let (_, wake, _) = f.push(&mut seen, 1, |_| 0).unwrap();
@@ -642,8 +746,175 @@ mod tests {
     }
 
     #[test]
+    fn the_compact_ring_is_a_power_of_two_within_the_full_one() {
+        assert_eq!(compact_size(64, 16), 16);
+        assert_eq!(compact_size(64, 24), 16);
+        assert_eq!(compact_size(64, 1000), 64);
+        assert_eq!(compact_size(64, 0), 1);
+        assert_eq!(compact_size(4, 16), 4);
+        assert_eq!(compact_size(2, 1), 1);
+    }
+
+    fn fill_with(v: u8) -> impl FnOnce(&mut [u8]) -> usize {
+        move |d| {
+            d[0] = v;
+            1
+        }
+    }
+
+    #[test]
+    fn the_ring_switches_geometry_only_at_a_quiescent_point() {
+        let mut f = Fifo::init(Segment::create(segment_len(8, 128)).unwrap(), 8, 128, 2);
+        let mut seen = 0;
+        for i in 0..3u8 {
+            f.push(&mut seen, 1, fill_with(i)).unwrap();
+        }
+        assert!(!f.set_compact(0, true), "cells claimed at or after 0");
+        assert!(!f.set_compact(2, true), "cell 2 is claimed, not read");
+        assert!(!f.compact());
+        for i in 0..3u64 {
+            assert_eq!(f.peek(i).unwrap().unwrap(), (1, &[i as u8][..]));
+        }
+        assert!(f.set_compact(3, true), "all read: the switch happens");
+        assert!(f.compact() && f.cells_in_use() == 2);
+        assert!(f.set_compact(3, true), "already compact");
+        // Two cells now, mapped by the compact mask; the third push finds the ring full.
+        let (_, _, next) = f.push(&mut seen, 2, fill_with(3)).unwrap();
+        assert_eq!(next, f.cell_in(4, 1) as usize);
+        assert_eq!(f.cell(3), f.cell_in(3, 1), "index 3 in cell 1");
+        f.push(&mut seen, 2, fill_with(4)).unwrap();
+        assert!(
+            f.push(&mut seen, 2, fill_with(5)).is_none(),
+            "2 cells: full"
+        );
+        assert!(!f.has_room());
+        for i in 3..5u64 {
+            assert_eq!(f.peek(i).unwrap().unwrap(), (2, &[i as u8][..]));
+        }
+        f.release(5);
+        assert!(f.has_room());
+        // A claim in the compact ring stops the switch back until it is read.
+        f.push(&mut seen, 3, fill_with(5)).unwrap();
+        assert!(!f.set_compact(5, false));
+        assert_eq!(f.peek(5).unwrap().unwrap(), (3, &[5][..]));
+        assert!(f.set_compact(6, false));
+        assert!(!f.compact() && f.cells_in_use() == 8);
+        // Eight cells again, all of them free.
+        for i in 6..14u8 {
+            f.push(&mut seen, 4, fill_with(i)).unwrap();
+        }
+        assert!(
+            f.push(&mut seen, 4, fill_with(14)).is_none(),
+            "8 cells: full"
+        );
+        for i in 6..14u64 {
+            assert_eq!(f.peek(i).unwrap().unwrap(), (4, &[i as u8][..]));
+        }
+        assert_eq!(f.claimed(), 14, "the mode bit is not part of the index");
+    }
+
+    #[test]
+    fn a_switch_keeps_the_sleeping_consumers_wakeup() {
+        let mut f = Fifo::init(Segment::create(segment_len(8, 128)).unwrap(), 8, 128, 2);
+        let mut seen = 0;
+        assert!(f.arm(0));
+        assert!(f.set_compact(0, true), "an armed, empty ring switches");
+        let (_, wake, _) = f.push(&mut seen, 1, fill_with(0)).unwrap();
+        assert!(wake, "ARMED survived the switch");
+        let (_, wake, _) = f.push(&mut seen, 1, fill_with(1)).unwrap();
+        assert!(!wake);
+        assert!(!f.arm(0), "cells wait");
+        let _ = (f.peek(0), f.peek(1));
+        assert!(f.arm(2));
+        assert!(f.compact(), "arming keeps the geometry");
+        let (_, wake, _) = f.push(&mut seen, 1, fill_with(2)).unwrap();
+        assert!(wake);
+        assert_eq!(f.peek(2).unwrap().unwrap(), (1, &[2][..]));
+        assert_eq!(f.claimants(2), Vec::<u32>::new(), "published");
+    }
+
+    #[test]
+    fn producers_see_the_compact_size_the_consumer_chose() {
+        let pid = std::process::id();
+        let len = segment_len(8, 128);
+        let consumer = Fifo::init(Segment::create(len).unwrap(), 8, 128, 2);
+        let fd = consumer.segment().fd() as u32;
+        let p = Fifo::open(Segment::attach(pid as i32, fd, len).unwrap(), 8, 128, pid).unwrap();
+        assert_eq!(p.compact_mask, 1);
+        // A header naming a compact ring that is not a power of two within the full one
+        // is not a FIFO we can use.
+        // SAFETY: the test owns the segment and nothing else uses it now.
+        unsafe { consumer.base.add(20).cast::<u32>().write(3) };
+        let bad = Fifo::open(Segment::attach(pid as i32, fd, len).unwrap(), 8, 128, pid);
+        assert_eq!(bad.unwrap_err(), BadFifo::Geometry);
+    }
+
+    /// Producers on threads push numbered messages while the consumer flips the geometry
+    /// whenever it finds the ring empty: every message arrives once, in each producer's
+    /// order, and the ring switched while producers still had messages to send.
+    #[test]
+    fn geometry_switches_under_concurrent_producers_lose_nothing() {
+        const PRODUCERS: usize = 2;
+        const EACH: u32 = 3000;
+        let pid = std::process::id();
+        let len = segment_len(16, 128);
+        let mut consumer = Fifo::init(Segment::create(len).unwrap(), 16, 128, 4);
+        let fd = consumer.segment().fd() as u32;
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|k| {
+                let f = Fifo::open(Segment::attach(pid as i32, fd, len).unwrap(), 16, 128, pid)
+                    .unwrap();
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    for n in 0..EACH {
+                        while f
+                            .push(&mut seen, k as u8, |d| {
+                                d[..4].copy_from_slice(&n.to_le_bytes());
+                                4
+                            })
+                            .is_none()
+                        {
+                            std::hint::spin_loop();
+                        }
+                        if n % 16 == 15 {
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0u32; PRODUCERS];
+        let (mut rx, mut switches_midway, mut compact) = (0u64, 0, false);
+        while next.iter().any(|&n| n < EACH) {
+            match consumer.peek(rx) {
+                Some(Ok((k, d))) => {
+                    let n = u32::from_le_bytes(d.try_into().unwrap());
+                    assert_eq!(n, next[k as usize], "producer {k}'s order");
+                    next[k as usize] += 1;
+                    rx += 1;
+                    if rx % 2 == 0 {
+                        consumer.release(rx);
+                    }
+                }
+                Some(Err(len)) => panic!("bad length {len}"),
+                None => {
+                    if consumer.set_compact(rx, !compact) {
+                        compact = !compact;
+                        switches_midway += 1;
+                    }
+                }
+            }
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert!(consumer.peek(rx).is_none(), "nothing more");
+        assert!(switches_midway > 0, "the ring never switched while in use");
+    }
+
+    #[test]
     fn attach_checks_geometry_and_owner() {
-        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128);
+        let f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128, 4);
         let pid = std::process::id();
         let fd = f.segment().fd() as u32;
         let len = segment_len(4, 128);

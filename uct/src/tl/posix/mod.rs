@@ -104,8 +104,11 @@ pub struct PosixIface {
     rx_index: u64,
     /// Cells below this have been released to the producers.
     rx_released: u64,
-    /// Release cells in batches of this many.
+    /// Release cells in batches of this many (a quarter of the ring in use).
     release_every: u64,
+    /// Whether the receive ring should run compact (`set_compact_ring`): it switches at
+    /// the next point where it is empty.
+    want_compact: bool,
     /// The cell a handler kept (`Handler::am_keep`), or `NOT_KEPT`: neither it nor any
     /// later cell is released until `am_release`.
     kept: u64,
@@ -150,7 +153,7 @@ impl PosixIface {
         let (fifo_size, seg_size) = (cfg.posix_fifo_size, cfg.posix_seg_size);
         let seg = Segment::create(fifo::segment_len(fifo_size, seg_size))
             .map_err(os("segment create"))?;
-        let rx = Fifo::init(seg, fifo_size, seg_size);
+        let rx = Fifo::init(seg, fifo_size, seg_size, cfg.posix_fifo_shared_size);
         let efd = EventFd::new().map_err(os("eventfd"))?;
         let pid = std::process::id();
         let addr = Addr {
@@ -197,6 +200,7 @@ impl PosixIface {
             rx_index: 0,
             rx_released: 0,
             release_every: (fifo_size as u64 / 4).max(1),
+            want_compact: false,
             kept: NOT_KEPT,
             efd,
             eps: Slab::new(),
@@ -465,6 +469,7 @@ impl Iface for PosixIface {
         {
             return Err(Status::Busy);
         }
+        self.switch_ring();
         self.rx_released = self.rx_index;
         if self.rx.arm(self.rx_index) {
             Ok(())
@@ -494,6 +499,31 @@ impl PosixIface {
     /// Whether empty polls pause at all now (see [`set_spin_pause`](Self::set_spin_pause)).
     pub fn spin_pause(&self) -> bool {
         self.poll_backoff != u32::MAX
+    }
+
+    /// Whether the receive FIFO should use its compact ring (`UCX_POSIX_FIFO_SHARED_SIZE`
+    /// cells: the worker's choice while its thread shares a CPU) or all its cells. The
+    /// ring switches at the first point where every message in it has been handed over
+    /// and none is kept: now, or in a later progress call (every 1024th) or `arm`.
+    pub fn set_compact_ring(&mut self, on: bool) {
+        self.want_compact = on;
+        self.switch_ring();
+    }
+
+    /// Whether the receive FIFO runs its compact ring now.
+    pub fn compact_ring(&self) -> bool {
+        self.rx.compact()
+    }
+
+    /// Switches the receive ring to the geometry asked for, if it is quiescent.
+    fn switch_ring(&mut self) {
+        if self.want_compact == self.rx.compact() || self.kept != NOT_KEPT {
+            return;
+        }
+        if self.rx.set_compact(self.rx_index, self.want_compact) {
+            self.rx_released = self.rx_index;
+            self.release_every = (self.rx.cells_in_use() / 4).max(1);
+        }
     }
 
     /// `Iface::progress`, generic over the handler: a worker that holds this interface by
@@ -651,6 +681,9 @@ impl PosixIface {
         if !self.pending.is_empty() {
             n += self.progress_pending(h);
         }
+        if self.want_compact != self.rx.compact() {
+            self.switch_ring();
+        }
         if self.progress_calls.is_multiple_of(1024) && !self.eps.is_empty() {
             let now = ucs::time::now_ns();
             if now >= self.next_check {
@@ -806,6 +839,56 @@ mod tests {
             iface.am_short(ep, AM_ID_MAX_TEST, 0, &[]),
             Err(Status::InvalidParam)
         );
+    }
+
+    #[test]
+    fn the_compact_ring_switches_when_empty_and_never_under_a_kept_message() {
+        let cfg = Config {
+            posix_fifo_size: 16,
+            posix_fifo_shared_size: 4,
+            ..Config::default()
+        };
+        let (mut iface, ep) = loopback(&cfg);
+        let mut h = Keeper {
+            keep: 1,
+            kept: None,
+            got: Vec::new(),
+        };
+        iface.am_short(ep, 3, 0, &[]).unwrap();
+        iface.am_short(ep, 3, 1, &[]).unwrap();
+        iface.set_compact_ring(true);
+        assert!(!iface.compact_ring(), "two messages wait");
+        assert_eq!(iface.progress(&mut h), 2);
+        assert!(h.kept.is_some());
+        iface.set_compact_ring(true);
+        assert!(!iface.compact_ring(), "a message is kept");
+        iface.am_release();
+        // The next progress call that runs the slow path switches; arm is one such point.
+        assert_eq!(iface.arm(), Ok(()));
+        assert!(iface.compact_ring());
+        // Four cells in use now: a fifth send waits for the receiver.
+        let mut sent = 0u64;
+        while iface.am_short(ep, 3, 100 + sent, &[5; 20]).is_ok() {
+            sent += 1;
+        }
+        assert_eq!(sent, 4);
+        h.keep = u64::MAX;
+        assert_eq!(iface.progress(&mut h), 4);
+        // In order, across the switch, with their data.
+        assert_eq!(h.got, [0, 100, 101, 102, 103]);
+        iface.set_compact_ring(false);
+        assert!(
+            !iface.compact_ring(),
+            "back to the full ring at once: it was empty"
+        );
+        sent = 0;
+        while iface.am_short(ep, 3, 200 + sent, &[]).is_ok() {
+            sent += 1;
+        }
+        assert_eq!(sent, 16);
+        assert_eq!(iface.progress(&mut h), 16);
+        assert_eq!(h.got.len(), 21);
+        assert_eq!(h.got[20], 215);
     }
 
     #[test]
