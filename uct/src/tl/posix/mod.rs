@@ -104,7 +104,11 @@ pub struct PosixIface {
     rx_index: u64,
     /// Cells below this have been released to the producers.
     rx_released: u64,
-    /// Release cells in batches of this many (a quarter of the ring in use).
+    /// Release cells in batches of this many: a quarter of the full ring, so that in a
+    /// ping-pong between two cores the `tail` line does not travel on every message; one
+    /// in the compact ring, so that a message as large as the ring (1 MiB in 32 cells of
+    /// 32 KiB) finds every cell free when its sender's turn comes (docs/benchmarks.md,
+    /// stop 52).
     release_every: u64,
     /// Whether the receive ring should run compact (`set_compact_ring`): it switches at
     /// the next point where it is empty.
@@ -522,7 +526,11 @@ impl PosixIface {
         }
         if self.rx.set_compact(self.rx_index, self.want_compact) {
             self.rx_released = self.rx_index;
-            self.release_every = (self.rx.cells_in_use() / 4).max(1);
+            self.release_every = if self.want_compact {
+                1
+            } else {
+                (self.rx.cells_in_use() / 4).max(1)
+            };
         }
     }
 
