@@ -25,9 +25,11 @@
 //! that lets the consumer name every process that may be writing a stalled cell, and skip
 //! the cell when all of them are dead (`claimants`). The consumer reads cell `rx`, checks
 //! `seq == rx + 1` with an acquire load, hands the data over, and moves on; it releases
-//! cells to the producers in batches (a store of `tail` every quarter FIFO), so in a
-//! ping-pong the `tail` line does not bounce between the cores on every message. Each round
-//! writes a distinct `seq`, so no cell is ever read twice.
+//! each cell to the producers once it has handed it over (a store of `tail`). Producers
+//! read `tail` only when their last reading shows the FIFO full, so in a ping-pong the
+//! line stays with the consumer. (Until stop 52 cells were released a quarter FIFO at a
+//! time, and a window of 64 sends found the 64-cell ring full for its last few messages:
+//! docs/benchmarks.md.) Each round writes a distinct `seq`, so no cell is ever read twice.
 //!
 //! Wakeup: before sleeping, the consumer sets ARMED in `head` with an atomic OR and looks at
 //! the count it returns: if a producer has claimed a cell it has not consumed, it does not
@@ -264,6 +266,7 @@ impl Fifo {
     }
 
     /// Cells in the geometry in force for the consumer.
+    #[cfg(test)]
     pub(crate) fn cells_in_use(&self) -> u64 {
         self.view.mask + 1
     }
@@ -347,9 +350,9 @@ impl FifoView {
     ///
     /// `tail_seen` is this producer's last reading of `tail` (0 at first). `tail` only
     /// grows, so every cell below a stale reading is free as well: the shared line is read
-    /// again only when the FIFO looks full by the old reading. Otherwise the first send
-    /// after each batch release by the consumer would wait for that line to come over from
-    /// the consumer's core.
+    /// again only when the FIFO looks full by the old reading. Otherwise a send would often
+    /// wait for that line to come over from the consumer's core, which writes it on every
+    /// message it reads.
     ///
     /// `reach` is the most data `fill` writes (`usize::MAX`: unknown). When it reaches the
     /// cell's second cache line, that line is asked for as soon as the cell is claimed: its
