@@ -720,10 +720,11 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
         if std::env::var_os("RUCX_STATS").is_some_and(|v| v == "1") {
             // The worker's protocol counters, for finding out what a program's traffic
             // took (UCX's statistics are the model: `UCX_STATS_DEST`).
-            let st = w.with(|wk| wk.stats());
+            let (st, tls) = w.with(|wk| (wk.stats(), wk.transport_counters()));
             let line: Vec<String> = st
                 .counters()
-                .iter()
+                .into_iter()
+                .chain(tls.into_iter().flat_map(|(_, c)| c))
                 .filter(|(_, v)| *v > 0)
                 .map(|(k, v)| format!("{k} {v}"))
                 .collect();

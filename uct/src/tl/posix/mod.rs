@@ -127,6 +127,8 @@ pub struct PosixIface {
     /// claim, or 0: prefetched for writing when the next message arrives, then 0 again
     /// (see `progress`).
     next_tx: usize,
+    /// Sends that found the peer's FIFO full (`counters`: `posix_fifo_full`).
+    fifo_full: u64,
     /// Empty polls in a row, and how many of them may pass before each further one pauses
     /// (`u32::MAX`: none pauses), as configured and as in force (`set_spin_pause`).
     idle_polls: u32,
@@ -209,6 +211,7 @@ impl PosixIface {
             next_check: 0,
             progress_calls: 0,
             next_tx: 0,
+            fifo_full: 0,
             idle_polls: 0,
             poll_backoff: u32::try_from(cfg.posix_poll_backoff).unwrap_or(u32::MAX),
             poll_backoff_cfg: u32::try_from(cfg.posix_poll_backoff).unwrap_or(u32::MAX),
@@ -285,7 +288,10 @@ impl PosixIface {
     ) -> UcsResult<usize> {
         let e = self.ep_mut(ep)?;
         match e.fifo.push_sized(&mut e.tail_seen, id, reach, fill) {
-            None => Err(Status::NoResource),
+            None => {
+                self.fifo_full += 1;
+                Err(Status::NoResource)
+            }
             Some((len, wake, next)) => {
                 if wake {
                     if let Some(fd) = &e.peer.wake {
@@ -437,6 +443,10 @@ impl Iface for PosixIface {
     fn ep_idle(&self, ep: EpId) -> bool {
         // A published cell is delivered (see `flush`).
         self.ep(ep).is_ok()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("posix_fifo_full", self.fifo_full)]
     }
 
     #[inline]
@@ -1024,6 +1034,7 @@ mod tests {
             sent, 9,
             "cells up to the kept one are used again, the kept one and those after it not"
         );
+        assert_eq!(iface.counters(), [("posix_fifo_full", 100)]);
         assert_eq!(h.got.len(), 8);
         assert_eq!(
             iface.arm(),
