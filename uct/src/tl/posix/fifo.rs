@@ -260,9 +260,11 @@ impl Fifo {
         true
     }
 
-    /// Consumer: whether the ring runs in its compact geometry.
+    /// Consumer: whether the ring runs in its compact geometry (only the consumer flips
+    /// the bit, so its own reading is current). Read from `head`, not from the mask: the
+    /// two masks are equal when the compact ring is as large as the full one.
     pub(crate) fn compact(&self) -> bool {
-        self.view.mask != self.view.full_mask
+        self.ctl_atomic64(OFF_HEAD).load(Ordering::Relaxed) & COMPACT != 0
     }
 
     /// Cells in the geometry in force for the consumer.
@@ -814,6 +816,30 @@ mod tests {
             assert_eq!(f.peek(i).unwrap().unwrap(), (4, &[i as u8][..]));
         }
         assert_eq!(f.claimed(), 14, "the mode bit is not part of the index");
+    }
+
+    #[test]
+    fn a_compact_ring_as_large_as_the_full_one_switches_once() {
+        let mut f = Fifo::init(Segment::create(segment_len(4, 128)).unwrap(), 4, 128, 8);
+        assert!(f.set_compact(0, true));
+        assert!(
+            f.compact(),
+            "the mode is on, though the geometry is the same"
+        );
+        assert_eq!(f.cells_in_use(), 4);
+        let mut seen = 0;
+        for i in 0..4u8 {
+            f.push(&mut seen, 1, fill_with(i)).unwrap();
+        }
+        assert!(
+            f.push(&mut seen, 1, fill_with(4)).is_none(),
+            "4 cells: full"
+        );
+        for i in 0..4u64 {
+            assert_eq!(f.peek(i).unwrap().unwrap(), (1, &[i as u8][..]));
+        }
+        assert!(f.set_compact(4, false));
+        assert!(!f.compact());
     }
 
     #[test]
