@@ -204,11 +204,132 @@ static void rkey_ptr_reaches_the_target(void)
     ct_pair_fini(&p);
 }
 
+/* What OpenMPI's osc/ucx does for MPI_REPLACE in MPI_Get_accumulate and MPI_Fetch_and_op:
+ * a get of the old value, then a put of the new one to the same address, on one
+ * endpoint, then a flush. The get reads the value from before the put, and the flush
+ * completes both. For user and library-allocated memory, _nbi and _nbx calls, endpoint
+ * and worker flush. */
+static void get_then_put_keeps_order(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    for (int alloc = 0; alloc < 2; alloc++) {
+        for (int variant = 0; variant < 4; variant++) {
+            int nbx = variant & 1, ep = variant >> 1;
+            struct region r;
+            region_map(&p, &r, 4096, alloc);
+            uint64_t addr = (uint64_t)(uintptr_t)r.base + 64;
+            ucp_request_param_t pp;
+            memset(&pp, 0, sizeof(pp));
+            for (int round = 0; round < 16; round++) {
+                uint64_t first = 1000 + round, second = 0, old = 0xdead;
+                CT_OK(ct_wait(&p, ucp_put_nbx(p.ep[0], &first, 8, addr, r.rkey, &pp)));
+                CT_OK(flush(&p, ep));
+                if (nbx) {
+                    void *g = ucp_get_nbx(p.ep[0], &old, 8, addr, r.rkey, &pp);
+                    CT_CHECK(!UCS_PTR_IS_ERR(g), "get_nbx");
+                    void *q = ucp_put_nbx(p.ep[0], &second, 8, addr, r.rkey, &pp);
+                    CT_CHECK(!UCS_PTR_IS_ERR(q), "put_nbx");
+                    if (g != NULL) ucp_request_free(g);
+                    if (q != NULL) ucp_request_free(q);
+                } else {
+                    ucs_status_t s = ucp_get_nbi(p.ep[0], &old, 8, addr, r.rkey);
+                    CT_CHECK(s == UCS_OK || s == UCS_INPROGRESS, "get_nbi: %d", (int)s);
+                    s = ucp_put_nbi(p.ep[0], &second, 8, addr, r.rkey);
+                    CT_CHECK(s == UCS_OK || s == UCS_INPROGRESS, "put_nbi: %d", (int)s);
+                }
+                CT_OK(flush(&p, ep));
+                CT_CHECK(old == first,
+                         "%s memory, %s, %s flush, round %d: the get read %llu, not the "
+                         "value before the put (%llu)",
+                         alloc ? "allocated" : "user", nbx ? "nbx" : "nbi",
+                         ep ? "ep" : "worker", round, (unsigned long long)old,
+                         (unsigned long long)first);
+                CT_CHECK(*(volatile uint64_t *)(r.base + 64) == 0,
+                         "the put's value is not in the target after the flush");
+            }
+            region_unmap(&p, &r, alloc);
+        }
+    }
+    ct_pair_fini(&p);
+}
+
+/* A flush completes every get posted before it: many small gets, _nbi, of scattered
+ * words, all present once one worker flush returns. */
+static void flush_completes_gets(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    for (int alloc = 0; alloc < 2; alloc++) {
+        struct region r;
+        region_map(&p, &r, 1 << 16, alloc);
+        uint32_t *t = r.base;
+        for (size_t i = 0; i < (1 << 14); i++) t[i] = (uint32_t)(i * 2654435761u);
+        uint32_t got[512];
+        memset(got, 0, sizeof(got));
+        for (int i = 0; i < 512; i++) {
+            size_t at = ((size_t)i * 37) % (1 << 14);
+            ucs_status_t s = ucp_get_nbi(p.ep[0], &got[i], 4,
+                                         (uint64_t)(uintptr_t)r.base + at * 4, r.rkey);
+            CT_CHECK(s == UCS_OK || s == UCS_INPROGRESS, "get_nbi: %d", (int)s);
+        }
+        CT_OK(flush(&p, 0));
+        for (int i = 0; i < 512; i++) {
+            size_t at = ((size_t)i * 37) % (1 << 14);
+            CT_CHECK(got[i] == (uint32_t)(at * 2654435761u),
+                     "%s memory: get %d holds %u after the flush",
+                     alloc ? "allocated" : "user", i, got[i]);
+        }
+        region_unmap(&p, &r, alloc);
+    }
+    ct_pair_fini(&p);
+}
+
+/* An atomic either does what it says or is refused: operand sizes other than 4 and 8
+ * bytes (UCX refuses them) never come back as a wrong value. */
+static void atomics_right_or_refused(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    struct region r;
+    region_map(&p, &r, 4096, 0);
+    size_t sizes[] = {1, 2, 4, 8, 16};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t sz = sizes[k];
+        unsigned char *t = (unsigned char *)r.base + 128;
+        memset(t, 0, 16);
+        t[0] = 5;
+        unsigned char add[16] = {3}, old[16];
+        memset(old, 0xa5, sizeof(old));
+        ucp_request_param_t ap;
+        memset(&ap, 0, sizeof(ap));
+        ap.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        ap.datatype = ucp_dt_make_contig(sz);
+        ap.reply_buffer = old;
+        void *q = ucp_atomic_op_nbx(p.ep[0], UCP_ATOMIC_OP_ADD, add, 1,
+                                    (uint64_t)(uintptr_t)t, r.rkey, &ap);
+        ucs_status_t s = UCS_PTR_IS_ERR(q) ? UCS_PTR_STATUS(q) : ct_wait(&p, q);
+        if (s != UCS_OK) {
+            CT_CHECK(t[0] == 5, "a refused %zu-byte atomic changed the target", sz);
+            continue;
+        }
+        CT_OK(flush(&p, 0));
+        CT_CHECK(old[0] == 5 && t[0] == 8,
+                 "%zu-byte fetch-add done: old %u (want 5), target %u (want 8)", sz, old[0],
+                 t[0]);
+    }
+    region_unmap(&p, &r, 0);
+    ct_pair_fini(&p);
+}
+
 const struct ct_test ct_rma[] = {
     {"put_then_flush", "put_nbi data is in the target once a worker or endpoint flush completes, for user and library-allocated memory; a key unpacked from a copy works after ucp_rkey_buffer_release", put_then_flush},
     {"fence_orders_puts", "ucp_worker_fence orders puts to one location: the last value written stays", fence_orders_puts},
     {"get_and_atomic_after_flush", "a get after a flushed put reads the new value; a fetching atomic returns the old one", get_and_atomic_after_flush},
     {"rkey_ptr_reaches_the_target", "ucp_rkey_ptr gives a pointer through which stores reach the target's memory, or UCS_ERR_UNREACHABLE", rkey_ptr_reaches_the_target},
     {"key_lifetimes", "several keys of one mapping work side by side; destroying keys before unmapping, and mapping again, work", key_lifetimes},
+    {"get_then_put_keeps_order", "a get then a put to the same address on one endpoint: the get reads the old value and a flush completes both (OpenMPI's MPI_REPLACE)", get_then_put_keeps_order},
+    {"flush_completes_gets", "a flush completes every get posted before it", flush_completes_gets},
+    {"atomics_right_or_refused", "an atomic of an operand size UCX may not support is refused, or done right; never a wrong value", atomics_right_or_refused},
     {0},
 };

@@ -1182,17 +1182,25 @@ fn atomic(
     })
 }
 
-/// Reads a 4- or 8-byte operand.
+/// Whether `size` is an operand size of atomics: UCX's 4 and 8 bytes, and 1 and 2 (which
+/// UCX refuses, and OpenMPI's osc/ucx passes for `MPI_Fetch_and_op` of `char`/`short`
+/// without checking the answer: done right here rather than left as garbage).
+fn atomic_size(size: usize) -> bool {
+    ucp::worker::rma::ATOMIC_SIZES.contains(&size)
+}
+
+/// Reads a 1-, 2-, 4- or 8-byte operand.
 ///
 /// # Safety
 /// `p` readable for `size` bytes.
 unsafe fn operand(p: *const c_void, size: usize) -> u64 {
     // SAFETY: per the contract (unaligned reads allowed).
     unsafe {
-        if size == 4 {
-            u64::from(p.cast::<u32>().read_unaligned())
-        } else {
-            p.cast::<u64>().read_unaligned()
+        match size {
+            1 => u64::from(p.cast::<u8>().read()),
+            2 => u64::from(p.cast::<u16>().read_unaligned()),
+            4 => u64::from(p.cast::<u32>().read_unaligned()),
+            _ => p.cast::<u64>().read_unaligned(),
         }
     }
 }
@@ -1212,7 +1220,7 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
     guard(status_ptr(Status::InvalidParam), || {
         let p = nbx_or_ret!(param, CbKind::Send);
         let size = contig_size(p.datatype).unwrap_or(0);
-        if count != 1 || (size != 4 && size != 8) || buffer.is_null() {
+        if count != 1 || !atomic_size(size) || buffer.is_null() {
             return status_ptr(Status::InvalidParam);
         }
         // SAFETY: buffer holds one operand of `size` bytes.
@@ -1289,7 +1297,7 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
     cb: ucp_send_callback_t,
 ) -> ucs_status_ptr_t {
     guard(status_ptr(Status::InvalidParam), || {
-        if result.is_null() || (op_size != 4 && op_size != 8) {
+        if result.is_null() || !atomic_size(op_size) {
             return status_ptr(Status::InvalidParam);
         }
         // (operand, compare): for CSWAP, `value` is the condition and `*result` on input is

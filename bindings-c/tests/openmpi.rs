@@ -83,6 +83,7 @@ fn mpirun(
     np: usize,
     osc: bool,
     exe: &Path,
+    args: &[&str],
     lib: Lib,
     limit: Duration,
     extra: &[(&str, &str)],
@@ -129,6 +130,7 @@ fn mpirun(
         c.args(["-x", k]).env(k, v);
     }
     c.arg(exe)
+        .args(args)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
@@ -172,7 +174,7 @@ fn run_on(name: &str, np: usize, procs: usize, osc: bool, cpus: Cpus) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = compile(&cc, name);
     let limit = Duration::from_secs(60);
-    let (ok, out, err) = mpirun(&run, np, osc, &exe, Lib::Rucx, limit, &[], cpus);
+    let (ok, out, err) = mpirun(&run, np, osc, &exe, &[], Lib::Rucx, limit, &[], cpus);
     let all = format!("{out}\n{err}");
     assert!(
         ok && out.contains(&format!("{name}: OK")),
@@ -202,6 +204,12 @@ fn run_on(name: &str, np: usize, procs: usize, osc: bool, cpus: Cpus) {
 /// Runs `name` over Debian's UCX 1.13 first (the program must pass there: it encodes what
 /// UCX does), then over ours.
 fn run_beside_ucx(name: &str, np: usize) {
+    run_beside_ucx_with(name, np, false, &[]);
+}
+
+/// [`run_beside_ucx`] with osc ucx on or off and with `ucx_args` given to the program over
+/// UCX 1.13 (to leave out what UCX itself gets wrong); over ours it runs with none.
+fn run_beside_ucx_with(name: &str, np: usize, osc: bool, ucx_args: &[&str]) {
     let Some((cc, launcher)) = tools() else {
         return;
     };
@@ -211,8 +219,9 @@ fn run_beside_ucx(name: &str, np: usize) {
         let (ok, out, err) = mpirun(
             &launcher,
             np,
-            false,
+            osc,
             &exe,
+            ucx_args,
             Lib::Ucx113,
             Duration::from_secs(60),
             &[],
@@ -224,7 +233,7 @@ fn run_beside_ucx(name: &str, np: usize) {
         );
         eprintln!("{name} over UCX 1.13: {}", out.trim());
     }
-    run(name, np, false);
+    run(name, np, osc);
 }
 
 /// Blocking, non-blocking and synchronous sends, 0 B .. 64 MiB, data checked both ways.
@@ -262,6 +271,7 @@ fn mpi_runs_with_no_ucx_library_loaded() {
         2,
         true,
         &exe,
+        &[],
         Lib::Rucx,
         Duration::from_secs(60),
         &[("LD_DEBUG", "libs")],
@@ -311,6 +321,18 @@ fn mpi_alltoall_4_ranks() {
 #[test]
 fn mpi_rma_osc_ucx() {
     run("rma", 2, true);
+}
+
+/// One-sided operations whose result depends on the order the library performs them in
+/// (`bindings-c/mpi/rma_order.c`): the swap of `MPI_REPLACE` on `MPI_Win_create`,
+/// `MPI_Win_allocate` and dynamic windows, on one rank (every operation to itself) and on
+/// two. Over UCX 1.13 without the 1- and 2-byte atomics, which UCX refuses (osc/ucx then
+/// returns its result buffer unchanged); over ours with them, done right.
+#[test]
+fn mpi_rma_order_on_every_window_kind() {
+    for np in [1, 2] {
+        run_beside_ucx_with("rma_order", np, true, &["no-small-atomics"]);
+    }
 }
 
 /// Issue 22, fault 1: `MPI_Request_free` on an `MPI_Issend` that may still be active (one

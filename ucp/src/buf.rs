@@ -125,7 +125,7 @@ impl fmt::Debug for Buf {
 /// A [`Buf`] the CPU can read and write, checked once: the small-message send and
 /// receive take it, so that a send or receive of the C ABI asks the memory-type cache once
 /// (in the shim, which also records the request's memory type), not again in the worker.
-/// Where a CUDA driver is loaded, each ask is a lookup (docs/benchmarks.md, stop 48).
+/// Where a CUDA driver is loaded, each ask is a lookup (docs/c-abi.md).
 #[derive(Clone, Copy, Debug)]
 pub struct HostBuf(Buf);
 
@@ -495,7 +495,7 @@ pub(crate) fn copy_raw(src: u64, dst: u64, len: usize) {
 /// lines would be evicted before anyone read them, and a store that misses would first read
 /// the line it overwrites. A smaller one stays in the cache, where the peer of a ping-pong
 /// reads it next (streaming a 2 MiB span was 1.4x slower on a 32 MiB-L3 EPYC, 1.3x faster
-/// on the Xeon VM of an earlier stop: docs/benchmarks.md). One contiguous
+/// on the 2-core Xeon VM of 2026-11-23: docs/ucp.md). One contiguous
 /// piece is left to `memmove`, which makes that choice itself.
 pub(crate) fn copy_strided(
     src: u64,
@@ -680,8 +680,9 @@ pub(crate) fn read_raw(addr: u64, dst: &mut [u8]) {
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) }
 }
 
-/// Performs an atomic operation on the aligned 4- or 8-byte word at `addr`; returns the
-/// previous value. Same contract as [`write_raw`]; the caller checked alignment and size.
+/// Performs an atomic operation on the aligned 1-, 2-, 4- or 8-byte word at `addr`;
+/// returns the previous value, zero-extended. Same contract as [`write_raw`]; the caller
+/// checked alignment and size.
 pub(crate) fn atomic_raw(
     addr: u64,
     size: u8,
@@ -690,35 +691,32 @@ pub(crate) fn atomic_raw(
     compare: u64,
 ) -> u64 {
     use crate::worker::rma::AtomicOp as A;
-    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
-    if size == 4 {
-        // SAFETY: a live mapped region holds this aligned 4-byte word (checked by the
-        // caller); other processes reach it only through this worker's atomics.
-        let a = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
-        let v = value as u32;
-        u64::from(match op {
-            A::Add => a.fetch_add(v, SeqCst),
-            A::And => a.fetch_and(v, SeqCst),
-            A::Or => a.fetch_or(v, SeqCst),
-            A::Xor => a.fetch_xor(v, SeqCst),
-            A::Swap => a.swap(v, SeqCst),
-            A::Cswap => match a.compare_exchange(compare as u32, v, SeqCst, SeqCst) {
-                Ok(x) | Err(x) => x,
-            },
-        })
-    } else {
-        // SAFETY: as above, for an aligned 8-byte word.
-        let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
-        match op {
-            A::Add => a.fetch_add(value, SeqCst),
-            A::And => a.fetch_and(value, SeqCst),
-            A::Or => a.fetch_or(value, SeqCst),
-            A::Xor => a.fetch_xor(value, SeqCst),
-            A::Swap => a.swap(value, SeqCst),
-            A::Cswap => match a.compare_exchange(compare, value, SeqCst, SeqCst) {
-                Ok(x) | Err(x) => x,
-            },
-        }
+    use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+    // The operation on an atomic of type `$a` over integers of type `$t`.
+    macro_rules! rmw {
+        ($a:ty, $t:ty) => {{
+            // SAFETY: a live mapped region holds this aligned word of `size` bytes
+            // (checked by the caller); other processes reach it only through this
+            // worker's atomics.
+            let a = unsafe { <$a>::from_ptr(addr as *mut $t) };
+            let (v, c) = (value as $t, compare as $t);
+            u64::from(match op {
+                A::Add => a.fetch_add(v, SeqCst),
+                A::And => a.fetch_and(v, SeqCst),
+                A::Or => a.fetch_or(v, SeqCst),
+                A::Xor => a.fetch_xor(v, SeqCst),
+                A::Swap => a.swap(v, SeqCst),
+                A::Cswap => match a.compare_exchange(c, v, SeqCst, SeqCst) {
+                    Ok(x) | Err(x) => x,
+                },
+            })
+        }};
+    }
+    match size {
+        1 => rmw!(AtomicU8, u8),
+        2 => rmw!(AtomicU16, u16),
+        4 => rmw!(AtomicU32, u32),
+        _ => rmw!(AtomicU64, u64),
     }
 }
 

@@ -142,6 +142,7 @@ impl Core {
                 self.on_rma_request(id, data)
             }
             super::rma::AM_RMA_REPLY => self.on_rma_reply(data),
+            super::rma::AM_RMA_PUT_ACK => self.on_put_ack(data),
             super::stream::AM_STREAM => self.on_stream(data),
             _ => Err(Bad::Malformed(None)),
         }

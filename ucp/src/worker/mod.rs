@@ -3,17 +3,17 @@
 //!
 //! # Structure
 //!
-//! A [`Worker`] is its interfaces plus a [`Core`] holding every piece of protocol state.
+//! A [`Worker`] is its interfaces plus a `Core` holding every piece of protocol state.
 //! `progress()` hands each interface the core as its event handler: received messages are
 //! matched and copied into user buffers right there, but nothing is *sent* from inside a
 //! handler (an interface cannot be re-entered). What must be sent in answer — an
 //! acknowledgement, a rendezvous RTR, a wire-up reply, the next fragments of a stalled
 //! send — is queued as an action and run after the interfaces return (`run_actions`).
 //!
-//! * [`tag`](self::tag): tag send/receive, probe, cancel, and the protocols behind them.
-//! * [`handler`](self::handler): what each protocol message does on arrival.
-//! * [`wireup`](self::wireup): endpoint creation, lanes, wire-up, failure.
-//! * [`listener`](self::listener): client/server connection through a socket address.
+//! * `tag`: tag send/receive, probe, cancel, and the protocols behind them.
+//! * `handler`: what each protocol message does on arrival.
+//! * `wireup`: endpoint creation, lanes, wire-up, failure.
+//! * `listener`: client/server connection through a socket address.
 //!
 //! # Endpoints and wire-up
 //!
@@ -239,8 +239,24 @@ pub(crate) struct Ep {
     pub(crate) puts_unacked: u32,
     /// The first error such a reply reported, for the next flush of the endpoint.
     pub(crate) put_error: Option<Status>,
+    /// RMA operations of this endpoint not yet complete, and those of them carried by
+    /// messages.
+    pub(crate) rma_ops: u32,
+    pub(crate) rma_carried: u32,
+    /// `rma_carried + puts_unacked`, readable without the worker: while it is not zero,
+    /// puts and gets that would reach the target at once (a mapped copy, the memory lane)
+    /// go by messages behind the earlier ones instead (`rma::Order`).
+    pub(crate) rma_order: rma::Order,
     /// In `Core::ready`.
     pub(crate) in_ready: bool,
+    /// Control messages waiting for the AM lane, in order, and whether the endpoint is in
+    /// `Core::ctrl_eps`.
+    pub(crate) ctrl: VecDeque<Ctrl>,
+    pub(crate) in_ctrl: bool,
+    /// The peer's puts handled here since the last RMA_PUT_ACK, and the first error among
+    /// them (`rma::send_put_acks`).
+    pub(crate) put_acks: u32,
+    pub(crate) put_ack_status: Status,
     /// Stream bytes received and not yet taken (and the offset into the first chunk), and
     /// the stream receives waiting for bytes.
     pub(crate) stream_rx: VecDeque<Vec<u8>>,
@@ -318,6 +334,10 @@ pub(crate) enum Ctrl {
         status: Status,
         data: Vec<u8>,
     },
+    PutAck {
+        count: u32,
+        status: Status,
+    },
     Fin {
         rreq: u64,
         status: Status,
@@ -349,7 +369,7 @@ pub(crate) type UnexpData = Vec<u8>;
 /// rest of the run. When only buffers of up to 16 KiB were kept, every unexpected 32 KiB
 /// message (one posix cell) allocated and freed its buffer, and a window of them both ways
 /// ran at half speed whenever the two processes fell out of step (MPI `bibw` 32 KiB on the
-/// VM: 11.7 or 22 GB/s by run; docs/benchmarks.md, stop 46).
+/// VM: 11.7 or 22 GB/s by run, 2026-11-27).
 const UNEXP_BUFS_KEEP: usize = 256;
 const UNEXP_BUF_KEEP_MAX: usize = 256 << 10;
 const UNEXP_BUFS_KEEP_BYTES: usize = 4 << 20;
@@ -406,8 +426,8 @@ pub(crate) enum Unexp {
         /// The small messages of `MPI_Sendrecv` and bidirectional windows mostly arrive
         /// before their receive. Their bytes are kept in a pooled buffer rather than in
         /// the enum: a message is moved into the matcher and out again, and an enum with
-        /// 128 bytes inline cost a `memcpy` call at each move (docs/benchmarks.md,
-        /// stop 43).
+        /// 128 bytes inline cost a `memcpy` call at each move (callgrind,
+        /// 2026-11-27).
         data: UnexpData,
         /// `(ep, sreq)` to acknowledge on match (synchronous send).
         sync: Option<(usize, u64)>,
@@ -708,7 +728,10 @@ pub(crate) struct Core {
     pub(crate) unexp_frags: Slab<FragBuf>,
     /// Payload buffers of received unexpected eager messages, for the next ones.
     pub(crate) unexp_bufs: UnexpPool,
-    pub(crate) ctrl: VecDeque<(usize, Ctrl)>,
+    /// Endpoints with control messages waiting (`Ep::ctrl`), each once.
+    pub(crate) ctrl_eps: VecDeque<usize>,
+    /// Endpoints whose peer's puts await an acknowledgement (`Ep::put_acks`).
+    pub(crate) put_ack_eps: Vec<usize>,
     /// Wire-up requests from peers, to answer (their decoded message and address).
     pub(crate) accepts: VecDeque<(crate::proto::wire::Wireup, WorkerAddress)>,
     /// Endpoints whose queue may move.
@@ -980,7 +1003,8 @@ impl Worker {
             frags: HashMap::new(),
             unexp_frags: Slab::new(),
             unexp_bufs: UnexpPool::default(),
-            ctrl: VecDeque::new(),
+            ctrl_eps: VecDeque::new(),
+            put_ack_eps: Vec::new(),
             accepts: VecDeque::new(),
             ready: VecDeque::new(),
             gets: VecDeque::new(),
@@ -1087,7 +1111,7 @@ impl Worker {
         let _ = writeln!(
             s,
             "ctrl {} ready {} gets {} puts {} flushes {} rma {} am events {} work {}",
-            c.ctrl.len(),
+            c.eps.iter().map(|(_, e)| e.ctrl.len()).sum::<usize>(),
             c.ready.len(),
             c.gets.len(),
             c.puts.len(),
@@ -1105,7 +1129,7 @@ impl Worker {
     /// Inlined into the caller's polling loop: when one interface is in use and nothing is
     /// queued, an empty poll is that interface's `progress` and a few loads. Half of a
     /// polling loop's length is, on average, added to the time a message waits to be
-    /// seen (docs/benchmarks.md, stop 18).
+    /// seen (docs/ucp.md, workers and progress).
     #[inline(always)]
     pub fn progress(&mut self) -> usize {
         self.core.tick = self.core.tick.wrapping_add(1);
@@ -1134,7 +1158,7 @@ impl Worker {
     /// Asked before `progress` by a caller that polls in a loop while its CPU is shared
     /// ([`cpu_shared`](Self::cpu_shared)), so that an empty poll is a few loads and no
     /// frame for the message path (`ucp_worker_progress` in OpenMPI's one-core ping-pong:
-    /// 199 -> 114 instructions per call, docs/benchmarks.md, stop 51). Self's queue and
+    /// 199 -> 114 instructions per call, 2026-11-28). Self's queue and
     /// then the FIFO are looked at first, so that a poll that finds a message pays for
     /// little of this before `progress` runs.
     #[inline(always)]
@@ -1212,11 +1236,11 @@ impl Worker {
     /// that pay off with a core each are turned off: the split rendezvous, whose second
     /// half waits for the sender's next turn; the pause between posix spin-wait polls,
     /// which makes each poll five times longer and so delays the point where an MPI
-    /// library's wait loop yields its turn (docs/benchmarks.md, stop 49); and the
+    /// library's wait loop yields its turn (docs/uct.md); and the
     /// endpoints' measured choice between eager and rendezvous, whose samples then
-    /// measure the scheduler (`proto::tune`, stop 50). The posix receive FIFO also
+    /// measure the scheduler (`proto::tune`). The posix receive FIFO also
     /// shrinks to its compact ring, whose cells the processes taking turns on a core do
-    /// not push out of its caches (stop 52).
+    /// not push out of its caches (docs/uct.md).
     fn watch_cpu_share(&mut self) {
         let Some(cpu) = &mut self.core.cpu else {
             return;
@@ -1610,41 +1634,52 @@ impl Worker {
                 n += 1;
             }
         }
+        // Control messages, each endpoint's in order (a split rendezvous's RTR_SPLIT must
+        // reach the sender before the ACK that follows it). An endpoint whose lane is full
+        // keeps the rest of its messages and waits for the next pass; the others go on.
+        // Queued per endpoint, so that a pass costs what it sends: one queue for all made
+        // a target holding the replies to a million small gets walk them all on every
+        // progress call while the origin's FIFO was full.
+        if !core.put_ack_eps.is_empty() {
+            rma::send_put_acks(core);
+        }
         let mut blocked = 0;
-        // The endpoints whose control messages blocked in this pass: later messages to
-        // them wait too, so each endpoint's messages go out in order (a split rendezvous's
-        // RTR_SPLIT must reach the sender before the ACK that follows it). Messages that
-        // wait stay where they are: rotating the queue moved every waiting message (192
-        // bytes each) on every pass while a full FIFO held them, 8 % of a receiver's time
-        // in bidirectional 32 KiB traffic (docs/benchmarks.md, stop 39). What sending
-        // queues meanwhile goes behind them.
-        if !core.ctrl.is_empty() {
-            let mut held: SmallVec<[usize; 4]> = SmallVec::new();
-            let mut q = std::mem::take(&mut core.ctrl);
-            q.retain(|(ep, c)| {
-                let ep = *ep;
-                if held.contains(&ep) {
-                    blocked += 1;
-                    return true;
-                }
+        for _ in 0..core.ctrl_eps.len() {
+            let Some(ep) = core.ctrl_eps.pop_front() else {
+                break;
+            };
+            // The queue is taken out while its messages go (sending needs the core), and
+            // messages are moved only once sent: a `Ctrl` is a few hundred bytes.
+            let Some(mut q) = core.eps.get_mut(ep).map(|e| std::mem::take(&mut e.ctrl)) else {
+                continue;
+            };
+            let mut held = false;
+            while let Some(c) = q.front() {
                 match wireup::send_ctrl(ifaces, core, ep, c) {
                     Err(Status::NoResource) => {
-                        held.push(ep);
-                        blocked += 1;
-                        true
+                        held = true;
+                        break;
                     }
-                    Err(e) => {
-                        log::debug!("ucp: control message to ep {ep} dropped: {e}");
-                        false
-                    }
-                    Ok(()) => {
-                        n += 1;
-                        false
+                    Err(e) => log::debug!("ucp: control message to ep {ep} dropped: {e}"),
+                    Ok(()) => n += 1,
+                }
+                q.pop_front();
+            }
+            // Sending may have ended the endpoint (its messages go with it) or queued more
+            // for it (behind these).
+            if let Some(e) = core.eps.get_mut(ep) {
+                q.append(&mut e.ctrl);
+                e.ctrl = q;
+                if held {
+                    core.ctrl_eps.push_back(ep);
+                    blocked += 1;
+                } else {
+                    e.in_ctrl = !e.ctrl.is_empty();
+                    if e.in_ctrl {
+                        core.ctrl_eps.push_back(ep);
                     }
                 }
-            });
-            q.append(&mut core.ctrl);
-            core.ctrl = q;
+            }
         }
         if !core.rma_queue.is_empty() {
             n += rma::progress_queue(ifaces, core);
@@ -1765,13 +1800,21 @@ impl Core {
             self.umr_releases.push(u);
             self.work = true;
         }
-        let ep = match &r.state {
-            Op::Send(s) => Some(s.ep),
-            Op::Rma(o) => Some(o.ep),
-            _ => None,
+        let (ep, carried) = match &r.state {
+            Op::Send(s) => (Some(s.ep), false),
+            Op::Rma(o) => (Some(o.ep), o.carried),
+            _ => (None, false),
         };
+        let rma = matches!(r.state, Op::Rma(_));
         if let Some(e) = ep.and_then(|ep| self.eps.get_mut(ep)) {
             e.outstanding = e.outstanding.saturating_sub(1);
+            if rma {
+                e.rma_ops = e.rma_ops.saturating_sub(1);
+            }
+            if carried {
+                e.rma_carried = e.rma_carried.saturating_sub(1);
+                e.rma_order.note(e.rma_carried, e.puts_unacked);
+            }
         }
         r.state = Op::Done { status, info };
         if r.notify {
@@ -1825,7 +1868,7 @@ impl Core {
     /// splits the copy with its sender only when neither side has other work: in
     /// `MPI_Sendrecv` or a window of messages both ends are busy with their own copies,
     /// and the split's extra round trip made 32 KiB exchanges twice as slow
-    /// (docs/benchmarks.md, stop 31).
+    /// (docs/ucp.md, split rendezvous).
     pub(crate) fn busy_besides_one(&self) -> bool {
         self.reqs.len() + self.direct.len() > 1
     }
@@ -1843,7 +1886,15 @@ impl Core {
     }
 
     pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {
-        self.ctrl.push_back((ep, c));
+        let Some(e) = self.eps.get_mut(ep) else {
+            log::debug!("ucp: control message to ep {ep} dropped: no such endpoint");
+            return;
+        };
+        e.ctrl.push_back(c);
+        if !e.in_ctrl {
+            e.in_ctrl = true;
+            self.ctrl_eps.push_back(ep);
+        }
         self.work = true;
     }
 

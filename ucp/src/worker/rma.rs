@@ -13,13 +13,30 @@
 //! * Atomics always travel as messages and run in the target's progress (atomic with
 //!   respect to each other, as UCX's AM-based atomics are).
 //!
+//! Operations of one endpoint take effect at the target in the order they were posted,
+//! whatever path each takes, and a flush completes every earlier one. `ucp.h` promises
+//! order only across a fence, but OpenMPI's osc/ucx relies on it: its `MPI_REPLACE`
+//! accumulate is a get of the old value followed by a put of the new one to the same
+//! address. A get or an atomic carried by messages takes effect when the target handles
+//! it, later than a put that is a copy now; so while an endpoint has operations carried by
+//! messages that the target has not confirmed (`Order`), its puts and gets go by
+//! messages too, behind them.
+//!
 //! ```text
 //! RMA_PUT     ep:u32 req:u64 slot:u32 nonce:u64 addr:u64 data
 //! RMA_GET     ep:u32 req:u64 slot:u32 nonce:u64 addr:u64 len:u32 offset:u64
 //! RMA_ATOMIC  ep:u32 req:u64 slot:u32 nonce:u64 addr:u64 op:u8 size:u8 value:u64 compare:u64
 //! RMA_REPLY   ep:u32 req:u64 offset:u64 status:i8 data
+//! RMA_PUT_ACK ep:u32 count:u32 status:i8
 //! ```
+//!
+//! A get or an atomic is answered by its RMA_REPLY. Puts are acknowledged by count: the
+//! target answers the RMA_PUTs it handled in one progress call with one RMA_PUT_ACK
+//! (carrying the first error among them), which halves the messages of a stream of small
+//! puts. A put completes once its messages are out; the acknowledgements are what a flush
+//! waits for (`Ep::puts_unacked`).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use slab::Slab;
@@ -40,8 +57,9 @@ pub const AM_RMA_PUT: u8 = 14;
 pub const AM_RMA_GET: u8 = 15;
 pub const AM_RMA_ATOMIC: u8 = 16;
 pub const AM_RMA_REPLY: u8 = 17;
+pub const AM_RMA_PUT_ACK: u8 = 26;
 const PUT_HDR: usize = 4 + 8 + 4 + 8 + 8;
-const REPLY_HDR: usize = 4 + 8 + 8 + 1;
+pub(super) const REPLY_HDR: usize = 4 + 8 + 8 + 1;
 
 /// A mapped region (`ucp_mem_h`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -118,6 +136,30 @@ pub struct Rkey {
     pub(crate) lane_dev: Option<RemoteKey>,
     /// The peer's shared-memory region mapped here: put and get become copies.
     mapped: Option<Arc<Segment>>,
+    /// The endpoint's count of operations carried by messages: a copy through `mapped`
+    /// must wait behind them.
+    order: Order,
+}
+
+/// How many RMA operations of an endpoint travel as messages that the target has not
+/// confirmed yet (queued, awaiting replies, or puts awaiting their acknowledgement). The
+/// worker writes it under its lock; the C shim's mapped-copy path, which runs without the
+/// lock, reads it through the endpoint's keys ([`Rkey::mapped_range`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Order(Arc<AtomicU32>);
+
+impl Order {
+    /// Records the endpoint's counts.
+    pub(crate) fn note(&self, carried: u32, puts_unacked: u32) {
+        self.0
+            .store(carried.saturating_add(puts_unacked), Ordering::Release);
+    }
+
+    /// Whether an operation that takes effect at once would overtake an earlier one.
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.0.load(Ordering::Acquire) != 0
+    }
 }
 
 impl Rkey {
@@ -145,6 +187,9 @@ impl Rkey {
     #[inline]
     pub fn mapped_range(&self, ep: EpHandle, addr: u64, len: usize) -> Option<*mut u8> {
         let seg = self.mapped.as_ref()?;
+        if self.order.pending() {
+            return None;
+        }
         let off = addr.checked_sub(self.base)?;
         let end = off.checked_add(len as u64)?;
         (self.ep == ep.0 as usize && end <= self.len).then(|| seg.base().wrapping_add(off as usize))
@@ -214,6 +259,8 @@ pub(crate) struct RmaOp {
     comps: u32,
     /// A device atomic's old value, written by the transport before it completes.
     amo_old: Option<Box<u64>>,
+    /// Carried by messages (counted in the endpoint's `rma_carried`).
+    pub(crate) carried: bool,
 }
 
 impl RmaOp {
@@ -236,9 +283,12 @@ enum RmaKind {
 
 const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 
-/// Gets of at most this many bytes of a peer's host memory go by messages, not by the
-/// memory lane (see `Worker::rma`).
-const SMALL_GET: usize = 1024;
+/// The operand sizes of atomics, in bytes.
+pub const ATOMIC_SIZES: [usize; 4] = [1, 2, 4, 8];
+
+/// Puts and gets of at most this many bytes of a peer's host memory go by messages, not
+/// by a memory lane that costs more per operation (see `Worker::rma`).
+const SMALL_RMA: usize = 1024;
 
 /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
 pub(crate) type MappingCache = rustc_hash::FxHashMap<(u32, u32, u64), Arc<Segment>>;
@@ -504,6 +554,7 @@ impl Worker {
         if !r.is_empty() {
             return Err(bad);
         }
+        let order = e.rma_order.clone();
         // A same-host peer's shared memory: mapped (once per region), if the endpoint is a
         // same-host one (it has a memory lane other than messages of a network
         // connection, or its active messages go through shared memory or loopback).
@@ -534,6 +585,7 @@ impl Worker {
             lane,
             lane_dev,
             mapped,
+            order,
         })
     }
 
@@ -580,9 +632,11 @@ impl Worker {
         )
     }
 
-    /// An atomic operation on the 4- or 8-byte word at `remote_addr` (`ucp_atomic_op_nbx`).
-    /// With `reply`, the word's previous value is written there (4 or 8 bytes, native
-    /// endian) when the request completes.
+    /// An atomic operation on the 1-, 2-, 4- or 8-byte word at `remote_addr`
+    /// (`ucp_atomic_op_nbx`). With `reply`, the word's previous value is written there
+    /// (`size` bytes, native endian) when the request completes. UCX takes 4 and 8 bytes
+    /// only; the smaller words are for OpenMPI's osc/ucx, which hands `MPI_Fetch_and_op`
+    /// of a `char` or `short` to ucp as it is and uses whatever comes back.
     #[allow(clippy::too_many_arguments)]
     pub fn atomic(
         &mut self,
@@ -596,7 +650,7 @@ impl Worker {
         reply: Option<Buf>,
         p: crate::SendParams,
     ) -> UcsResult<ReqId> {
-        if (size != 4 && size != 8) || !remote_addr.is_multiple_of(size as u64) {
+        if !ATOMIC_SIZES.contains(&size) || !remote_addr.is_multiple_of(size as u64) {
             return Err(Status::InvalidParam);
         }
         if reply.is_some_and(|b| b.len() < size) {
@@ -640,6 +694,9 @@ impl Worker {
         }
         if let Some(s) = e.and_then(|e| e.failed) {
             return Some(Err(s));
+        }
+        if e.is_some_and(|e| e.rma_carried + e.puts_unacked > 0) {
+            return None;
         }
         let len = local.len();
         if let Err(s) = rkey.check(remote_addr, len) {
@@ -690,6 +747,9 @@ impl Worker {
         if let Some(s) = e.failed {
             return Err(s);
         }
+        // Operations carried by messages ahead of this one: it goes behind them, by
+        // messages too (the module's doc).
+        let behind = e.rma_carried + e.puts_unacked > 0;
         let mut st = match kind {
             RmaKind::Get => data.start_unpack(),
             _ => data.start_pack(),
@@ -701,7 +761,7 @@ impl Worker {
         };
         rkey.check(remote_addr, total)?;
         // Mapped shared memory: the operation is a copy, done now.
-        if let (Some(seg), true) = (&rkey.mapped, kind != RmaKind::Atomic) {
+        if let (Some(seg), true, false) = (&rkey.mapped, kind != RmaKind::Atomic, behind) {
             let at = seg.base() as u64 + (remote_addr - rkey.base);
             let r = match kind {
                 RmaKind::Put => buf::with_raw_mut(at, total, |dst| {
@@ -726,15 +786,25 @@ impl Worker {
         // memory when the region is device memory (it takes local memory of any type),
         // else the host one for host data.
         let direct = match (e.rma_dev, rkey.lane_dev, e.rma, rkey.lane) {
+            _ if behind => None,
             (Some(l), Some(k), ..) => st
                 .device_iov(0, total)
                 .map(|v| smallvec::smallvec![v])
                 .or_else(|| st.iovs(0, total))
                 .map(|iov| (l, k, iov)),
-            // A small get of host memory goes as a request and a reply on the AM lane:
-            // two messages cost less than a cross-memory-attach call, which pins the
-            // peer's pages (UCX 1.13 over posix,cma makes no such call for them either).
-            (_, _, Some(_), Some(_)) if kind == RmaKind::Get && total <= SMALL_GET => None,
+            // A small put or get of host memory goes by messages on the AM lane where the
+            // memory lane costs more per operation: a put is a message the target
+            // copies, a get a request and a reply, each cheaper than a cross-memory-attach
+            // call, which pins the peer's pages (UCX 1.13 over posix,cma makes no such
+            // call for them either). MPICH's transposes move a matrix as a million 4-byte
+            // puts or gets: by cma, a system call each.
+            (_, _, Some(l), Some(_))
+                if total <= SMALL_RMA
+                    && core.info[l.iface].attr.perf.overhead_ns
+                        > core.info[e.am.iface].attr.perf.overhead_ns =>
+            {
+                None
+            }
             (_, _, Some(l), Some(k)) if st.host_only() => st.iovs(0, total).map(|iov| (l, k, iov)),
             _ => None,
         };
@@ -744,7 +814,8 @@ impl Worker {
         let (op, size, value, compare) = atomic;
         let device_amo = match (kind, op, size, e.rma, rkey.lane) {
             (RmaKind::Atomic, AtomicOp::Add | AtomicOp::Cswap, 8, Some(l), Some(k))
-                if core.atomic_device
+                if !behind
+                    && core.atomic_device
                     && core.info[l.iface]
                         .attr
                         .flags
@@ -766,6 +837,7 @@ impl Worker {
             o.comps = 1;
             let id = core.reqs.insert(Op::Rma(o), p.user_data, p.notify);
             core.eps[idx].outstanding += 1;
+            core.eps[idx].rma_ops += 1;
             core.stats.amo_device += 1;
             let iface = ifaces[lane.iface].as_mut();
             let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
@@ -802,6 +874,7 @@ impl Worker {
                     _ => buf::get_zcopy(iface, lane.ep, &iov, remote_addr, &key, id.0),
                 };
                 core.eps[idx].outstanding += 1;
+                core.eps[idx].rma_ops += 1;
                 match r {
                     Ok(Done::Now) => {
                         core.complete(id, Status::Ok, None);
@@ -820,21 +893,14 @@ impl Worker {
                 return Ok(Some(id));
             }
         }
-        let id = core.reqs.insert(
-            Op::Rma(new_op(
-                idx,
-                kind,
-                st,
-                total,
-                remote_addr,
-                rkey,
-                reply_buf,
-                atomic,
-            )),
-            p.user_data,
-            p.notify,
-        );
-        core.eps[idx].outstanding += 1;
+        let mut o = new_op(idx, kind, st, total, remote_addr, rkey, reply_buf, atomic);
+        o.carried = true;
+        let id = core.reqs.insert(Op::Rma(o), p.user_data, p.notify);
+        let e = &mut core.eps[idx];
+        e.outstanding += 1;
+        e.rma_ops += 1;
+        e.rma_carried += 1;
+        e.rma_order.note(e.rma_carried, e.puts_unacked);
         core.rma_queue.push_back(id);
         core.work = true;
         if core.rma_queue.len() == 1 {
@@ -884,6 +950,7 @@ fn new_op(
         atomic,
         comps: 0,
         amo_old: None,
+        carried: false,
     }
 }
 
@@ -924,9 +991,9 @@ pub(super) fn progress_queue(ifaces: &mut [uct::OpenIface], core: &mut Core) -> 
 
 /// A put whose messages are all out completes now, as UCX's puts carried by active
 /// messages do: its data was copied into the messages, so the buffer is free, and the
-/// target executes them in order before anything sent after them on the lane. Its replies
-/// are still due; the endpoint counts them (`Ep::puts_unacked`) so that a flush waits for
-/// them, and one reporting an error fails that flush.
+/// target executes them in order before anything sent after them on the lane. Their
+/// acknowledgements are still due; the endpoint counts them (`Ep::puts_unacked`) so that
+/// a flush waits for them, and one reporting an error fails that flush.
 fn put_sent(core: &mut Core, id: ReqId) {
     let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
@@ -934,12 +1001,20 @@ fn put_sent(core: &mut Core, id: ReqId) {
     if o.kind != RmaKind::Put || o.replies == 0 {
         return;
     }
-    let (ep, replies, status) = (o.ep, o.replies, o.status);
     o.replies = 0;
-    if let Some(e) = core.eps.get_mut(ep) {
-        e.puts_unacked += replies;
-    }
+    let status = o.status;
     core.complete(id, status, None);
+}
+
+/// The header every RMA request starts with: `ep req slot nonce addr`.
+fn request_head(rid: u32, req: ReqId, o: &RmaOp, addr: u64) -> [u8; PUT_HDR] {
+    let mut h = [0u8; PUT_HDR];
+    h[..4].copy_from_slice(&rid.to_le_bytes());
+    h[4..12].copy_from_slice(&req.0.to_le_bytes());
+    h[12..16].copy_from_slice(&o.slot.to_le_bytes());
+    h[16..24].copy_from_slice(&o.nonce.to_le_bytes());
+    h[24..32].copy_from_slice(&addr.to_le_bytes());
+    h
 }
 
 /// `Ok(true)`: every message of `id` is out.
@@ -950,7 +1025,7 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
     let Some(Op::Rma(o)) = reqs.get_mut(id).map(|r| &mut r.state) else {
         return Ok(true);
     };
-    let e = eps.get(o.ep).ok_or(Status::NotConnected)?;
+    let e = eps.get_mut(o.ep).ok_or(Status::NotConnected)?;
     if let Some(s) = e.failed {
         return Err(s);
     }
@@ -960,15 +1035,14 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
     let lane = e.am;
     let seg = info[lane.iface].attr.am.max_bcopy;
     let iface = ifaces[lane.iface].as_mut();
-    let head =
-        |w: Writer, o: &RmaOp, addr: u64| w.u32(rid).u64(id.0).u32(o.slot).u64(o.nonce).u64(addr);
     match o.kind {
         RmaKind::Put => loop {
+            // `replies` counts the messages sent (a put of nothing sends one); each is
+            // acknowledged by count into `puts_unacked`.
             if o.offset >= o.total && (o.offset > 0 || o.replies > 0) {
                 return Ok(true);
             }
-            let addr = o.addr + o.offset as u64;
-            let hdr = head(Writer::new(), o, addr).buf;
+            let hdr = request_head(rid, id, o, o.addr + o.offset as u64);
             let (data, off) = (&mut o.data, o.offset);
             let r = iface.am_bcopy(lane.ep, AM_RMA_PUT, &mut |buf| {
                 buf[..PUT_HDR].copy_from_slice(&hdr);
@@ -978,6 +1052,8 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
                 Ok(n) => {
                     o.offset += n - PUT_HDR;
                     o.replies += 1;
+                    e.puts_unacked += 1;
+                    e.rma_order.note(e.rma_carried, e.puts_unacked);
                     if o.total == 0 {
                         return Ok(true);
                     }
@@ -991,10 +1067,10 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
                 return Ok(true);
             }
             let chunk = (o.total - o.offset).min(seg - REPLY_HDR);
-            let m = head(Writer::new(), o, o.addr + o.offset as u64)
-                .u32(chunk as u32)
-                .u64(o.offset as u64)
-                .buf;
+            let mut m = [0u8; PUT_HDR + 12];
+            m[..PUT_HDR].copy_from_slice(&request_head(rid, id, o, o.addr + o.offset as u64));
+            m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(chunk as u32).to_le_bytes());
+            m[PUT_HDR + 4..].copy_from_slice(&(o.offset as u64).to_le_bytes());
             match send_bytes(iface, lane.ep, AM_RMA_GET, &m) {
                 Ok(()) => {
                     o.offset += chunk;
@@ -1009,7 +1085,8 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
         },
         RmaKind::Atomic => {
             let (op, size, value, compare) = o.atomic;
-            let m = head(Writer::new(), o, o.addr)
+            let m = Writer::with_capacity(PUT_HDR + 18)
+                .bytes(&request_head(rid, id, o, o.addr))
                 .u8(op as u8)
                 .u8(size)
                 .u64(value)
@@ -1089,17 +1166,24 @@ impl Core {
         let (status, offset, payload) = match am {
             AM_RMA_PUT => {
                 let src = r.rest();
-                match self.target(slot, nonce, addr, src.len() as u64) {
+                let status = match self.target(slot, nonce, addr, src.len() as u64) {
                     Ok((a, true)) => {
                         buf::write_raw(a, src);
-                        (Status::Ok, 0, Vec::new())
+                        Status::Ok
                     }
                     Ok((a, false)) => match buf::write_raw_device(a, src) {
-                        Ok(()) => (Status::Ok, 0, Vec::new()),
-                        Err(s) => (s, 0, Vec::new()),
+                        Ok(()) => Status::Ok,
+                        Err(s) => s,
                     },
-                    Err(s) => (s, 0, Vec::new()),
+                    Err(s) => s,
+                };
+                if status != Status::Ok {
+                    ucs::warn_limited!(
+                        "ucp: refused remote access to {addr:#x} from ep {ep}: {status}"
+                    );
                 }
+                self.ack_put(ep, status);
+                return Ok(());
             }
             AM_RMA_GET => {
                 let (len, off) = match (r.u32(), r.u64()) {
@@ -1129,7 +1213,7 @@ impl Core {
                     _ => return Err(Bad::Malformed(Some(ep))),
                 };
                 let op = AtomicOp::from_u8(op).ok_or(Bad::Malformed(Some(ep)))?;
-                if (size != 4 && size != 8) || !addr.is_multiple_of(u64::from(size)) {
+                if !ATOMIC_SIZES.contains(&usize::from(size)) || !addr.is_multiple_of(u64::from(size)) {
                     return Err(Bad::Malformed(Some(ep)));
                 }
                 match self.target(slot, nonce, addr, u64::from(size)) {
@@ -1158,6 +1242,45 @@ impl Core {
         Ok(())
     }
 
+    /// Counts a put handled for `ep`'s peer; the acknowledgement goes out with the others
+    /// of this progress call ([`send_put_acks`]).
+    fn ack_put(&mut self, ep: usize, status: Status) {
+        let e = &mut self.eps[ep];
+        if e.put_acks == 0 {
+            self.put_ack_eps.push(ep);
+        }
+        e.put_acks += 1;
+        if status != Status::Ok && e.put_ack_status == Status::Ok {
+            e.put_ack_status = status;
+        }
+        self.work = true;
+    }
+
+    /// RMA_PUT_ACK arrived: the target handled `count` of our puts.
+    pub(super) fn on_put_ack(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let (ep, count, status) = match (r.u32(), r.u32(), r.u8()) {
+            (Some(a), Some(b), Some(c)) if r.is_empty() => (a, b, c as i8),
+            _ => return Err(Bad::Malformed(None)),
+        };
+        let ep = self.live_ep(ep)?;
+        let e = &mut self.eps[ep];
+        if count == 0 || count > e.puts_unacked {
+            return Err(Bad::Malformed(Some(ep)));
+        }
+        e.puts_unacked -= count;
+        e.rma_order.note(e.rma_carried, e.puts_unacked);
+        let status = Status::from_code(status).unwrap_or(Status::IoError);
+        if status != Status::Ok && e.put_error.is_none() {
+            e.put_error = Some(status);
+        }
+        if e.puts_unacked == 0 {
+            // A flush may have been waiting for this.
+            self.work = true;
+        }
+        Ok(())
+    }
+
     /// RMA_REPLY arrived for one of our operations.
     pub(super) fn on_rma_reply(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
@@ -1169,23 +1292,11 @@ impl Core {
         let payload = r.rest();
         let id = ReqId(req);
         let Some(Op::Rma(o)) = self.reqs.get_mut(id).map(|r| &mut r.state) else {
-            // The reply to a put that completed when its messages were out (`put_sent`).
-            let e = &mut self.eps[ep];
-            if e.puts_unacked == 0 {
-                return Err(Bad::Malformed(Some(ep)));
-            }
-            e.puts_unacked -= 1;
-            let status = Status::from_code(status).unwrap_or(Status::IoError);
-            if status != Status::Ok && e.put_error.is_none() {
-                e.put_error = Some(status);
-            }
-            if e.puts_unacked == 0 {
-                // A flush may have been waiting for this.
-                self.work = true;
-            }
-            return Ok(());
+            // The answer to part of an operation that ended already (it failed on this
+            // side after some of its requests were out).
+            return Err(Bad::Late);
         };
-        if o.ep != ep || o.replies == 0 {
+        if o.ep != ep || o.replies == 0 || o.kind == RmaKind::Put {
             return Err(Bad::Malformed(Some(ep)));
         }
         o.replies -= 1;
@@ -1214,11 +1325,7 @@ impl Core {
                         let old = u64::from_le_bytes(
                             payload.try_into().map_err(|_| Bad::Malformed(Some(ep)))?,
                         );
-                        if o.atomic.1 == 4 {
-                            b.write_at(0, &(old as u32).to_ne_bytes());
-                        } else {
-                            b.write_at(0, &old.to_ne_bytes());
-                        }
+                        write_old(b, old, o.atomic.1);
                     }
                 }
                 RmaKind::Put => {}
@@ -1232,16 +1339,50 @@ impl Core {
     }
 }
 
-/// Encodes an RMA_REPLY.
-pub(super) fn encode_reply(ep: u32, req: u64, offset: u64, status: Status, data: &[u8]) -> Vec<u8> {
-    Writer::with_capacity(21 + data.len())
-        .u32(ep)
-        .u64(req)
-        .u64(offset)
-        .u8(status.code() as u8)
-        .bytes(data)
-        .buf
+/// Queues one RMA_PUT_ACK for each endpoint whose peer's puts were handled since the
+/// last call (from `run_actions`, after the messages of a progress call).
+pub(super) fn send_put_acks(core: &mut Core) {
+    for ep in std::mem::take(&mut core.put_ack_eps) {
+        let Some(e) = core.eps.get_mut(ep) else {
+            continue;
+        };
+        let (count, status) = (e.put_acks, e.put_ack_status);
+        e.put_acks = 0;
+        e.put_ack_status = Status::Ok;
+        if count > 0 {
+            core.queue_ctrl(ep, Ctrl::PutAck { count, status });
+        }
+    }
 }
+
+/// Writes an atomic's previous value, `size` bytes of it in native order, to `b`.
+fn write_old(b: Buf, old: u64, size: u8) {
+    match size {
+        1 => b.write_at(0, &(old as u8).to_ne_bytes()),
+        2 => b.write_at(0, &(old as u16).to_ne_bytes()),
+        4 => b.write_at(0, &(old as u32).to_ne_bytes()),
+        _ => b.write_at(0, &old.to_ne_bytes()),
+    }
+}
+
+/// Writes an RMA_REPLY into `buf` (a transport's buffer, checked by the caller to hold
+/// `REPLY_HDR + data.len()` bytes); returns its length.
+pub(super) fn write_reply(
+    buf: &mut [u8],
+    ep: u32,
+    req: u64,
+    offset: u64,
+    status: Status,
+    data: &[u8],
+) -> usize {
+    buf[..4].copy_from_slice(&ep.to_le_bytes());
+    buf[4..12].copy_from_slice(&req.to_le_bytes());
+    buf[12..20].copy_from_slice(&offset.to_le_bytes());
+    buf[20] = status.code() as u8;
+    buf[REPLY_HDR..REPLY_HDR + data.len()].copy_from_slice(data);
+    REPLY_HDR + data.len()
+}
+
 
 /// The shared-memory window of the worker-allocated region (of `mems`, `shm_regions` of
 /// which are shared memory) holding `[lo, hi)`, if any: what a rendezvous key carries so a

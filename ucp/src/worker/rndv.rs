@@ -556,7 +556,7 @@ fn send_split(
 ) -> bool {
     // Out now if the lane takes it, behind any control message already waiting for this
     // endpoint otherwise (the ACK that ends this side's reads is queued after it).
-    let waiting = core.ctrl.iter().any(|(e, _)| *e == ep);
+    let waiting = core.eps.get(ep).is_some_and(|e| !e.ctrl.is_empty());
     match if waiting {
         Err(Status::NoResource)
     } else {

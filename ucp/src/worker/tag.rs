@@ -77,7 +77,7 @@ impl Worker {
 
     /// [`tag_send`](Self::tag_send) of a contiguous buffer the CPU can read, for the C
     /// ABI's send: the eager short message is inlined into the caller without a [`Data`]
-    /// to build and drop (docs/benchmarks.md, stop 43); anything else is a call.
+    /// to build and drop (docs/c-abi.md); anything else is a call.
     #[inline(always)]
     pub fn tag_send_host(
         &mut self,
@@ -358,8 +358,8 @@ impl Worker {
 
     /// [`tag_recv_host`](Self::tag_recv_host) of a message that arrived first: a whole
     /// eager one that fits is copied here and reported as finished, without a request;
-    /// any other becomes the receive's request as in `post_recv` (docs/benchmarks.md,
-    /// stop 43: the receive of `MPI_Sendrecv` usually finds its message here).
+    /// any other becomes the receive's request as in `post_recv` (the receive
+    /// of `MPI_Sendrecv` usually finds its message here).
     #[inline(never)]
     fn recv_arrived(
         &mut self,
@@ -656,7 +656,7 @@ pub(super) fn push_send(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) ->
         shm_regions,
         mappings,
         stage_cfg,
-        ctrl,
+        ctrl_eps,
         work,
         ..
     } = core;
@@ -703,13 +703,15 @@ pub(super) fn push_send(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) ->
                 if same_connection && s.fin_pending && s.put.is_none() {
                     s.fin_pending = false;
                     let rreq = s.rreq.unwrap_or(0);
-                    ctrl.push_back((
-                        s.ep,
-                        Ctrl::Fin {
-                            rreq,
-                            status: Status::Ok,
-                        },
-                    ));
+                    let e = &mut eps[s.ep];
+                    e.ctrl.push_back(Ctrl::Fin {
+                        rreq,
+                        status: Status::Ok,
+                    });
+                    if !e.in_ctrl {
+                        e.in_ctrl = true;
+                        ctrl_eps.push_back(s.ep);
+                    }
                     *work = true;
                 }
                 Ok(true)

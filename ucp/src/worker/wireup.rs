@@ -198,7 +198,14 @@ pub(super) fn new_ep(
         outstanding: 0,
         puts_unacked: 0,
         put_error: None,
+        rma_ops: 0,
+        rma_carried: 0,
+        rma_order: Default::default(),
         in_ready: false,
+        ctrl: VecDeque::new(),
+        in_ctrl: false,
+        put_acks: 0,
+        put_ack_status: Status::Ok,
         stream_rx: VecDeque::new(),
         stream_off: 0,
         stream_recvs: VecDeque::new(),
@@ -622,8 +629,22 @@ pub(super) fn send_ctrl(
             ref data,
         } => {
             let rid = peer_id?;
-            let m = super::rma::encode_reply(rid, req, offset, status, data);
-            bcopy(iface, super::rma::AM_RMA_REPLY, &m)
+            if super::rma::REPLY_HDR + data.len() > core.info[lane.iface].attr.am.max_bcopy {
+                return Err(Status::ExceedsLimit);
+            }
+            iface
+                .am_bcopy(lane.ep, super::rma::AM_RMA_REPLY, &mut |buf| {
+                    super::rma::write_reply(buf, rid, req, offset, status, data)
+                })
+                .map(drop)
+        }
+        Ctrl::PutAck { count, status } => {
+            let rid = peer_id?;
+            let mut m = [0u8; 9];
+            m[..4].copy_from_slice(&rid.to_le_bytes());
+            m[4..8].copy_from_slice(&count.to_le_bytes());
+            m[8] = status.code() as u8;
+            bcopy(iface, super::rma::AM_RMA_PUT_ACK, &m)
         }
         Ctrl::LayoutMiss { sreq, rreq } => {
             let rid = peer_id?;
@@ -795,16 +816,14 @@ fn ep_busy(core: &Core, ep: usize) -> bool {
     if e.failed.is_some() {
         return false;
     }
-    if !e.queue.is_empty()
-        || e.puts_unacked > 0
-        || (!core.ctrl.is_empty() && core.ctrl.iter().any(|c| c.0 == ep))
-    {
+    if !e.queue.is_empty() || e.puts_unacked > 0 || e.rma_ops > 0 || !e.ctrl.is_empty() {
         return true;
     }
+    // Sends are the rest of `outstanding`; only they need a look at each request (a scan
+    // for one-sided operations made a flush behind a million small gets quadratic).
     e.outstanding > 0
         && core.reqs.iter().any(|(_, r)| match &r.state {
             Op::Send(s) => s.ep == ep && !s.awaits_peer_only(),
-            Op::Rma(o) => o.ep == ep,
             _ => false,
         })
 }
