@@ -5,7 +5,7 @@
 //! `NO_IMM_CMPL`, blocking `MPI_Send`/`MPI_Recv` with a request on the stack). The general path (`ops::Post`) reads every field of
 //! `ucp_request_param_t` and carries the result through one routine for every operation;
 //! here each call does only what its case needs: a third fewer instructions per send and
-//! a quarter fewer per receive in a message-rate loop (docs/benchmarks.md, stop 31). Anything else —
+//! a quarter fewer per receive in a message-rate loop (callgrind, 2026-11-26). Anything else —
 //! another field, a device buffer, a send that needs a request in the immediate case —
 //! returns `None`, untouched, and the caller takes the general path.
 
@@ -33,7 +33,7 @@ pub(crate) struct Plain {
 /// The attributes [`plain`] accepts. `MULTI_SEND` is a hint (many operations in flight)
 /// that changes nothing here: OpenMPI's pml ucx built against UCX 1.15 or later sets it on
 /// every `MPI_Isend` and `MPI_Irecv` (`op_attr_nonblocking`); refusing it sent all of
-/// that traffic down the general path (docs/benchmarks.md, stop 44).
+/// that traffic down the general path (docs/c-abi.md, the small-message path).
 const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
     | UCP_OP_ATTR_FIELD_USER_DATA
     | UCP_OP_ATTR_FIELD_DATATYPE
@@ -111,7 +111,7 @@ impl Plain {
     /// and records the request's memory type). Where a CUDA driver is loaded, host memory
     /// is told from the rest by the memory-type cache (a thread's host pages are one
     /// lookup), not by the driver's mere presence: a GPU node's MPI traffic in host memory
-    /// takes this path too (docs/benchmarks.md, stop 43).
+    /// takes this path too (docs/c-abi.md).
     ///
     /// # Safety
     /// ucp.h's contract: the buffer stays valid until the operation completes.

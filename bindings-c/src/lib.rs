@@ -60,7 +60,7 @@ pub(crate) fn ptr_is_err(p: *const c_void) -> bool {
 
 /// Neither NULL nor an error code (`UCS_PTR_IS_ERR`): one comparison, the subtraction
 /// sending NULL to the top of the range where the error codes are (an MPI library tests
-/// its request once per poll, docs/benchmarks.md, stop 51).
+/// its request once per poll).
 #[inline(always)]
 pub(crate) fn ptr_is_some(p: *const c_void) -> bool {
     (p as usize).wrapping_sub(1) < (ucs::status::UCS_ERR_LAST as isize as usize).wrapping_sub(1)

@@ -407,7 +407,7 @@ pub unsafe extern "C" fn ucp_request_test(
     info: *mut ucp_tag_recv_info_t,
 ) -> ucs_status_t {
     // Nothing here can panic (no guard). An MPI library tests its request once per poll:
-    // the test of one still in progress is a few loads (docs/benchmarks.md, stop 51).
+    // the test of one still in progress is a few loads (17 -> 13 instructions, 2026-11-28).
     // SAFETY: forwarded contract.
     let Some(h) = (unsafe { hdr_of(request) }) else {
         return code(Status::InvalidParam);

@@ -67,7 +67,7 @@ pub(crate) struct Inner {
     /// progress, as UCX's do (`Post::defer_imm`): request header and status.
     pub(crate) deferred: Vec<(usize, Status)>,
     /// The buffer `progress` takes finished requests into, all at once and without a copy
-    /// (it and the worker's queue trade places; docs/benchmarks.md, stop 43).
+    /// (it and the worker's queue trade places).
     pub(crate) done: Vec<ucp::Completion>,
 }
 
@@ -87,7 +87,7 @@ pub struct CWorker {
     /// one call on the worker at a time; UCX too keeps its requests per worker). Handed
     /// back to the context pool when the worker is destroyed. A list threaded through the
     /// freed headers themselves (`ReqHdr::id` holds the next), so that taking and giving
-    /// back is two loads and a store (docs/benchmarks.md, stop 43).
+    /// back is two loads and a store.
     free_reqs: std::cell::Cell<*mut ReqHdr>,
     /// Wakes the worker from any thread without its lock (`ucp_worker_signal`).
     signaler: ucp::Signaler,
@@ -278,7 +278,7 @@ impl CWorker {
 
     /// Request memory for an operation on this worker: its own free list first. Inlined
     /// with `request::alloc` into each post (a receive in an MPI window: 234 -> 218
-    /// instructions, docs/benchmarks.md, stop 44); the pool's lock stays out of line.
+    /// instructions, callgrind, 2026-11-27); the pool's lock stays out of line.
     #[inline(always)]
     pub(crate) fn req_get(&self) -> Option<*mut ReqHdr> {
         if self.thread_mode != UCS_THREAD_MODE_MULTI {
@@ -331,8 +331,7 @@ impl CWorker {
     /// Runs `f` on the worker, locked. (Each mode reaches the worker directly, not through
     /// the guard enum, which would match the mode again on every access; `f` is called
     /// from one place, so that it is inlined once rather than judged too big to copy into
-    /// both arms: the receive of `fast.rs` was a call until then, docs/benchmarks.md,
-    /// stop 43.)
+    /// both arms: the receive of `fast.rs` was a call until then, 2026-11-27.)
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker) -> R) -> R {
         self.guarded(|| {
@@ -355,7 +354,7 @@ impl CWorker {
     /// Runs `f`; a panic in it marks this worker broken on its way to the C boundary. The
     /// unwinding machinery costs nothing while nothing panics (a drop guard asking
     /// `thread::panicking()` cost four instructions on every call: a pair of MPI messages
-    /// 1240 -> 1229, docs/benchmarks.md, stop 48).
+    /// 1240 -> 1229 instructions, 2026-11-28).
     #[inline(always)]
     fn guarded<R>(&self, f: impl FnOnce() -> R) -> R {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
@@ -395,7 +394,7 @@ impl CWorker {
     /// [`progress`](Self::progress)'s work. A call with nothing to tell the application
     /// takes one lock and returns; the reporting is out of line, so that an empty poll
     /// pays neither its registers nor its stack frame (an MPI library polls about a hundred
-    /// times before it yields the CPU, docs/benchmarks.md, stop 50).
+    /// times before it yields the CPU).
     #[inline(always)]
     fn progress_once(&self) -> usize {
         let (n, quiet) = match &self.inner {
@@ -436,7 +435,7 @@ impl CWorker {
     /// [`progress`](Self::progress) must run. It takes no frame for the message path and
     /// cannot panic, so it needs no guard: an MPI library polls about a hundred times
     /// before it yields the CPU, and on a core two ranks share that loop decides when the
-    /// peer runs (docs/benchmarks.md, stops 50 and 51).
+    /// peer runs (docs/ucp.md, an empty poll while the CPU is shared).
     #[inline(always)]
     fn poll_idle(&self) -> bool {
         let State::Serial(c) = &self.inner else {
@@ -473,7 +472,7 @@ impl CWorker {
     /// borrow of its own and completed outside it (a callback may call into this worker),
     /// until none is left, what the callbacks finish included: a borrow is a flag, so
     /// there is nothing to batch (in the in-process tag ping-pong, `report` went from 211
-    /// to 141 instructions per message, docs/benchmarks.md, stop 51). Returns whether any
+    /// to 141 instructions per message, 2026-11-28). Returns whether any
     /// finished, and whether the rarer reports wait.
     #[inline(always)]
     fn complete_one_by_one(&self, c: &RefCell<Inner>) -> (bool, bool) {
@@ -781,7 +780,7 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_progress(worker: *mut CWorker) -> std::ffi::c_uint {
     // No guard here: this part cannot panic, and without a landing pad an empty poll needs
-    // no stack frame (docs/benchmarks.md, stop 51); the rest is guarded in `progress_c`.
+    // no stack frame (docs/ucp.md); the rest is guarded in `progress_c`.
     // SAFETY: forwarded contract.
     let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
         return 0;

@@ -48,7 +48,7 @@ run_rucx() {
   (cd "$ours/benchmarks/charm++/pingpong" && LD_LIBRARY_PATH=$lib mpirun -np 2 ./pingpong) \
     >"$out/rucx.$1" 2>&1 || echo "(round $1: the Rucx run exited with status $?)"
 }
-# The order within a round moves the figures on this VM (docs/benchmarks.md, stop 37: the
+# The order within a round moves the figures on this VM (docs/benchmarks.md, method: the
 # second run of a round is faster): odd rounds run UCX first, even rounds Rucx first, so
 # the order favours each library in half the rounds.
 for r in $(seq "$rounds"); do

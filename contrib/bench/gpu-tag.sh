@@ -36,7 +36,7 @@ UCX=(env LD_LIBRARY_PATH="$U/lib" UCX_MODULE_DIR="$U/lib/ucx" "$U/bin/ucx_perfte
 # CUDA_VISIBLE_DEVICES (server: the receive GPU, client: the send GPU). Rucx's get the same
 # placement: between two GPUs each process sees only its own (rucx-perftest's -a
 # cuda:SEND,cuda:RECV would put every process's send buffers on one GPU and its receive
-# buffers on the other, a different test; docs/benchmarks.md, stop 45).
+# buffers on the other, a different test).
 port=$((20000 + RANDOM % 20000))
 
 # one PROG TEST SIZE ITERS COL MEM SEND_GPU RECV_GPU: the Final line's COL of one run (3: p50

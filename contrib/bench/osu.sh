@@ -128,7 +128,7 @@ printf ' %9s %9s' "rucx/$base" paired
 printf '\n'
 for pat in "${pats[@]}"; do
   for r in $(seq "$rounds"); do
-    # The order within a round moves the figures on this VM (docs/benchmarks.md, stop 37):
+    # The order within a round moves the figures on this VM (docs/benchmarks.md, method):
     # odd rounds run the libraries in the listed order, even rounds in reverse.
     order=("${libs[@]}")
     if [ $((r % 2)) -eq 0 ]; then

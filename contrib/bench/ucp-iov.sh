@@ -11,6 +11,8 @@
 # 50th-percentile one-way latencies, in µs, and Rucx / UCX 1.22.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=contrib/bench/record.sh
+source contrib/bench/record.sh
 runs=5
 while getopts "r:" o; do
   case $o in r) runs=$OPTARG ;; *) exit 2 ;; esac
@@ -37,7 +39,7 @@ run() {
 median() { awk '$1 != "nan"' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 printf '%-28s %10s %10s %10s %9s\n' case "rucx(us)" "ucx1.22" "ucx1.13" "rucx/1.22"
-while IFS='|' read -r name args; do
+while IFS='|' read -r name args what; do
   # shellcheck disable=SC2206
   a=($args)
   r=() u=() d=()
@@ -49,11 +51,14 @@ while IFS='|' read -r name args; do
   rm=$(printf '%s\n' "${r[@]}" | median)
   um=$(printf '%s\n' "${u[@]}" | median)
   dm=$(printf '%s\n' "${d[@]}" | median)
-  printf '%-28s %10s %10s %10s %9s\n' "$name" "$rm" "$um" "$dm" \
-    "$(awk -v a="$rm" -v b="$um" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')"
+  ratio=$(awk -v a="$rm" -v b="$um" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
+  printf '%-28s %10s %10s %10s %9s\n' "$name" "$rm" "$um" "$dm" "$ratio"
+  record datatypes "$what" "$rm" "$um" "$ratio" \
+    "runs: Rucx $(record_range "${r[@]}"), UCX 1.22 $(record_range "${u[@]}")" µs "UCX 1.22" \
+    "medians of $runs interleaved runs; UCX 1.13: $dm"
   echo "  runs: rucx ${r[*]} | ucx1.22 ${u[*]} | ucx1.13 ${d[*]}" >&2
 done <<EOF2
-iov 128 x 1K, 1K gaps|-D iov,iov -s $(list 128 1024) -i 1024 -n 20000 -w 1000
-iov 16384 x 128, 128 gaps|-D iov,iov -s $(list 16384 128) -i 128 -n 2000 -w 100
-contig 2M|-s 2097152 -n 2000 -w 100
+iov 128 x 1K, 1K gaps|-D iov,iov -s $(list 128 1024) -i 1024 -n 20000 -w 1000|iov 128 × 1 KiB, 1 KiB gaps
+iov 16384 x 128, 128 gaps|-D iov,iov -s $(list 16384 128) -i 128 -n 2000 -w 100|iov 16384 × 128 B, 128 B gaps
+contig 2M|-s 2097152 -n 2000 -w 100|contiguous 2 MiB
 EOF2

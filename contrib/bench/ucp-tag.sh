@@ -25,6 +25,9 @@
 # is faster, for bandwidth above 1.0 means Rucx is faster.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=contrib/bench/record.sh
+source contrib/bench/record.sh
+record_vars LAT_SIZES LAT_TESTS NO_BW
 lat_iters=200000 bw_iters=5000 runs=7
 while getopts "n:N:r:" o; do
   case $o in n) lat_iters=$OPTARG ;; N) bw_iters=$OPTARG ;; r) runs=$OPTARG ;; *) exit 2 ;; esac
@@ -108,6 +111,13 @@ for cfg in "${configs[@]}"; do
       ratio=$(awk -v a="$rm" -v b="$um" 'BEGIN { if (a != "nan" && b > 0) printf "%.2f", a / b; else print "nan" }')
       printf '%-4s %-8s %8s %-6s %10s %10s %10s %9s  %s (%s is better)\n' \
         "$cfg" "$test" "$size" "$stat" "${rm:-nan}" "${um:-nan}" "${dm:-nan}" "$ratio" "$unit" "$better"
+      if [ "$stat" = median ]; then
+        area=host-p2p
+        case $test in ucp_*) area=rma-am ;; esac
+        record "$area" "$cfg $test $(record_size "$size")" "$rm" "$um" "$ratio" \
+          "runs: Rucx $(record_range "${r[@]}"), UCX 1.22 $(record_range "${u[@]}")" \
+          "${unit/us/µs}" "UCX 1.22" "medians of $runs interleaved runs; UCX 1.13: ${dm:-nan}"
+      fi
     done
     echo "  $cfg $test runs: rucx ${r[*]} | ucx1.22 ${u[*]} | ucx1.13 ${d[*]:-}" >&2
   done

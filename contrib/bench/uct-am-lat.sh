@@ -14,6 +14,8 @@
 # runs slower than twice the best run of Rucx or UCX 1.22.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=contrib/bench/record.sh
+source contrib/bench/record.sh
 iters=200000 runs=7 size=8
 while getopts "n:r:s:" o; do
   case $o in n) iters=$OPTARG ;; r) runs=$OPTARG ;; s) size=$OPTARG ;; *) exit 2 ;; esac
@@ -65,6 +67,11 @@ for tl in "${tls[@]}"; do
     dm=$( [ ${#d[@]} -gt 0 ] && printf '%s\n' "${d[@]}" | $stat || echo "-")
     ratio=$(awk -v a="$rm" -v b="$um" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
     printf '%-6s %5s %-6s %9s %11s %11s %9s\n' "$tl" "$size" "$stat" "$rm" "$um" "$dm" "$ratio"
+    if [ "$stat" = median ]; then
+      record host-p2p "$tl am_lat $(record_size "$size")" "$rm" "$um" "$ratio" \
+        "runs: Rucx $(record_range "${r[@]}"), UCX 1.22 $(record_range "${u[@]}")" µs "UCX 1.22" \
+        "UCT layer alone; medians of $runs interleaved runs; UCX 1.13: $dm"
+    fi
   done
   echo "  runs: rucx ${r[*]} | ucx1.22 ${u[*]} | ucx1.13 ${d[*]:-}" >&2
 done

@@ -290,7 +290,7 @@ impl Side {
         while self.rx.n < n {
             if self.iface.progress(&mut self.rx) == 0 {
                 // A `pause` between empty polls: spinning flat out on the line the peer is
-                // about to write slows the peer's store (see docs/benchmarks.md).
+                // about to write slows the peer's store (docs/uct.md, the spin-wait backoff).
                 std::hint::spin_loop();
                 self.spins = self.spins.wrapping_add(1);
                 if self.spins.is_multiple_of(CHECK_EVERY) {
@@ -305,7 +305,7 @@ impl Side {
     fn progress_checked(&mut self, oob: &Oob) -> Result<(), Error> {
         if self.iface.progress(&mut self.rx) == 0 {
             // A `pause` between polls: spinning flat out on the line the peer is about to
-            // write slows the peer's store (see docs/benchmarks.md).
+            // write slows the peer's store (docs/uct.md, the spin-wait backoff).
             std::hint::spin_loop();
         }
         self.spins = self.spins.wrapping_add(1);

@@ -72,7 +72,7 @@ pub(crate) fn advance_head<T>(v: &mut Vec<T>, head: &mut usize) {
 /// oldest, emptied when all are taken and compacted when the taken ones outnumber the rest.
 /// A push is a vector push, built where it lands; `VecDeque::push_back` was a call that
 /// copied each completion through the caller's stack (8 % of a receiver's time in a
-/// small-message window, docs/benchmarks.md, stop 39).
+/// small-message window, 2026-11-27).
 #[derive(Debug, Default)]
 pub(crate) struct CompletionQueue {
     v: Vec<Completion>,
@@ -189,7 +189,7 @@ impl<S> Requests<S> {
         // Free slots are empty: the request is written over the empty slot without the
         // drop of what was there (`forget` of a `None`). A write that may drop first (a
         // call) had the request built on the stack and copied over, with a stalled load on
-        // every post (docs/benchmarks.md, stop 39).
+        // every post (2026-11-27).
         debug_assert!(slot.is_none());
         std::mem::forget(slot.replace(req()));
         self.len += 1;
@@ -276,8 +276,8 @@ impl<S> Requests<S> {
 /// A receive into contiguous host memory whose message had not arrived when it was posted
 /// ([`crate::Worker::tag_recv_host`], the C ABI's `ucp_tag_recv_nbx`), kept here rather
 /// than in [`Requests`] until a message matches it: posting, a whole eager message and its
-/// completion then touch a few words instead of a request slot (docs/benchmarks.md,
-/// stop 43). Any other match (fragments, a rendezvous, a message too long for the
+/// completion then touch a few words instead of a request slot (docs/c-abi.md,
+/// the small-message path). Any other match (fragments, a rendezvous, a message too long for the
 /// buffer) first turns it into a request (`Core::materialize`).
 #[derive(Debug)]
 pub(crate) struct DirectRecv {

@@ -1,7 +1,7 @@
 //! Memory types: which memory a pointer names (host, CUDA device, CUDA managed), and copies
 //! between any two of them.
 //!
-//! [`detect`] answers for any pointer. Without a CUDA driver (or before [`enable_cuda`]
+//! [`detect`] answers for any pointer. Without a CUDA driver (or before [`enable`]
 //! loaded one) every pointer is host memory and detection costs one load of a flag. With a
 //! driver, answers come from a cache of known allocations, as UCX's memtype cache:
 //! device and managed allocations by their whole range (learned from the driver's pointer
@@ -125,8 +125,8 @@ static GLOBAL: RwLock<Global> = RwLock::new(Global {
 /// Host pages (direct-mapped by page number), each word the page number with the epoch it
 /// was seen in above it ([`host_key`]); 0 is empty. One table for every thread: a
 /// thread-local one costs a `__tls_get_addr` call per lookup in a shared library (the C
-/// ABI), and a host page is written here once, then only read (docs/benchmarks.md,
-/// stop 44).
+/// ABI), and a host page is written here once, then only read (docs/gpu.md,
+/// layers).
 const HOST_SLOTS: usize = 256;
 static HOST_PAGES: [AtomicU64; HOST_SLOTS] = [const { AtomicU64::new(0) }; HOST_SLOTS];
 /// Page numbers below 2^PAGE_BITS (56-bit addresses) are cached; the epoch takes the rest.
@@ -215,7 +215,7 @@ thread_local! {
     /// The device or managed range this thread last found in the range cache, and the
     /// epoch it was found in: a rendezvous asks about the same buffer several times per
     /// message, and the read lock and tree walk of each ask were 2.8 % of a GPU ping-pong's
-    /// CPU samples on the GPU machine's host (docs/benchmarks.md, stop 45). Any
+    /// CPU samples on the GPU machine's host (2026-11-27). Any
     /// `remember`, `forget` or `enable` starts a new epoch, which retires it.
     static LAST_RANGE: std::cell::Cell<(u64, MemInfo)> =
         const { std::cell::Cell::new((0, MemInfo::HOST)) };

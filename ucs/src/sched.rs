@@ -8,10 +8,10 @@
 //! that would run the peer waits out more of its turn before its MPI library yields), and
 //! handing part of a copy to the peer (the copy then waits for the peer's next turn). The
 //! worker turns both off while its thread waits for a CPU more than an eighth of the time
-//! (docs/benchmarks.md, stop 49). It also stops measuring eager against rendezvous, and
+//! (docs/uct.md, docs/ucp.md). It also stops measuring eager against rendezvous, and
 //! sends eagerly up to a size that is smaller where the whole machine runs more than two
-//! busy threads per CPU (stop 50), and its posix receive FIFO uses a compact ring, whose
-//! cells the processes taking turns on a core do not push out of its caches (stop 52).
+//! busy threads per CPU, and its posix receive FIFO uses a compact ring, whose
+//! cells the processes taking turns on a core do not push out of its caches.
 
 /// The run-delay reading of one window.
 #[derive(Debug)]
@@ -81,7 +81,7 @@ impl CpuShare {
     /// had more than two runnable threads per CPU online. The machine's count, not this
     /// thread's waiting: with eight busy processes on two CPUs the scheduler keeps moving
     /// them, and four of them at a time waited less than five eighths of the time for
-    /// 60–200 ms (docs/benchmarks.md, stop 50).
+    /// 60–200 ms (traced on 2026-11-28).
     pub fn crowded(&self) -> bool {
         self.crowded
     }

@@ -345,8 +345,8 @@ impl Side {
         if n == 0 {
             // No `pause` between empty polls: one costs ~65 cycles on the AMD machine, and
             // with a polling loop of a few dozen instructions spinning flat out measured
-            // ~5 ns faster one-way (docs/benchmarks.md, stop 15). The posix transport
-            // pauses by itself once a wait grows long (UCX_POSIX_POLL_BACKOFF, stop 21).
+            // ~5 ns faster one-way (docs/perftest.md). The posix transport
+            // pauses by itself once a wait grows long (UCX_POSIX_POLL_BACKOFF, docs/uct.md).
             self.spins = self.spins.wrapping_add(1);
             if self.spins.is_multiple_of(CHECK_EVERY) {
                 self.check_peer(oob)?;

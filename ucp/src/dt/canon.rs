@@ -317,7 +317,7 @@ impl Canon {
 }
 
 /// The memoization key of an encoding: XXH3-128 (seed 0). Peers trust it to name a layout
-/// they sent before, so it must not collide by accident (FNV-1a, used before stop 31, is
+/// they sent before, so it must not collide by accident (FNV-1a, used before 2026-11-26, is
 /// weak there); a receiver recomputes it from every encoding it is sent, so a peer cannot
 /// make another peer's key name its layout.
 pub(crate) fn layout_hash(bytes: &[u8]) -> u128 {

@@ -17,7 +17,7 @@
 //! `MAX_AUTO_RNDV`. On shared memory the pipelined eager copies (sender copies in while
 //! the receiver copies out) move bytes as fast as one cma read, so eager serves up to the
 //! cap: measured on the project machine, 128 KB ping-pong 2.7 µs eager against 10.3 µs
-//! by cma rendezvous, 2 MB 54 µs against 198 µs (docs/benchmarks.md).
+//! by cma rendezvous, 2 MB 54 µs against 198 µs (docs/ucp.md).
 
 use std::fmt;
 

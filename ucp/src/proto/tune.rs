@@ -5,7 +5,7 @@
 //! fragments are copied by the sender into shared memory and by the receiver out of it,
 //! so the receiver reads lines that sit dirty in the other core's cache; a CMA get reads
 //! the sender's buffer once, but pays a system call and page pinning per call. Measured
-//! on two of the project's machines (docs/benchmarks.md): on one, 128 KiB took 2.7 µs by
+//! on two of the project's machines (docs/ucp.md): on one, 128 KiB took 2.7 µs by
 //! eager and 10.3 µs by CMA; on the other, 9.6 µs by eager and 5.4 µs by CMA.
 //!
 //! So the endpoint measures. Sizes are grouped in power-of-two classes; in each class the
@@ -32,7 +32,7 @@
 //! receiver's turn, which outweighs the second copy; where the machine runs more than two
 //! busy processes per core, their FIFOs, buffers and second copies no longer fit the
 //! caches and the copy each rendezvous saves is worth more. Measured on the 2-core VM with `osu`
-//! (docs/benchmarks.md, stop 50), eager against rendezvous:
+//! (2026-11-28), eager against rendezvous:
 //! - ping-pong with both ranks on one core, and multi-pair latency with 4 ranks: eager
 //!   faster from 64 KiB to 1 MiB (1 MiB: 69 against 92 µs, 80 against 96 µs);
 //! - multi-pair latency with 8 ranks: eager faster up to 256 KiB, slower from 512 KiB
@@ -68,7 +68,7 @@ const WINDOW: usize = 4;
 /// where the two lie within the machine's noise of each other, a class that followed
 /// every sample went back and forth, half its sends each way, and a pattern whose two
 /// sides disagree was slower than either protocol (`MPI_Sendrecv` of 128 KiB: 12 µs
-/// either way, 27 µs mixed; docs/benchmarks.md, stop 39).
+/// either way, 27 µs mixed).
 const MARGIN: f32 = 0.1;
 
 /// What the tuner asks the send to do. A `timed` send is measured alone (see above).

@@ -60,7 +60,7 @@ use ucs::wire::{Reader, Writer};
 /// so decoding one allocates nothing. `cuda_ipc`'s key (132 bytes: its IPC handle alone is
 /// 64) spills to the heap; held inline at 160 bytes it saved those allocations but made
 /// every move of a key a `memcpy` call, which cost a host rendezvous as much (callgrind,
-/// docs/benchmarks.md, stop 45).
+/// 2026-11-27).
 pub type KeyBytes = SmallVec<[u8; 80]>;
 
 /// The remote segments of a rendezvous: held inline up to 4 (a contiguous buffer is one).
@@ -245,7 +245,7 @@ const SHM_WINDOW_LEN: usize = 4 + 4 + 8 + 8 + 8 + 8;
 const _: () = assert!(2 + uct::md::RKEY_PACKED_LEN + 1 + SHM_WINDOW_LEN <= 80);
 
 impl RndvKey {
-    /// The encoding [`RndvKeyRef::write`] makes (one encoder for both).
+    /// The encoding `RndvKeyRef::write` makes (one encoder for both).
     pub fn encode(&self) -> KeyBytes {
         let key = RndvKeyRef {
             mkey: &self.mkey,

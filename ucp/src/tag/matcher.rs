@@ -105,7 +105,7 @@ struct Lone<R> {
 
 /// The run's receives in post order: a vector and the index of the oldest, emptied when
 /// the last is taken (a deque's push was a call, 27 instructions per receive in a window,
-/// docs/benchmarks.md, stop 43).
+/// 2026-11-27).
 #[derive(Debug)]
 struct Run<R> {
     v: Vec<Option<Lone<R>>>,
@@ -221,7 +221,7 @@ pub struct TagMatcher<T, R> {
     /// compares its tag with the first alone, and one peer's stream that runs ahead of its
     /// receives (a quarter of the messages of a bidirectional window, about half of
     /// `MPI_Sendrecv`'s) is stored and taken without the slab, the lists or the table
-    /// (docs/benchmarks.md, stop 44). A message of another tag moves them all into
+    /// (callgrind, 2026-11-27). A message of another tag moves them all into
     /// `unexp` first.
     urun: VecDeque<Probed<T>>,
     unexp: Slab<Unexpected<T>>,

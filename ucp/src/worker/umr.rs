@@ -27,7 +27,7 @@
 //! (`Iface::umr_cost`, at first use); [`choose`] takes the cheaper prediction, and the
 //! receiver asks for it: RTR_UMR, or a plain RTR that turns the sender's get rendezvous
 //! into the AM pipeline of packed fragments. `RUCX_UMR=umr|pack|blocks` forces one (blocks:
-//! the plain path, one read per block). `docs/benchmarks.md` has the measured crossing.
+//! the plain path, one read per block). docs/results.md has the measured crossing.
 
 use ucs::{Status, UcsResult};
 use uct::{Done, Iface, IfaceFlags, Iov, OpenIface};

@@ -68,7 +68,7 @@ pub struct Costs {
 }
 
 impl Costs {
-    /// Terms measured on an H200 (stop 34, `rucx-info --calibrate`: launch and copy
+    /// Terms measured on an H200 (2026-11-26, `rucx-info --calibrate`: launch and copy
     /// include the host waiting for the stream), used until a GPU is calibrated.
     pub fn default_for(r: Relation) -> Costs {
         match r {

@@ -27,9 +27,9 @@
 //! `seq == rx + 1` with an acquire load, hands the data over, and moves on; it releases
 //! each cell to the producers once it has handed it over (a store of `tail`). Producers
 //! read `tail` only when their last reading shows the FIFO full, so in a ping-pong the
-//! line stays with the consumer. (Until stop 52 cells were released a quarter FIFO at a
+//! line stays with the consumer. (Until 2026-11-28 cells were released a quarter FIFO at a
 //! time, and a window of 64 sends found the 64-cell ring full for its last few messages:
-//! docs/benchmarks.md.) Each round writes a distinct `seq`, so no cell is ever read twice.
+//! docs/uct.md.) Each round writes a distinct `seq`, so no cell is ever read twice.
 //!
 //! Wakeup: before sleeping, the consumer sets ARMED in `head` with an atomic OR and looks at
 //! the count it returns: if a producer has claimed a cell it has not consumed, it does not
@@ -40,8 +40,8 @@
 //! Two geometries: the full ring of `fifo_size` cells, and a compact one of its first
 //! `compact` cells, for while the consumer's thread shares its CPU. Eight processes taking
 //! turns on two cores each cycling through a 2.1 MB ring push one another's cells out of
-//! the cores' caches; a ring of half that keeps them in (docs/benchmarks.md, stop
-//! 52). Which geometry maps an index is the COMPACT bit of the `head` value that claimed
+//! the cores' caches; a ring of half that keeps them in (docs/uct.md,
+//! the compact ring). Which geometry maps an index is the COMPACT bit of the `head` value that claimed
 //! it: a producer reads it in the compare-and-swap that claims the cell, and the consumer
 //! flips it only at a quiescent point (`Fifo::set_compact`): every claimed cell consumed
 //! and released, no cell kept, `head` equal to the index it reads next. So no index is
@@ -361,7 +361,7 @@ impl FifoView {
     /// ownership then travels while the first line is written, instead of stalling the
     /// stores that reach it (the consumer read it when the ring last came round). In a
     /// window of 64-byte MPI messages on a 16-core Xeon: 242 -> 335 MB/s
-    /// (docs/benchmarks.md, stop 43).
+    /// (2026-11-27).
     #[inline(always)]
     pub(crate) fn push_sized(
         &self,

@@ -1,5 +1,5 @@
 //! `posix`: shared memory between processes of one host. Each interface owns one receive
-//! FIFO (see [`fifo`]) in an unlinked `/dev/shm` segment (`ucs::shm`); an endpoint
+//! FIFO (see `fifo`) in an unlinked `/dev/shm` segment (`ucs::shm`); an endpoint
 //! maps its peer's FIFO and writes cells into it. Short and bcopy active messages, eventfd
 //! wakeup, and peer-death detection through the peer's pid and start time.
 
@@ -136,7 +136,7 @@ pub struct PosixIface {
     poll_backoff_cfg: u32,
     /// Cells `progress_full` hands over after the one `poll` hands over inline
     /// (`UCX_POSIX_FIFO_MAX_POLL` - 1): a call stops there, so that the application can
-    /// post receives for the rest before they are matched (docs/benchmarks.md, stop 49).
+    /// post receives for the rest before they are matched (docs/uct.md).
     rx_batch: usize,
 }
 
@@ -534,8 +534,8 @@ impl PosixIface {
 
     /// `Iface::progress`, generic over the handler: a worker that holds this interface by
     /// its own type (`uct::OpenIface`) calls it with its handler's type, and the handler's
-    /// message path is inlined into the loop that reads the FIFO (docs/benchmarks.md,
-    /// stop 48).
+    /// message path is inlined into the loop that reads the FIFO (measured
+    /// 2026-11-28).
     #[inline(always)]
     pub fn poll<H: Handler + ?Sized>(&mut self, h: &mut H) -> usize {
         self.progress_calls = self.progress_calls.wrapping_add(1);
@@ -549,7 +549,7 @@ impl PosixIface {
             // first line in its cache: it polls it; the second, which an answer of more
             // than 40 bytes reaches, it read when the ring last came round). On a 16-core
             // Xeon, 64-byte ping-pong went from 0.53 to 0.36-0.41 us with the second line
-            // (docs/benchmarks.md, stop 42). A wrong guess takes the lines from
+            // (2026-11-27, docs/uct.md). A wrong guess takes the lines from
             // whoever writes or polls that cell next, so the guess is spent on the first
             // arrival after a send: at most two stray line transfers per message sent.
             if self.next_tx != 0 {
@@ -578,7 +578,7 @@ impl PosixIface {
     /// Whether the next [`poll`](Self::poll) would be an empty one: no message waits and
     /// no slow work is due. The worker asks this first, so that an empty poll does not
     /// pay for the frame of the message path; [`poll_idle`](Self::poll_idle) then does
-    /// that poll's bookkeeping (docs/benchmarks.md, stop 51).
+    /// that poll's bookkeeping (docs/ucp.md).
     #[inline(always)]
     pub fn idle(&self) -> bool {
         !self.rx.ready(self.rx_index) && !self.slow_due(self.progress_calls.wrapping_add(1))
@@ -595,7 +595,7 @@ impl PosixIface {
     /// polls in a row, pause between them (UCX_POSIX_POLL_BACKOFF). Each reread of the
     /// cell takes its line back from a producer that has just claimed it for writing (the
     /// prefetch in `poll`, on the peer's side), which costs that producer another
-    /// ownership round trip before its stores land (docs/benchmarks.md, stop 21).
+    /// ownership round trip before its stores land (docs/uct.md).
     #[inline(always)]
     fn idle_wait(&mut self) {
         self.idle_polls = self.idle_polls.saturating_add(1);
@@ -617,7 +617,7 @@ impl PosixIface {
         // Nothing is held in registers across the handler (an empty poll of `progress`
         // would pay for saving them), whether it is called through the trait object or,
         // for the worker's own handler, inlined here (empty poll 4.85 ns before, 4.87
-        // after, docs/benchmarks.md, stop 48).
+        // after, 2026-11-28).
         match cell {
             Ok((id, data)) if self.kept == NOT_KEPT => {
                 if h.am_keep(id, data) {
@@ -652,8 +652,8 @@ impl PosixIface {
     /// it has been handed over: released a quarter of the ring at a time, a window of 64
     /// sends into the 64-cell ring found it full for its last few messages, which then
     /// went the pending path (`bibw` 8 B: 155 -> 168 MB/s when released one by one; a
-    /// 1 MiB message in the 32-cell compact ring needs every cell; docs/benchmarks.md,
-    /// stop 52).
+    /// 1 MiB message in the 32-cell compact ring needs every cell;
+    /// docs/uct.md).
     #[inline(always)]
     fn release_due(&mut self) {
         let free = if self.kept == NOT_KEPT {

@@ -464,7 +464,7 @@ impl RcIface {
         } else {
             IfaceFlags::empty()
         };
-        // The model as measured on the project machine (docs/benchmarks.md): a work
+        // The model as measured on the project machine (docs/uct.md): a work
         // request is a lock, a table lookup and a cross-memory copy; 8-byte round trips
         // take 4.3 µs, 4 MiB RDMA READs stream at 11 GB/s. For a real HCA, nominal EDR
         // InfiniBand figures (not measured here: no machine has an HCA).
