@@ -82,6 +82,15 @@ impl Post {
         }
     }
 
+    /// An operation the library posts for itself, reported to `cb` with `user_data` (the
+    /// nbx callbacks' last argument).
+    pub(crate) fn internal(cb: Cb, user_data: *mut c_void) -> Post {
+        Post {
+            user_data,
+            ..Post::legacy(cb)
+        }
+    }
+
     /// `ucp_get_nb`: a get that finished inside the call is still reported through its
     /// request and callback, at the next progress. Charm++'s zero-copy layer (AMPI
     /// migration) depends on that: it records an operation after posting it, so an

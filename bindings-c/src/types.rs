@@ -145,7 +145,10 @@ pub const UCP_DATATYPE_SHIFT: u32 = 3;
 pub const UCP_DATATYPE_CLASS_MASK: u64 = mask(UCP_DATATYPE_SHIFT);
 
 // ucp_am_cb_flags, ucp_send_am_flags, ucp_am_recv_attr_t, ucp_am_handler_param_field
+pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
 pub const UCP_AM_FLAG_PERSISTENT_DATA: u32 = 1 << 1;
+/// `ucp_am_callback_t`'s flags: the data may be kept (`UCS_INPROGRESS`).
+pub const UCP_CB_PARAM_FLAG_DATA: c_uint = 1 << 0;
 pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1 << 0;
 pub const UCP_AM_SEND_FLAG_EAGER: u32 = 1 << 1;
 pub const UCP_AM_SEND_FLAG_RNDV: u32 = 1 << 2;
@@ -222,6 +225,11 @@ pub type ucp_err_handler_cb_t =
     Option<unsafe extern "C" fn(*mut c_void, *mut c_void, ucs_status_t)>;
 pub type ucp_listener_conn_callback_t = Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>;
 pub type ucp_listener_accept_callback_t = Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>;
+/// The deprecated handler of `ucp_worker_set_am_handler`: `(arg, data, length, reply_ep,
+/// flags)`.
+pub type ucp_am_callback_t = Option<
+    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, c_uint) -> ucs_status_ret_t,
+>;
 pub type ucp_am_recv_callback_t = Option<
     unsafe extern "C" fn(
         *mut c_void,
@@ -821,7 +829,9 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_DATATYPE_GENERIC,
         UCP_DATATYPE_SHIFT,
         UCP_DATATYPE_CLASS_MASK,
+        UCP_AM_FLAG_WHOLE_MSG,
         UCP_AM_FLAG_PERSISTENT_DATA,
+        UCP_CB_PARAM_FLAG_DATA,
         UCP_AM_SEND_FLAG_REPLY,
         UCP_AM_SEND_FLAG_EAGER,
         UCP_AM_SEND_FLAG_RNDV,

@@ -9,7 +9,7 @@
 
 use std::cell::{RefCell, RefMut};
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ucp::{AmRndv, ConnRequest, EpHandle, Worker};
@@ -30,9 +30,27 @@ pub(crate) const MAX_BLOB: usize = 1 << 20;
 /// An AM handler the application registered.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AmH {
-    pub(crate) cb: ucp_am_recv_callback_t,
+    pub(crate) cb: AmCb,
     pub(crate) arg: *mut c_void,
     pub(crate) flags: u32,
+}
+
+/// Which interface an AM handler has.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AmCb {
+    /// `ucp_worker_set_am_recv_handler`'s `ucp_am_recv_callback_t`.
+    Recv(
+        unsafe extern "C" fn(
+            *mut c_void,
+            *const c_void,
+            usize,
+            *mut c_void,
+            usize,
+            *const ucp_am_recv_param_t,
+        ) -> ucs_status_ret_t,
+    ),
+    /// The deprecated `ucp_worker_set_am_handler`'s `ucp_am_callback_t`.
+    Legacy(unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, c_uint) -> ucs_status_ret_t),
 }
 
 /// A listener's connection handler.
