@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Charm++ as a conformance client of Rucx. Builds Charm++ (the source tarball given, by
-# default the project's vendored snapshot) against Rucx's own headers and library — no UCX
-# headers or libraries involved — and runs Charm++'s own tests (`make test`, launched by its
-# charmrun through OpenMPI's mpirun) with every UCX library name pointing at Rucx:
+# default the project's vendored snapshot) against an install of Rucx made by the top-level
+# Makefile (`make install`, docs/install.md), as a user would: `./build ... --basedir=PREFIX`
+# — no UCX headers or libraries involved — and runs Charm++'s own tests (`make test`,
+# launched by its charmrun through OpenMPI's mpirun) with every UCX library name pointing
+# at Rucx (the prefix's lib/ on LD_LIBRARY_PATH):
 #   - benchmarks/charm++/pingpong on 1 and 2 PEs,
 #   - tests/charm++/megatest on 1 to 4 PEs,
 #   - the zero-copy API examples (examples/charm++/zerocopy: direct, entry-method,
@@ -16,7 +18,8 @@
 #   bash contrib/charm/test.sh [path/to/charm-src.tar.gz]
 #
 # The Charm++ build (about 6 minutes on 2 cores, AMPI included) is cached under
-# ~/.cache/rucx/, keyed by the tarball and Rucx's headers. Needs g++, make, autoconf,
+# ~/.cache/rucx/, keyed by the tarball and Rucx's headers; Rucx's release build is installed
+# into the prefix rucx/ inside that cache on every run. Needs g++, make, autoconf,
 # automake, libtool, libpmix-dev and openmpi-bin (contrib/test-all.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,34 +37,49 @@ for need in g++ make autoreconf aclocal readelf mpirun "$pmix/include/pmix.h"; d
   fi
 done
 
-cargo build --release -q -p rucx-bindings-c
-pkg=$(bindings-c/gen-pc.sh release)
-lib=$pkg/lib
-
 # (The build target is part of the key: trees built for charm++ alone lack AMPI.)
 key=$( (sha256sum "$tarball"; echo "target AMPI"; find bindings-c/include -type f -print0 | sort -z |
   xargs -0 sha256sum) | sha256sum | cut -c1-16)
 cache=${RUCX_CACHE:-$HOME/.cache/rucx}/charm-$key
 arch=ucx-linux-x86_64-openpmix
+prefix=$cache/rucx
+lib=$prefix/lib
+# A cached tree is used only if it was configured against this prefix (trees cached before
+# Charm++ was built against an install were configured against the source tree).
+if [ -f "$cache/built" ] &&
+  ! grep -qF -- "-I$prefix/include" "$cache/charm/$arch/include/conv-mach-pre.sh" 2>/dev/null; then
+  rm -f "$cache/built"
+fi
+[ -f "$cache/built" ] || rm -rf "$cache"
+mkdir -p "$cache"
+# Rucx's release build (library, headers, pkg-config files; the tools are not needed),
+# installed afresh on every run: the library changes with Rucx, while Charm++'s build
+# depends only on the headers, which the key covers.
+make -s -C "$root" install PREFIX="$prefix" PROFILE=release BINS= CARGO_FLAGS=-q >/dev/null || {
+  echo "charm: FAILED (make install PREFIX=$prefix)"
+  exit 1
+}
 if [ ! -f "$cache/built" ]; then
-  echo "=== building Charm++ against Rucx's headers in $cache (a few minutes)"
-  rm -rf "$cache"
-  mkdir -p "$cache"
+  echo "=== building Charm++ against Rucx installed in $prefix (a few minutes)"
   tar xzf "$tarball" -C "$cache"
   (cd "$cache/charm" &&
     ./build AMPI ucx-linux-x86_64 openpmix --with-production -j"$(nproc)" \
-      --incdir="$root/bindings-c/include" --libdir="$lib" \
+      --basedir="$prefix" \
       --incdir="$pmix/include" --libdir="$pmix/lib") >"$cache/build.log" 2>&1 || {
     tail -n 40 "$cache/build.log"
-    echo "charm: FAILED (Charm++ did not build against Rucx's headers; log: $cache/build.log)"
+    echo "charm: FAILED (Charm++ did not build against Rucx's install; log: $cache/build.log)"
+    exit 1
+  }
+  grep -qF -- "-I$prefix/include" "$cache/charm/$arch/include/conv-mach-pre.sh" || {
+    echo "charm: FAILED (Charm++'s build did not record --basedir=$prefix)"
     exit 1
   }
   # Every UCX header Charm++'s machine layer includes, and every one those include, is in
-  # Rucx's header set (searched first), so no header of an installed UCX is read.
-  missing=$(cd "$cache/charm/src/arch/ucx" && cat ./*.C ./*.h "$root"/bindings-c/include/*/*/*.h \
-    "$root"/bindings-c/include/*.h | grep -o '#include <uc[mpst]/[^>]*>' | sort -u |
+  # the installed header set (searched first), so no header of an installed UCX is read.
+  missing=$(cd "$cache/charm/src/arch/ucx" && cat ./*.C ./*.h "$prefix"/include/*/*/*.h \
+    "$prefix"/include/*.h | grep -o '#include <uc[mpst]/[^>]*>' | sort -u |
     sed 's/#include <\(.*\)>/\1/' | while read -r h; do
-      [ -f "$root/bindings-c/include/$h" ] || echo "$h"
+      [ -f "$prefix/include/$h" ] || echo "$h"
     done)
   if [ -n "$missing" ]; then
     echo "charm: FAILED (headers Rucx does not ship: $missing)"

@@ -1,7 +1,7 @@
 //! The data of one operation: contiguous, an iov list, or a generic datatype whose pack and
 //! unpack callbacks the user supplies (`ucp_dt_create_generic`, as OpenMPI uses it).
 //!
-//! [`Data`] is what the user describes. The protocols turn it into a [`DataState`] when an
+//! [`Data`] is what the user describes. The protocols turn it into a `DataState` when an
 //! operation starts: it packs any window of the message into a transport buffer and unpacks
 //! fragments arriving at any offset, and, for contiguous and iov data, lists the regions
 //! for zero-copy transfers. The iov walk remembers where the last access ended, so the

@@ -7,7 +7,7 @@
 //! an operation touches (`xpmem_attach`), kept in a per-peer attachment cache (at most
 //! [`ATTACH_MAX`] ranges, the least recently used detached first). An operation then is
 //! plain copies between the caller's buffers and the attached ranges, cut where either
-//! side's list has a boundary ([`super::pieces`], as cma's gather and `rc_verbs` do). The
+//! side's list has a boundary (`tl::pieces`, as cma's gather and `rc_verbs` do). The
 //! memory domain is cma's kind (`BoundsMd`): the remote key carries the registered bounds,
 //! checked before anything is attached. Like cma, it has no active messages and rides
 //! beside posix.

@@ -8,7 +8,7 @@
 //! A stream triggers work with one 64-bit write to the trigger counter's doorbell, and
 //! waits for the completion counter's writeback word to reach `success_value(n)`.
 //!
-//! No machine here has a Slingshot NIC: [`CxiCounterOps::open`] is reached only with the
+//! No machine here has a Slingshot NIC: `CxiCounterOps::open` is reached only with the
 //! `cxi` provider, and the encodings below are checked against the header's definitions
 //! only.
 

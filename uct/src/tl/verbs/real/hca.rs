@@ -22,7 +22,7 @@
 //! * ordering: a request that follows an RDMA READ or an atomic on its QP is fenced
 //!   (`IBV_SEND_FENCE`), so a QP's requests take effect in the order posted, as the model
 //!   executes them and as `rc_verbs` (`EP_ORDERED`) promises;
-//! * the connection manager is a UD QP per port carrying [`datagram`](super::datagram)s,
+//! * the connection manager is a UD QP per port carrying [`datagram`]s,
 //!   made reliable there (acknowledged, retransmitted, deduplicated).
 
 use std::collections::HashMap;

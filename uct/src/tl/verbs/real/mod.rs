@@ -1,6 +1,6 @@
 //! The real verbs provider and what decides whether it is offered.
 //!
-//! * [`hca`] (cargo feature `verbs`): the provider over libibverbs and mlx5dv, loaded at
+//! * `hca` (cargo feature `verbs`): the provider over libibverbs and mlx5dv, loaded at
 //!   run time through `rdma-mummy-sys`. Building it needs cmake and libclang (the stub
 //!   library is compiled and its bindings generated); running it needs only an HCA. It is
 //!   written, not run: no machine here has an HCA.
