@@ -1,4 +1,11 @@
-//! `ucp` — Rucx's protocol layer. It sits on `uct` and `ucs`:
+//! `ucp` — Rucx's protocol layer, the top of the stack, on `uct` and `ucs`:
+//!
+//! ```text
+//!   ucs  <-  uct  <-  ucp  <-  { bindings-c   (libucp.so.0: UCX's C API, docs/c-abi.md)
+//!                     ^^^        perftest     (rucx-perftest, rucx-info) }
+//! ```
+//!
+//! What it owns (`docs/ucp.md`):
 //! - [`context`]: the transports a process uses, from `UCX_*` configuration.
 //! - [`worker`]: the worker (progress, wire-up, endpoints, client/server connection), tag
 //!   send and receive with eager and rendezvous protocols, active messages, RMA and
@@ -8,6 +15,40 @@
 //! - [`dt`] and [`datatype`]: the datatype engine (MPI-style layout constructors,
 //!   canonical form, pack/unpack) and the data descriptions operations take.
 //! - [`request`], [`address`], [`buf`]: request slots, worker addresses, user memory.
+//!
+//! # Example
+//!
+//! A context on the loopback transport (`UCX_TLS=self`), a worker, an endpoint to the
+//! worker's own address, and a tagged message sent to itself:
+//!
+//! ```
+//! use ucp::{Buf, Context, Data, RecvParams, SendParams, Worker};
+//! use ucs::{Config, Status};
+//!
+//! let cfg = Config::from_lookup(|name| (name == "TLS").then(|| "self".to_string())).unwrap();
+//! let ctx = Context::new(cfg);
+//! let mut worker = Worker::new(&ctx).unwrap();
+//! let own = worker.address().to_vec();
+//! let ep = worker.ep_create(&own).unwrap();
+//!
+//! let msg = b"hello, ucp".to_vec();
+//! let mut inbox = vec![0u8; msg.len()];
+//! // SAFETY: both vectors outlive the two requests, each of which is waited for below.
+//! let (src, dst) = unsafe { (Buf::from_slice(&msg), Buf::from_mut_slice(&mut inbox)) };
+//! let recv = worker
+//!     .tag_recv(&Data::Contig(dst), 7, u64::MAX, RecvParams::default())
+//!     .unwrap();
+//! if let Some(send) = worker
+//!     .tag_send(ep, &Data::Contig(src), 7, SendParams::default())
+//!     .unwrap()
+//! {
+//!     assert_eq!(worker.wait(send).0, Status::Ok);
+//! }
+//! let (status, info) = worker.wait(recv);
+//! assert_eq!(status, Status::Ok);
+//! assert_eq!(info.unwrap().length, msg.len());
+//! assert_eq!(inbox, msg);
+//! ```
 // Unsafe is denied everywhere but in `buf`, the one room where user memory described by
 // raw pointers is touched (STYLE.md §6).
 #![deny(unsafe_code)]
