@@ -70,4 +70,42 @@ impl Context {
     pub fn resources(&self) -> &[TlResource] {
         &self.discovery.available
     }
+
+    /// A description of the context in UCX's layout (`ucp_context_print_info`,
+    /// `rucx-info -p`): the components (one per transport here), their memory domains, and
+    /// one line per resource, `resource N : md N dev N flags -- tl/dev`, which UCXX and
+    /// UCX-Py parse for the transports in use. Devices are numbered by name across
+    /// transports, as UCX numbers them.
+    pub fn info_text(&self) -> String {
+        let rs = self.resources();
+        let mut tls: Vec<&str> = Vec::new();
+        let mut devs: Vec<&str> = Vec::new();
+        for r in rs {
+            if !tls.contains(&r.tl) {
+                tls.push(r.tl);
+            }
+            if !devs.contains(&r.device.as_str()) {
+                devs.push(&r.device);
+            }
+        }
+        let mut s = String::from("#\n# UCP context\n#\n");
+        for (i, tl) in tls.iter().enumerate() {
+            s.push_str(&format!("#     component {i:<2} :  {tl}\n"));
+        }
+        s.push_str("#\n");
+        for (i, tl) in tls.iter().enumerate() {
+            s.push_str(&format!("#            md {i:<2} :  component {i:<2} {tl} \n"));
+        }
+        s.push_str("#\n");
+        for (i, r) in rs.iter().enumerate() {
+            let md = tls.iter().position(|t| *t == r.tl).unwrap_or(0);
+            let dev = devs.iter().position(|d| *d == r.device).unwrap_or(0);
+            s.push_str(&format!(
+                "#      resource {i:<2} :  md {md:<2} dev {dev:<2} flags -- {}/{}\n",
+                r.tl, r.device
+            ));
+        }
+        s.push_str("#\n");
+        s
+    }
 }

@@ -1,7 +1,8 @@
 //! `rucx-info`: what Rucx can use on this machine, and how it is configured.
 //!
 //! `-d` lists transports and devices with capabilities, limits and performance estimates,
-//! and says why each absent transport is absent. `-c` prints the configuration table with
+//! and says why each absent transport is absent. `-p` prints the UCP context's resources
+//! in UCX's layout (`resource N : md N dev N flags -- tl/dev`). `-c` prints the configuration table with
 //! current values (from `UCX_*` variables or defaults).
 
 use clap::Parser;
@@ -22,6 +23,9 @@ struct Args {
     /// Print the library version.
     #[arg(short = 'v')]
     version: bool,
+    /// Print the UCP context's resources as UCX's `ucp_context_print_info` does.
+    #[arg(short = 'p')]
+    context: bool,
     /// Measure the GPU layout model's cost terms on every GPU (and between GPU 0 and 1
     /// where both exist), print them and keep them in the model's cache file.
     #[arg(long)]
@@ -288,6 +292,9 @@ fn main() {
     if args.devices && !print_devices(&cfg) {
         std::process::exit(1);
     }
+    if args.context {
+        print!("{}", ucp::Context::new(cfg.clone()).info_text());
+    }
     if let Some(spec) = &args.layout {
         match ucp::dt::apps::named(spec) {
             Ok(l) => {
@@ -306,9 +313,16 @@ fn main() {
     if args.calibrate && !calibrate() {
         std::process::exit(1);
     }
-    if !(args.devices || args.config || args.version || args.calibrate || args.layout.is_some()) {
+    if !(args.devices
+        || args.config
+        || args.version
+        || args.context
+        || args.calibrate
+        || args.layout.is_some())
+    {
         eprintln!(
-            "rucx-info: nothing to show; use -d (devices), -c (configuration), -v or --calibrate"
+            "rucx-info: nothing to show; use -d (devices), -p (context resources), \
+             -c (configuration), -v or --calibrate"
         );
         std::process::exit(1);
     }

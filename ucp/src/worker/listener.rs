@@ -16,16 +16,25 @@
 //! (or the socket closing before a decision) fails the client endpoint with `Rejected`
 //! (or `NotConnected`), reported through `poll_ep_error`. The server never blocks: sockets
 //! are non-blocking and half-received hellos wait for the next progress call.
+//!
+//! Every socket the worker waits on (listeners, hellos being received, clients waiting for
+//! the server's decision) is in the worker's epoll set (`SOCKET_EVENT`), so that a worker
+//! asleep on `ucp_worker_get_efd`'s descriptor wakes for a connection request or an
+//! answer, and the progress call after such a wakeup (or after `arm` found one) looks at
+//! the sockets at once instead of on its usual one call in `POLL_EVERY`. A client waiting
+//! for the server's address progresses this worker's own listeners meanwhile, so a client
+//! and a server on one worker connect.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use ucs::{Status, UcsResult};
 
 use super::wireup::{fail_ep, new_ep, Failure};
-use super::{EpHandle, Worker};
+use super::{EpHandle, Worker, SOCKET_EVENT};
 use crate::address::WorkerAddress;
 
 const HELLO: &[u8; 8] = b"RUCXCONN";
@@ -61,6 +70,8 @@ pub(crate) struct Sockets {
     /// Client endpoints waiting for the server's decision.
     pending: Vec<(usize, TcpStream)>,
     tick: u32,
+    /// A socket became readable: look at them at the next progress call.
+    pub(crate) due: bool,
 }
 
 impl Sockets {
@@ -111,6 +122,7 @@ impl Worker {
         })?;
         l.set_nonblocking(true).map_err(|_| Status::IoError)?;
         let bound = l.local_addr().map_err(|_| Status::IoError)?;
+        watch(self, l.as_raw_fd());
         self.sock.listeners.push(l);
         Ok(bound)
     }
@@ -153,8 +165,6 @@ impl Worker {
             }
         })?;
         let _ = s.set_nodelay(true);
-        s.set_read_timeout(Some(CONNECT_TIMEOUT))
-            .map_err(|_| Status::IoError)?;
         s.write_all(&frame(HELLO, &self.core.address))
             .map_err(|_| Status::IoError)?;
         // Exactly the reply, no further: the decision byte that follows is read later.
@@ -163,45 +173,84 @@ impl Worker {
             ErrorKind::UnexpectedEof => Status::NotConnected,
             _ => Status::IoError,
         };
-        let mut head = [0u8; 12];
-        s.read_exact(&mut head).map_err(io)?;
-        if parse(&head, REPLY).is_err() {
-            return Err(Status::InvalidParam);
-        }
-        let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
-        if len > MAX_ADDR {
-            // The server's word for its address size, refused before allocating it.
-            return Err(Status::InvalidParam);
-        }
-        let mut server = vec![0u8; len];
-        s.read_exact(&mut server).map_err(io)?;
+        // The server may be this very worker: serve its listeners while waiting. Exactly
+        // the reply is read, no further: the decision byte that follows is read later.
+        s.set_nonblocking(true).map_err(|_| Status::IoError)?;
+        let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
+        let mut got = Vec::new();
+        let server = loop {
+            match parse(&got, REPLY) {
+                // The server's word for its address size is checked before allocating.
+                Err(()) => return Err(Status::InvalidParam),
+                Ok(Some(addr)) => break addr,
+                Ok(None) => {}
+            }
+            let need = if got.len() < 12 {
+                12 - got.len()
+            } else {
+                let len = u32::from_le_bytes([got[8], got[9], got[10], got[11]]) as usize;
+                12 + len - got.len()
+            };
+            let mut chunk = [0u8; 4096];
+            match s.read(&mut chunk[..need.min(4096)]) {
+                Ok(0) => return Err(Status::NotConnected),
+                Ok(n) => {
+                    got.extend_from_slice(&chunk[..n]);
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(io(e)),
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Status::TimedOut);
+            }
+            if !self.sock.listeners.is_empty() {
+                poll_listeners(self);
+            }
+            let _ = ucs::wakeup::wait_readable(s.as_raw_fd(), 1);
+        };
         let peer = WorkerAddress::decode(&server)?;
         let Worker { ifaces, core, .. } = self;
         let idx = new_ep(ifaces, core, &peer)?;
-        s.set_nonblocking(true).map_err(|_| Status::IoError)?;
+        watch(self, s.as_raw_fd());
         self.sock.pending.push((idx, s));
         Ok(EpHandle(idx as u32))
+    }
+}
+
+/// Puts a socket in the worker's epoll set.
+fn watch(w: &Worker, fd: RawFd) {
+    if let Err(e) = w.epoll.add(fd, libc::EPOLLIN as u32, SOCKET_EVENT) {
+        log::warn!("ucp: a socket cannot wake this worker (epoll_ctl: {e})");
     }
 }
 
 /// Accepts new sockets, advances handshakes, and watches clients' pending decisions.
 pub(super) fn poll_sockets(w: &mut Worker) {
     w.sock.tick = w.sock.tick.wrapping_add(1);
-    if !w.sock.tick.is_multiple_of(POLL_EVERY) {
+    if !w.sock.due && !w.sock.tick.is_multiple_of(POLL_EVERY) {
         return;
     }
+    w.sock.due = false;
     poll_listeners(w);
     poll_pending(w);
 }
 
 fn poll_listeners(w: &mut Worker) {
-    let sock = &mut w.sock;
+    let Worker {
+        sock, epoll, core, ..
+    } = w;
     for l in &sock.listeners {
         loop {
             match l.accept() {
                 Ok((stream, client)) => {
                     if stream.set_nonblocking(true).is_ok() {
                         let _ = stream.set_nodelay(true);
+                        if let Err(e) =
+                            epoll.add(stream.as_raw_fd(), libc::EPOLLIN as u32, SOCKET_EVENT)
+                        {
+                            log::warn!("ucp: a socket cannot wake this worker (epoll_ctl: {e})");
+                        }
                         sock.handshakes.push(Handshake {
                             stream,
                             client,
@@ -238,8 +287,10 @@ fn poll_listeners(w: &mut Worker) {
             }
             Ok(Some(addr)) => {
                 let mut h = sock.handshakes.swap_remove(i);
+                // Open until the application decides; its bytes are not this worker's.
+                let _ = epoll.delete(h.stream.as_raw_fd());
                 if WorkerAddress::decode(&addr).is_err()
-                    || h.stream.write_all(&frame(REPLY, &w.core.address)).is_err()
+                    || h.stream.write_all(&frame(REPLY, &core.address)).is_err()
                 {
                     ucs::warn_limited!("ucp: dropped connection request from {}", h.client);
                     continue;

@@ -824,7 +824,6 @@ pub struct Worker {
     ifaces: Vec<OpenIface>,
     core: Core,
     epoll: ucs::wakeup::Epoll,
-    has_event_fd: bool,
     /// Wakes a sleeper from any thread (`ucp_worker_signal`); in the epoll set.
     signal: Arc<ucs::wakeup::EventFd>,
     sock: listener::Sockets,
@@ -852,6 +851,8 @@ impl Signaler {
 
 /// The epoll data of the signal descriptor (interfaces use their index).
 const SIGNAL_EVENT: u64 = u64::MAX;
+/// The epoll data of the worker's client/server sockets (`listener`).
+pub(crate) const SOCKET_EVENT: u64 = u64::MAX - 1;
 
 impl Drop for Worker {
     fn drop(&mut self) {
@@ -929,7 +930,6 @@ impl Worker {
             call: "epoll_create1",
             source,
         })?;
-        let mut has_event_fd = false;
         for (i, iface) in ifaces.iter().enumerate() {
             if let Some(fd) = iface.event_fd() {
                 epoll
@@ -938,7 +938,6 @@ impl Worker {
                         call: "epoll_ctl",
                         source,
                     })?;
-                has_event_fd = true;
             }
         }
         let signal = Arc::new(ucs::wakeup::EventFd::new().map_err(|source| Error::Os {
@@ -1053,7 +1052,6 @@ impl Worker {
             ifaces,
             core,
             epoll,
-            has_event_fd,
             signal,
             sock: listener::Sockets::default(),
             am_handlers: Vec::new(),
@@ -1512,11 +1510,14 @@ impl Worker {
     }
 
     /// A descriptor that becomes readable when `progress` has something to do, after
-    /// `arm` succeeded (`ucp_worker_get_efd`). `None` when no interface can wake a sleeper
-    /// (then poll).
+    /// `arm` succeeded (`ucp_worker_get_efd`): the worker's epoll set of its interfaces'
+    /// descriptors, its listener and connection sockets, and its signal. Every worker has
+    /// one: one whose interfaces have no descriptor (self alone) still sleeps on it, woken
+    /// by `ucp_worker_signal` and its sockets, while `arm` answers `Busy` whenever such an
+    /// interface has work.
     pub fn event_fd(&self) -> Option<RawFd> {
         use std::os::fd::AsRawFd;
-        self.has_event_fd.then(|| self.epoll.as_raw_fd())
+        Some(self.epoll.as_raw_fd())
     }
 
     /// Prepares for sleeping on `event_fd` (`ucp_worker_arm`): `Err(Busy)` means there is
@@ -1532,24 +1533,34 @@ impl Worker {
         {
             return Err(Status::Busy);
         }
-        // Drain the epoll readiness left from the last wakeup before arming again (a
-        // signal arriving meanwhile is work found, and level-triggered: stop there).
-        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        loop {
-            let n = self.epoll.wait(&mut ev, 0).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            if ev[..n].iter().any(|e| e.u64 == SIGNAL_EVENT) {
-                self.signal.drain();
-                return Err(Status::Busy);
-            }
-        }
-        for iface in self.ifaces.iter_mut() {
+        // Each interface arms its own descriptor, or says it has work. One without a
+        // descriptor that is driven on demand (self) is busy while it has work; the
+        // others without one (cma) produce no events of their own.
+        for (i, iface) in self.ifaces.iter_mut().enumerate() {
             match iface.arm() {
-                Ok(()) | Err(Status::Unsupported) => {}
+                Ok(()) => {}
+                Err(Status::Unsupported) => {
+                    if self.core.on_demand.contains(&(i as u8)) && iface.has_work() {
+                        return Err(Status::Busy);
+                    }
+                }
                 Err(e) => return Err(e),
             }
+        }
+        // What is readable now is work that has arrived: the descriptors are
+        // level-triggered (a tcp socket with unread bytes, a listener with a connection
+        // waiting), so they stay readable until progress takes what they hold, and
+        // sleeping on them would return at once. Progress first.
+        let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        let n = self.epoll.wait(&mut ev, 0).unwrap_or(0);
+        if n > 0 {
+            if ev[..n].iter().any(|e| e.u64 == SIGNAL_EVENT) {
+                self.signal.drain();
+            }
+            if ev[..n].iter().any(|e| e.u64 == SOCKET_EVENT) {
+                self.sock.due = true;
+            }
+            return Err(Status::Busy);
         }
         Ok(())
     }
@@ -1575,10 +1586,14 @@ impl Worker {
     /// (`ucp_worker_wait`, after a successful `arm`). Returns whether an event came.
     pub fn wait_event(&mut self, timeout_ms: i32) -> UcsResult<bool> {
         let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        self.epoll
+        let n = self
+            .epoll
             .wait(&mut ev, timeout_ms)
-            .map(|n| n > 0)
-            .map_err(|_| Status::IoError)
+            .map_err(|_| Status::IoError)?;
+        if ev[..n].iter().any(|e| e.u64 == SOCKET_EVENT) {
+            self.sock.due = true;
+        }
+        Ok(n > 0)
     }
 
     /// Runs the actions the handlers queued; returns how many ran.
