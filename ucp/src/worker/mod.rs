@@ -1884,8 +1884,27 @@ impl Core {
     /// `MPI_Sendrecv` or a window of messages both ends are busy with their own copies,
     /// and the split's extra round trip made 32 KiB exchanges twice as slow
     /// (docs/ucp.md, split rendezvous).
+    ///
+    /// A request that has finished and waits only for the application to release it is
+    /// not work: counting those (every slot of the request table) turned the split off in
+    /// a ping-pong that frees its send after the next receive, as `ucx_perftest` and
+    /// `rucx-perftest` do, and made same-host 2 MiB messages 1.8x slower from 2026-11-26
+    /// (commit a56e6bf) until 2026-12-06. The walk stops at the second request in flight;
+    /// it runs once per rendezvous of at least `UCX_RNDV_SPLIT_THRESH` bytes.
     pub(crate) fn busy_besides_one(&self) -> bool {
-        self.reqs.len() + self.direct.len() > 1
+        let mut live = self.direct.len();
+        if live > 1 {
+            return true;
+        }
+        for (_, r) in self.reqs.iter() {
+            if !matches!(r.state, Op::Done { .. }) {
+                live += 1;
+                if live > 1 {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// A buffer holding `payload`, for an unexpected eager message.

@@ -768,7 +768,7 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
     // Same host, rendezvous from 16K: the receiver reads the head while the sender writes
     // the tail. Contiguous and iov on either side, sizes off page boundaries, synchronous
     // too; the data is checked every time.
-    let (mut a, mut b, ab, _) = pair("posix,cma;RNDV_THRESH=16k");
+    let (mut a, mut b, ab, ba) = pair("posix,cma;RNDV_THRESH=16k");
     let mut splits = 0;
     for (i, &n) in [40_000usize, 65_536, 100_003, 600_000, 4 << 20]
         .iter()
@@ -839,6 +839,57 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
     );
     b.request_cancel(pending);
     assert_eq!(b.wait(pending).0, Status::Canceled);
+
+    // A request that has finished but that the application has not released yet is not
+    // work in flight: a ping-pong that frees its send after its next receive (as
+    // ucx_perftest does) keeps the split. Here b's send to a finished, and b holds it
+    // while it receives the next message.
+    let mut small = [0u8; 8];
+    let ar = a
+        .tag_recv(&contig_mut(&mut small), 78, u64::MAX, RecvParams::default())
+        .unwrap();
+    let held = b
+        .tag_send(
+            ba,
+            &contig(&[5u8; 8]),
+            78,
+            SendParams {
+                notify: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    drive(&mut a, &mut b, |a, _| {
+        a.request_status(ar) != Status::InProgress
+    });
+    assert_eq!(a.wait(ar).0, Status::Ok);
+    let held = held.expect("a send that asked for a completion has a request");
+    drive(&mut a, &mut b, |_, b| {
+        b.request_status(held) != Status::InProgress
+    });
+    let before = b.stats().rndv_split;
+    let n = 600_000;
+    let src = pattern(n, 12);
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 10, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), 10, SendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    assert_eq!(b.wait(r).0, Status::Ok);
+    assert!(dst == src, "data of the rendezvous beside a finished send");
+    assert_eq!(
+        b.stats().rndv_split,
+        before + 1,
+        "a finished, unreleased request does not stop the split"
+    );
+    assert_eq!(b.wait(held).0, Status::Ok);
+    let splits = splits + 1;
 
     // The receiver's reads end first when the sender does not progress: the receive
     // waits for the sender's FIN, then completes with every byte.
