@@ -32,6 +32,18 @@
 //! operation outstanding on it with `ConnectionReset` and reports `ep_error` once per
 //! endpoint.
 //!
+//! **A peer host that stops answering** (its link cut, the host gone: no reset, no close
+//! ever arrives) fails its connections with `EndpointTimeout`. An idle connection is the
+//! kernel's keepalive's (`UCX_TCP_KEEPIDLE`, `KEEPINTVL`, `KEEPCNT`: 16 s by default). One
+//! where data waits for the peer is found by `check_silence`, run from `progress` every
+//! `UCX_ERROR_CHECK_INTERVAL`: it asks the kernel (`TCP_INFO`) whether it holds data for
+//! the peer that it has retransmitted, or whose closed window it has probed, twice or more
+//! without an answer, and fails the connection once that has lasted, with no
+//! acknowledgment at all, `KEEPINTVL` x `KEEPCNT` (6 s by default). A live peer's kernel
+//! answers retransmissions and window probes even while its process does not read, so a
+//! slow peer is never taken for a dead one; `TCP_USER_TIMEOUT`, which also ends a
+//! connection whose window stayed closed that long (Linux 5.11 and later), is not used.
+//!
 //! **Puts move no byte through a buffer.** The initiator sends a put's data from the
 //! caller's memory (`sendmsg` of borrowed pieces), in frames of up to `PUT_FRAME_SEGS`
 //! segments. The target reads a put's headers into its receive buffer and, once the
@@ -93,6 +105,12 @@ const LISTEN_BACKLOG: i32 = 1024;
 /// While a connection is hot, the epoll set is polled once every this many progress calls
 /// (a power of two).
 const FULL_POLL_EVERY: u32 = 16;
+/// The clock is read for the dead-peer check once every this many progress calls (a power
+/// of two).
+const SILENCE_POLL_EVERY: u32 = 64;
+/// Connections the dead-peer check asks the kernel about per round at most (one
+/// `getsockopt` each); more are taken in turns over the following rounds.
+const SILENCE_PER_ROUND: usize = 64;
 
 const EV_IN: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
 const EV_OUT: u32 = libc::EPOLLOUT as u32;
@@ -128,12 +146,11 @@ fn errno_status(e: i32) -> Status {
         libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN => {
             Status::Unreachable
         }
-        libc::EPIPE
-        | libc::ECONNRESET
-        | libc::ENOTCONN
-        | libc::ECONNABORTED
-        | libc::ETIMEDOUT
-        | libc::ESHUTDOWN => Status::ConnectionReset,
+        libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNABORTED | libc::ESHUTDOWN => {
+            Status::ConnectionReset
+        }
+        // The kernel gave up on the peer: keepalive probes or a connect went unanswered.
+        libc::ETIMEDOUT => Status::EndpointTimeout,
         _ => Status::IoError,
     }
 }
@@ -288,6 +305,8 @@ enum Close {
     AnswerLength { got: usize, want: usize },
     #[error("the peer lets {0} bytes of answers pile up without reading them")]
     Overrun(usize),
+    #[error("the peer's host acknowledged nothing for {0} ms while data waited for it")]
+    Silent(u32),
 }
 
 impl Close {
@@ -295,6 +314,7 @@ impl Close {
         match self {
             Close::Eof => Status::ConnectionReset,
             Close::Socket(e) => errno_status(*e),
+            Close::Silent(_) => Status::EndpointTimeout,
             _ => Status::IoError,
         }
     }
@@ -344,6 +364,9 @@ struct Conn {
     /// The last frame was a put: the next read takes one frame's headers only, so that a
     /// following put's payload is read into its target rather than into the buffer.
     put_streak: bool,
+    /// When the dead-peer check first saw the kernel retransmitting or probing on this
+    /// connection without an answer (monotonic ns); `None` while the peer answers.
+    unanswered_since: Option<u64>,
 }
 
 impl Conn {
@@ -403,6 +426,31 @@ impl Conn {
                 .map_err(|e| Close::Socket(e.raw_os_error().unwrap_or(libc::EIO)))?;
         }
         Ok(())
+    }
+
+    /// The dead-peer check of one connection: `Some(ms)` when its peer's host has been
+    /// silent for `ms` (at least `timeout_ns`) while data waits for it, that is when the
+    /// kernel holds data for the peer, has retransmitted it or probed the peer's closed
+    /// window at least twice in a row without an answer, has seen such unanswered tries
+    /// at every check for `timeout_ns`, and has received no acknowledgment for as long.
+    /// A live peer's kernel answers every retransmission and window probe, even while its
+    /// process does not read, so a slow peer is never taken for a dead one; an idle
+    /// connection is the keepalive's.
+    fn silent(&mut self, now: u64, timeout_ns: u64) -> Option<u32> {
+        let st = match sock::tcp_state(self.raw()) {
+            Ok(st) if st.established() && st.outstanding() && st.unanswered() > 0 => st,
+            // Answered, idle, not up yet (the connect has its own timeout), or closing
+            // (its socket reports that itself).
+            _ => {
+                self.unanswered_since = None;
+                return None;
+            }
+        };
+        let since = *self.unanswered_since.get_or_insert(now);
+        let silent = st.unanswered() >= 2
+            && now.saturating_sub(since) >= timeout_ns
+            && u64::from(st.last_ack_recv_ms) * 1_000_000 >= timeout_ns;
+        silent.then_some(st.last_ack_recv_ms)
     }
 
     fn check_waiters(&mut self, sh: &mut Shared) {
@@ -812,6 +860,8 @@ pub struct TcpIface {
     rcvbuf: Option<i32>,
     /// Keepalive (idle s, interval s, count); None: off.
     keepalive: Option<(i32, i32, i32)>,
+    /// The dead-peer check of connections with data outstanding; None with keepalive off.
+    silence: Option<SilenceCheck>,
     listener: OwnedFd,
     sh: Shared,
     evs: Vec<libc::epoll_event>,
@@ -833,6 +883,21 @@ impl fmt::Debug for TcpIface {
             .field("eps", &self.eps.len())
             .finish()
     }
+}
+
+/// The dead-peer check of connections with data outstanding (module docs): the kernel's
+/// keepalive probes only idle connections, and `TCP_USER_TIMEOUT` would also end a
+/// connection whose peer is alive but has not read for as long (a closed window).
+#[derive(Debug)]
+struct SilenceCheck {
+    /// A peer whose host acknowledges nothing for this long while data waits for it is
+    /// taken for dead: `UCX_TCP_KEEPINTVL` x `UCX_TCP_KEEPCNT`.
+    timeout_ns: u64,
+    /// How often the connections are looked at: `UCX_ERROR_CHECK_INTERVAL`.
+    every_ns: u64,
+    next_ns: u64,
+    /// The connection (slab index) the next round starts from.
+    cursor: usize,
 }
 
 fn auto_bytes(a: AutoSize) -> Option<i32> {
@@ -975,6 +1040,15 @@ impl TcpIface {
                     cfg.tcp_keepcnt as i32,
                 )
             }),
+            silence: cfg.tcp_keepidle_ns.map(|_| SilenceCheck {
+                timeout_ns: cfg
+                    .tcp_keepintvl_ns
+                    .saturating_mul(u64::from(cfg.tcp_keepcnt))
+                    .max(1_000_000),
+                every_ns: cfg.error_check_interval_ns.max(1_000_000),
+                next_ns: 0,
+                cursor: 0,
+            }),
             listener,
             sh: Shared {
                 epoll,
@@ -1007,19 +1081,14 @@ impl TcpIface {
     fn tune(&self, fd: &OwnedFd) -> std::io::Result<()> {
         sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
         if let Some((idle, intvl, cnt)) = self.keepalive {
-            // A peer host that vanishes without a reset is found by the kernel's probes;
-            // data left unacknowledged as long fails the connection too.
+            // A peer host that vanishes without a reset is found by the kernel's probes
+            // while the connection is idle, and by `check_silence` while data waits for
+            // it. No TCP_USER_TIMEOUT: it also ends a connection whose peer is alive but
+            // has not read for as long (its window closed; Linux 5.11 and later).
             sock::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
             sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle)?;
             sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, intvl)?;
             sock::set_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, cnt)?;
-            let user_timeout_ms = (idle + intvl * cnt).saturating_mul(1000);
-            sock::set_int_opt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_USER_TIMEOUT,
-                user_timeout_ms,
-            )?;
         }
         if let Some(v) = self.sndbuf {
             sock::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v)?;
@@ -1103,12 +1172,55 @@ impl TcpIface {
             waiters: VecDeque::new(),
             direct: None,
             put_streak: false,
+            unanswered_since: None,
         });
         self.peers.entry(peer).or_default().own = Some(ci);
         // The connection may already be up (loopback); if it failed, the endpoints learn it
         // from ep_error.
         let _ = self.send(ci);
         Ok(ci)
+    }
+
+    /// The dead-peer check, at most once per `UCX_ERROR_CHECK_INTERVAL`: asks the kernel
+    /// about up to `SILENCE_PER_ROUND` connections and closes those whose peer host has
+    /// stopped answering while data waits for it (`Conn::silent`). Its endpoints fail
+    /// with `EndpointTimeout`.
+    #[cold]
+    #[inline(never)]
+    fn check_silence(&mut self) {
+        let Some(sc) = self.silence.as_mut() else {
+            return;
+        };
+        let now = ucs::time::now_ns();
+        if now < sc.next_ns || self.conns.is_empty() {
+            return;
+        }
+        sc.next_ns = now + sc.every_ns;
+        let (start, timeout_ns) = (sc.cursor, sc.timeout_ns);
+        let mut dead: Vec<(usize, u32)> = Vec::new();
+        let (mut seen, mut next) = (0, None);
+        // Connections from the cursor on, then those before it.
+        'passes: for first in [true, false] {
+            for (ci, c) in self.conns.iter_mut() {
+                if (ci >= start) != first {
+                    continue;
+                }
+                if seen == SILENCE_PER_ROUND {
+                    next = Some(ci);
+                    break 'passes;
+                }
+                seen += 1;
+                if let Some(ms) = c.silent(now, timeout_ns) {
+                    dead.push((ci, ms));
+                }
+            }
+        }
+        if let Some(sc) = self.silence.as_mut() {
+            sc.cursor = next.unwrap_or(start);
+        }
+        for (ci, ms) in dead {
+            self.close(ci, Close::Silent(ms));
+        }
     }
 
     /// Closes connection `ci` after a failure: everything outstanding on it fails with
@@ -1314,6 +1426,7 @@ impl TcpIface {
                 waiters: VecDeque::new(),
                 direct: None,
                 put_streak: false,
+                unanswered_since: None,
             });
         }
     }
@@ -1865,6 +1978,9 @@ impl Iface for TcpIface {
         }
         if self.sh.pending_total > 0 {
             n += self.dispatch_pending(h);
+        }
+        if self.calls & (SILENCE_POLL_EVERY - 1) == 0 && self.silence.is_some() {
+            self.check_silence();
         }
         if !self.sh.events.is_empty() {
             n += self.report(h);

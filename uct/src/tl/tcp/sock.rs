@@ -63,6 +63,71 @@ pub(super) fn get_int_opt(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     }
 }
 
+/// What the kernel knows of a connection's state (`TCP_INFO`): the fields the dead-peer
+/// check reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TcpState {
+    /// `TCP_ESTABLISHED` (1), `TCP_SYN_SENT` (2), ...
+    pub state: u8,
+    /// Retransmission timeouts of the oldest unacknowledged segment in a row.
+    pub retransmits: u8,
+    /// Zero-window (or keepalive) probes sent and not answered.
+    pub probes: u8,
+    /// Segments sent and not acknowledged.
+    pub unacked: u32,
+    /// Bytes queued in the kernel and not sent yet (a closed window).
+    pub notsent: u32,
+    /// Milliseconds since the peer last acknowledged anything.
+    pub last_ack_recv_ms: u32,
+}
+
+impl TcpState {
+    /// The connection is up (its handshake done, neither side closed it).
+    pub fn established(&self) -> bool {
+        // `TCP_ESTABLISHED` of the kernel's `enum tcp_state` (libc has no Linux constant).
+        self.state == 1
+    }
+
+    /// The kernel holds data for the peer, sent or not.
+    pub fn outstanding(&self) -> bool {
+        self.unacked > 0 || self.notsent > 0
+    }
+
+    /// Retransmissions or window probes in a row that the peer left unanswered.
+    pub fn unanswered(&self) -> u8 {
+        self.retransmits.max(self.probes)
+    }
+}
+
+/// `getsockopt(TCP_INFO)`, the fields [`TcpState`] keeps.
+pub(super) fn tcp_state(fd: RawFd) -> io::Result<TcpState> {
+    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: ti and len are live locals; len holds ti's size, and the kernel writes at
+    // most that many bytes (fewer on an older kernel, whose missing fields stay zero).
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut ti).cast(),
+            &raw mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(TcpState {
+        state: ti.tcpi_state,
+        retransmits: ti.tcpi_retransmits,
+        probes: ti.tcpi_probes,
+        unacked: ti.tcpi_unacked,
+        notsent: ti.tcpi_notsent_bytes,
+        last_ack_recv_ms: ti.tcpi_last_ack_recv,
+    })
+}
+
 fn to_sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,

@@ -1118,9 +1118,11 @@ fn a_peer_that_never_reads_its_answers_is_disconnected() {
 }
 
 /// Keepalive is on for every connection, with the configured timing, so a peer host that
-/// vanishes without a reset is still detected (the probes themselves are the kernel's).
+/// vanishes without a reset is still detected (the probes themselves are the kernel's);
+/// TCP_USER_TIMEOUT is left off, since it would also end a connection whose peer is alive
+/// but not reading (`a_peer_that_does_not_read_is_not_taken_for_dead`).
 #[test]
-fn connections_carry_keepalive_and_user_timeout() {
+fn connections_carry_keepalive_and_no_user_timeout() {
     use std::os::fd::AsRawFd;
     let mut p = Pair::new();
     let payload = [1u8; 8];
@@ -1135,13 +1137,14 @@ fn connections_carry_keepalive_and_user_timeout() {
             assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 10, "{name}");
             assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 2, "{name}");
             assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 3, "{name}");
-            assert_eq!(
-                get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
-                16_000,
-                "{name}"
-            );
+            assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 0, "{name}");
         }
     }
+    assert_eq!(
+        p.a.silence.as_ref().map(|s| s.timeout_ns),
+        Some(6_000_000_000),
+        "no acknowledgment for KEEPINTVL x KEEPCNT while data waits"
+    );
     let off = cfg_with(&[("TCP_KEEPIDLE", "inf")]);
     let mut q = Pair::with(
         TcpIface::open(&off, "lo").unwrap(),
@@ -1156,4 +1159,250 @@ fn connections_carry_keepalive_and_user_timeout() {
             0
         );
     }
+    assert!(
+        q.a.silence.is_none(),
+        "'inf' turns the dead-peer check off too"
+    );
+}
+
+/// Dead-peer timing for the tests below: keepalive after 1 s idle, probes 1 s apart, two
+/// of them; so an idle peer is given up after about 3 s, and one that leaves data
+/// unacknowledged after 2 s (KEEPINTVL x KEEPCNT); checked every 20 ms.
+fn quick_dead_peer_cfg() -> Config {
+    cfg_with(&[
+        ("TCP_KEEPIDLE", "1s"),
+        ("TCP_KEEPINTVL", "1s"),
+        ("TCP_KEEPCNT", "2"),
+        ("ERROR_CHECK_INTERVAL", "20ms"),
+    ])
+}
+
+/// A peer whose process does not read for longer than the dead-peer timeout, while we
+/// keep its socket full (its window closed, the kernel probing it), is alive: its kernel
+/// answers the probes, and the connection stays. (With TCP_USER_TIMEOUT at the same 3 s,
+/// Linux 5.11 and later end such a connection.) Then it reads, and gets every message.
+#[test]
+fn a_peer_that_does_not_read_is_not_taken_for_dead() {
+    use std::os::fd::AsRawFd;
+    let cfg = quick_dead_peer_cfg();
+    let mut p = Pair::with(
+        TcpIface::open(&cfg, "lo").unwrap(),
+        TcpIface::open(&cfg, "lo").unwrap(),
+    );
+    let ep = p.ep;
+    let payload = vec![7u8; 4000];
+    // One message through, so that the connection is up and b knows it.
+    p.retry(|i| i.am_short(ep, 2, 0, &payload)).unwrap();
+    p.until("the first message", |p| p.eb.ams.len() == 1);
+    // Fill the sockets while b does not progress.
+    let mut sent = 1;
+    let start = Instant::now();
+    loop {
+        match p.a.am_short(ep, 2, sent, &payload) {
+            Ok(()) => sent += 1,
+            Err(Status::NoResource) => break,
+            Err(e) => panic!("am_short: {e}"),
+        }
+        p.a.progress(&mut p.ea);
+        assert!(start.elapsed() < DEADLINE, "the sockets never filled");
+    }
+    // b stays out for 4 s, twice the timeout and more than the old user timeout.
+    let hold = Instant::now();
+    let mut closed_window = false;
+    while hold.elapsed() < Duration::from_secs(4) {
+        p.a.progress(&mut p.ea);
+        std::thread::sleep(Duration::from_millis(1));
+        if let Some((_, c)) = p.a.conns.iter().next() {
+            closed_window |= sock::tcp_state(c.fd.as_raw_fd()).is_ok_and(|s| s.notsent > 0);
+        }
+    }
+    assert!(
+        closed_window,
+        "the kernel never held unsent data: the window never closed"
+    );
+    assert!(p.ea.errors.is_empty(), "{:?}", p.ea.errors);
+    p.until("every message", |p| p.eb.ams.len() as u64 == sent);
+    assert!(p.ea.errors.is_empty() && p.eb.errors.is_empty());
+    for (i, (id, data)) in p.eb.ams.iter().enumerate() {
+        assert_eq!((*id, data.len()), (2, 8 + payload.len()), "message {i}");
+        assert_eq!(u64::from_le_bytes(data[..8].try_into().unwrap()), i as u64);
+    }
+}
+
+/// Two network namespaces joined by a veth pair, for a peer host whose link can be cut;
+/// removed on drop. `None` (with the reason) where namespaces cannot be made here.
+struct Netns {
+    ns: [String; 2],
+    dev: &'static str,
+}
+
+impl Netns {
+    const ADDRS: [&'static str; 2] = ["10.78.0.1", "10.78.0.2"];
+
+    fn new() -> Result<Netns, String> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let id = std::process::id();
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run ip: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let mut me = Netns {
+            ns: [String::new(), String::new()],
+            dev: "rucx0",
+        };
+        for (i, side) in ["a", "b"].into_iter().enumerate() {
+            let name = format!("rucx-tcp-{id}-{n}-{side}");
+            ip(&["netns", "add", &name])?;
+            me.ns[i] = name;
+        }
+        let (va, vb) = (
+            format!("rta{}_{n}", id % 100_000),
+            format!("rtb{}_{n}", id % 100_000),
+        );
+        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        for (i, v) in [va, vb].iter().enumerate() {
+            let ns = me.ns[i].clone();
+            if let Err(e) = ip(&["link", "set", v, "netns", &ns]) {
+                let _ = ip(&["link", "del", v]);
+                return Err(e);
+            }
+            ip(&["-n", &ns, "link", "set", v, "name", me.dev])?;
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", Self::ADDRS[i]),
+                "dev",
+                me.dev,
+            ])?;
+            ip(&["-n", &ns, "link", "set", me.dev, "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(me)
+    }
+
+    /// Runs `f` on a thread inside namespace `i`: the sockets it makes (listening, and
+    /// connecting later) belong to that namespace; accepted ones to their listener's.
+    fn run<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.ns[i]);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let ns = std::fs::File::open(&path).expect("the namespace's file");
+                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+                f()
+            })
+            .join()
+            .expect("the thread inside the namespace")
+        })
+    }
+
+    /// Takes namespace `i`'s end of the link down: its host stops answering, without a
+    /// reset or a close reaching anyone.
+    fn cut(&self, i: usize) {
+        let st = std::process::Command::new("ip")
+            .args(["-n", &self.ns[i], "link", "set", self.dev, "down"])
+            .status()
+            .expect("run ip");
+        assert!(st.success(), "cutting the link");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for ns in self.ns.iter().filter(|n| !n.is_empty()) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+/// A peer host that stops answering (its link cut: no reset, no close) is found: over a
+/// connection where data waits for it by the dead-peer check, after KEEPINTVL x KEEPCNT
+/// (2 s) without an acknowledgment and not before; over an idle one by the kernel's
+/// keepalive (about 3 s). Both endpoints fail with `EndpointTimeout`, and a send on them
+/// fails at once. Needs `ip netns` (root); says SKIPPED otherwise.
+#[test]
+fn a_peer_host_that_stops_answering_is_found() {
+    let net = match Netns::new() {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: network namespaces cannot be made here ({e})"
+            );
+            return;
+        }
+    };
+    let cfg = quick_dead_peer_cfg();
+    let dev = net.dev;
+    let b = net.run(1, || {
+        [
+            TcpIface::open(&cfg, dev).expect("tcp on the veth"),
+            TcpIface::open(&cfg, dev).expect("tcp on the veth"),
+        ]
+    });
+    // Everything on a's side, connecting included, happens inside a's namespace.
+    let (busy_at, idle_at) = net.run(0, || {
+        let [b1, b2] = b;
+        let open = || TcpIface::open(&cfg, dev).expect("tcp on the veth");
+        let mut busy = Pair::with(open(), b1);
+        let mut idle = Pair::with(open(), b2);
+        let payload = [3u8; 2000];
+        for p in [&mut busy, &mut idle] {
+            let ep = p.ep;
+            p.retry(|i| i.am_short(ep, 4, 0, &payload)).unwrap();
+            p.until("a message across the link", |p| p.eb.ams.len() == 1);
+        }
+        net.cut(1);
+        let cut = Instant::now();
+        // Data for the peer after the cut: it stays unacknowledged.
+        let ep = busy.ep;
+        busy.a.am_short(ep, 4, 1, &payload).unwrap();
+        let (mut busy_at, mut idle_at) = (None, None);
+        while busy_at.is_none() || idle_at.is_none() {
+            busy.a.progress(&mut busy.ea);
+            idle.a.progress(&mut idle.ea);
+            if busy_at.is_none() && !busy.ea.errors.is_empty() {
+                busy_at = Some(cut.elapsed());
+            }
+            if idle_at.is_none() && !idle.ea.errors.is_empty() {
+                idle_at = Some(cut.elapsed());
+            }
+            assert!(
+                cut.elapsed() < DEADLINE,
+                "a peer behind a cut link was not found (busy: {busy_at:?}, idle: {idle_at:?})"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(busy.ea.errors, vec![(busy.ep, Status::EndpointTimeout)]);
+        assert_eq!(idle.ea.errors, vec![(idle.ep, Status::EndpointTimeout)]);
+        for p in [&mut busy, &mut idle] {
+            let ep = p.ep;
+            assert!(p.a.am_short(ep, 4, 2, &payload).is_err());
+        }
+        (busy_at.unwrap(), idle_at.unwrap())
+    });
+    let _ = writeln!(
+        std::io::stderr(),
+        "peer behind a cut link found after {busy_at:?} with data waiting, {idle_at:?} idle"
+    );
+    assert!(
+        busy_at >= Duration::from_secs(2),
+        "taken for dead before KEEPINTVL x KEEPCNT: {busy_at:?}"
+    );
 }
