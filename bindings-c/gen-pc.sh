@@ -3,7 +3,8 @@
 #   bindings-c/gen-pc.sh [debug|release]
 # creates target/<profile>/rucx-pkg/ with lib/libucp.so and lib/libucp.so.0 (links to the
 # cdylib; libucs, libucm and libuct are other names of the same library, for programs that
-# link -lucs -lucm -luct or whose plugins need them, as OpenMPI's and Charm++'s do) and
+# link -lucs -lucm -luct or whose plugins need them, as OpenMPI's and Charm++'s do; and
+# libucs_signal, which Python's libucx.load_library() opens by name) and
 # rucx.pc, and prints that directory (use it as PKG_CONFIG_PATH).
 set -e
 profile=${1:-debug}
@@ -14,7 +15,7 @@ so="$target/$profile/librucx_bindings_c.so"
 [ -f "$so" ] || { echo "$so not built: cargo build -p rucx-bindings-c" >&2; exit 1; }
 out="$target/$profile/rucx-pkg"
 mkdir -p "$out/lib"
-for lib in ucp ucs ucm uct; do
+for lib in ucp ucs ucm uct ucs_signal; do
   ln -sf "$so" "$out/lib/lib$lib.so"
   ln -sf "$so" "$out/lib/lib$lib.so.0"
 done

@@ -4,17 +4,20 @@
 # gcc (the C ABI conformance test compiles against UCX's headers), and Debian's UCX 1.13
 # (`libucx-dev` for those headers, `ucx-utils` for the unmodified `ucx_perftest` that the
 # C ABI tests run over our libucp.so.0), OpenMPI 4.1.4 and pkg-config (MPI programs and a
-# C example built against our headers, run over our library), and g++, make, autoconf,
+# C example built against our headers, run over our library), MPICH 4.0.2 (mpich,
+# libmpich-dev: its ch4:ucx device over our library, and its own test suite), and g++, make, autoconf,
 # automake, libtool and libpmix-dev (Charm++, built from the vendored source against our
 # headers: contrib/charm/test.sh), and cmake and libclang-dev (to build the real verbs
-# provider, feature `verbs`: rdma-mummy-sys compiles a stub library and generates bindings).
+# provider, feature `verbs`: rdma-mummy-sys compiles a stub library and generates bindings),
+# and python3 (a test regenerates docs/results.md from its data: contrib/bench/results.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 # Packages the test suite uses; add them here as tests come to need them.
 for pkg in iproute2 procps gcc g++ make autoconf automake libtool pkgconf libucx-dev ucx-utils \
-  openmpi-bin libopenmpi-dev libpmix-dev cmake libclang-dev libfabric1; do
+  openmpi-bin libopenmpi-dev mpich libmpich-dev libpmix-dev cmake libclang-dev libfabric1 \
+  python3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -38,7 +41,11 @@ fi
 # HCA here, so rc_verbs itself runs on the software HCA model.
 cargo build --workspace --all-targets --features uct/verbs
 cargo test --workspace --features uct/verbs
+# The API documentation of the three layers builds without a warning (broken or private
+# intra-doc links included); their crate pages' examples ran as doctests just above.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p ucs -p uct -p ucp --features uct/verbs
 
-# Charm++ as a conformance client: built against Rucx's headers alone, its own tests run
-# over Rucx with no UCX library loaded (about 9 minutes, 6 of them the build, which is cached).
+# Charm++ as a conformance client: built against a `make install` of Rucx alone
+# (--basedir=PREFIX), its own tests run over Rucx with no UCX library loaded (about 9
+# minutes, 6 of them the build, which is cached).
 bash contrib/charm/test.sh

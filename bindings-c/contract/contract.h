@@ -26,7 +26,8 @@ struct ct_test {
 
 /* The areas, each a file; each table ends with a zeroed entry. */
 extern const struct ct_test ct_requests[], ct_callbacks[], ct_tag[], ct_rma[], ct_endpoints[],
-    ct_address[], ct_worker_tests[], ct_am[];
+    ct_address[], ct_worker_tests[], ct_am[], ct_config[],
+    ct_abi119[];
 
 extern const char *ct_current;
 

@@ -229,7 +229,8 @@ static const struct {
 } areas[] = {
     {"requests", ct_requests}, {"callbacks", ct_callbacks}, {"tag", ct_tag},
     {"rma", ct_rma},           {"ep", ct_endpoints},               {"address", ct_address},
-    {"worker", ct_worker_tests}, {"am", ct_am},
+    {"worker", ct_worker_tests}, {"am", ct_am}, {"config", ct_config},
+    {"abi119", ct_abi119},
 };
 
 static int selected(const char *full, int argc, char **argv)

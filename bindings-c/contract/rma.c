@@ -322,6 +322,35 @@ static void atomics_right_or_refused(void)
     ct_pair_fini(&p);
 }
 
+/* ucp_mem_map of zero bytes gives a handle (with and without an address, with and
+ * without ALLOCATE) whose key packs and unpacks, and that unmaps. */
+static void zero_length_mem_map(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    char buf[8];
+    for (int k = 0; k < 3; k++) {
+        ucp_mem_map_params_t mp;
+        memset(&mp, 0, sizeof(mp));
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.length = 0;
+        mp.address = k == 0 ? buf : NULL;
+        mp.flags = k == 2 ? UCP_MEM_MAP_ALLOCATE : 0;
+        ucp_mem_h memh;
+        CT_OK(ucp_mem_map(p.ctx, &mp, &memh));
+        void *packed;
+        size_t plen;
+        CT_OK(ucp_rkey_pack(p.ctx, memh, &packed, &plen));
+        ucp_rkey_h rkey;
+        CT_OK(ucp_ep_rkey_unpack(p.ep[0], packed, &rkey));
+        ucp_rkey_buffer_release(packed);
+        ucp_rkey_destroy(rkey);
+        CT_OK(ucp_mem_unmap(p.ctx, memh));
+    }
+    ct_pair_fini(&p);
+}
+
 const struct ct_test ct_rma[] = {
     {"put_then_flush", "put_nbi data is in the target once a worker or endpoint flush completes, for user and library-allocated memory; a key unpacked from a copy works after ucp_rkey_buffer_release", put_then_flush},
     {"fence_orders_puts", "ucp_worker_fence orders puts to one location: the last value written stays", fence_orders_puts},
@@ -330,6 +359,7 @@ const struct ct_test ct_rma[] = {
     {"key_lifetimes", "several keys of one mapping work side by side; destroying keys before unmapping, and mapping again, work", key_lifetimes},
     {"get_then_put_keeps_order", "a get then a put to the same address on one endpoint: the get reads the old value and a flush completes both (OpenMPI's MPI_REPLACE)", get_then_put_keeps_order},
     {"flush_completes_gets", "a flush completes every get posted before it", flush_completes_gets},
+    {"zero_length_mem_map", "ucp_mem_map of zero bytes (with or without an address, or ALLOCATE) gives a handle whose key packs, unpacks and is destroyed, and that unmaps", zero_length_mem_map},
     {"atomics_right_or_refused", "an atomic of an operand size UCX may not support is refused, or done right; never a wrong value", atomics_right_or_refused},
     {0},
 };

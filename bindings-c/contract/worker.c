@@ -1,6 +1,9 @@
 /* Worker wakeup: ucp_worker_signal from another thread. */
 #include "contract.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -167,8 +170,240 @@ static void stream_poll_reports_ready_endpoints(void)
     ucp_cleanup(ctx);
 }
 
+/* A worker asleep on ucp_worker_get_efd's descriptor (poll(2) in another thread, after
+ * progress until ucp_worker_arm says UCS_OK) wakes for each kind of event: a tag message
+ * from another worker, a ucp_worker_signal, and a connection request to its listener.
+ * Once woken, the thread progresses the worker until told to stop. Over the default
+ * transports and over tcp alone. */
+struct sleeper {
+    ucp_worker_h w;
+    volatile int woke, stop;
+    double slept;
+};
+
+static void *sleep_on_efd(void *arg)
+{
+    struct sleeper *s = arg;
+    int fd = -1;
+    if (ucp_worker_get_efd(s->w, &fd) != UCS_OK) return (void *)1;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    double t0 = now();
+    int r = poll(&pfd, 1, 8000);
+    s->slept = now() - t0;
+    s->woke = r > 0;
+    while (!s->stop) ucp_worker_progress(s->w);
+    return NULL;
+}
+
+/* Progresses w until arm says it may sleep, then starts a sleeper on it. */
+static void put_to_sleep(struct sleeper *s, ucp_worker_h w, pthread_t *t)
+{
+    memset(s, 0, sizeof(*s));
+    s->w = w;
+    double t0 = now();
+    ucs_status_t st;
+    while ((st = ucp_worker_arm(w)) == UCS_ERR_BUSY) {
+        ucp_worker_progress(w);
+        CT_CHECK(now() - t0 < 10, "ucp_worker_arm said BUSY for 10 s");
+    }
+    CT_CHECK(st == UCS_OK, "ucp_worker_arm: status %d", (int)st);
+    CT_CHECK(pthread_create(t, NULL, sleep_on_efd, s) == 0, "pthread_create");
+    usleep(100 * 1000); /* let it reach poll() */
+}
+
+static void wake_check(struct sleeper *s, pthread_t t, const char *what)
+{
+    (void)t;
+    if (getenv("CT_DEBUG")) fprintf(stderr, "    waiting for %s\n", what);
+    double t0 = now();
+    while (!s->woke && now() - t0 < 8) usleep(1000);
+    CT_CHECK(s->woke, "%s did not wake the worker (slept %.2f s)", what, s->slept);
+}
+
+static void stop_sleeper(struct sleeper *s, pthread_t t)
+{
+    s->stop = 1;
+    pthread_join(t, NULL);
+}
+
+static struct ct_rec conn_rec;
+static ucp_conn_request_h conn_req;
+static void on_conn(ucp_conn_request_h req, void *arg)
+{
+    (void)arg;
+    conn_req = req;
+    conn_rec.calls++;
+}
+
+static void efd_wakes_for(const char *tls)
+{
+    if (tls != NULL) setenv("UCX_TLS", tls, 1);
+    ucp_context_h ctx = ct_context(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_STREAM);
+    ucp_worker_h w[3];
+    for (int i = 0; i < 3; i++) w[i] = ct_worker(ctx);
+    ucp_address_t *a;
+    size_t alen;
+    CT_OK(ucp_worker_get_address(w[1], &a, &alen));
+    ucp_ep_h ep = ct_ep(w[0], a, 0, NULL);
+    ucp_worker_release_address(w[1], a);
+    /* One message first, so that the connection is made before the worker sleeps (a
+     * first message over tcp makes its connection on the way). */
+    {
+        char x = 'x', y = 0;
+        ucp_request_param_t p1 = ct_recv_param(NULL), p2 = ct_send_param(NULL);
+        void *r1 = ucp_tag_recv_nbx(w[1], &y, 1, 1, ~0ull, &p1);
+        void *r2 = ucp_tag_send_nbx(ep, &x, 1, 1, &p2);
+        double t1 = now();
+        while ((r1 != NULL && ucp_request_check_status(r1) == UCS_INPROGRESS) ||
+               (r2 != NULL && ucp_request_check_status(r2) == UCS_INPROGRESS)) {
+            ucp_worker_progress(w[0]);
+            ucp_worker_progress(w[1]);
+            CT_CHECK(now() - t1 < 10, "the first message did not arrive");
+        }
+        if (r1 != NULL) ucp_request_free(r1);
+        if (r2 != NULL) ucp_request_free(r2);
+    }
+
+    /* A tag message. */
+    struct sleeper s;
+    pthread_t t;
+    char msg[64] = "wake up", got[64] = {0};
+    ucp_request_param_t rp = ct_recv_param(NULL), sp = ct_send_param(NULL);
+    void *rr = ucp_tag_recv_nbx(w[1], got, sizeof(got), 7, ~0ull, &rp);
+    CT_CHECK(!UCS_PTR_IS_ERR(rr), "tag recv");
+    put_to_sleep(&s, w[1], &t);
+    void *sr = ucp_tag_send_nbx(ep, msg, sizeof(msg), 7, &sp);
+    CT_CHECK(!UCS_PTR_IS_ERR(sr), "tag send");
+    double t0 = now();
+    while (!s.woke && now() - t0 < 8) ucp_worker_progress(w[0]);
+    wake_check(&s, t, "a tag message");
+    while (sr != NULL && ucp_request_check_status(sr) == UCS_INPROGRESS) ucp_worker_progress(w[0]);
+    if (sr != NULL) ucp_request_free(sr);
+    while (ucp_request_check_status(rr) == UCS_INPROGRESS) usleep(1000);
+    ucp_request_free(rr);
+    stop_sleeper(&s, t);
+    CT_CHECK(strcmp(got, "wake up") == 0, "the message: '%s'", got);
+
+    /* A signal. */
+    put_to_sleep(&s, w[1], &t);
+    CT_OK(ucp_worker_signal(w[1]));
+    wake_check(&s, t, "ucp_worker_signal");
+    stop_sleeper(&s, t);
+
+    /* A connection request to w[1]'s listener from w[2]. */
+    ucp_listener_params_t lp;
+    memset(&lp, 0, sizeof(lp));
+    struct sockaddr_in sin;
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&sin;
+    lp.sockaddr.addrlen = sizeof(sin);
+    lp.conn_handler.cb = on_conn;
+    ucp_listener_h l;
+    CT_OK(ucp_listener_create(w[1], &lp, &l));
+    ucp_listener_attr_t la;
+    memset(&la, 0, sizeof(la));
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    CT_OK(ucp_listener_query(l, &la));
+    put_to_sleep(&s, w[1], &t);
+    ucp_ep_params_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    cp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    cp.sockaddr.addr = (const struct sockaddr *)&la.sockaddr;
+    cp.sockaddr.addrlen = sizeof(struct sockaddr_in);
+    ucp_ep_h client;
+    CT_OK(ucp_ep_create(w[2], &cp, &client));
+    t0 = now();
+    while (!s.woke && now() - t0 < 8) ucp_worker_progress(w[2]);
+    wake_check(&s, t, "a connection request");
+    t0 = now();
+    while (conn_rec.calls == 0 && now() - t0 < 8) ucp_worker_progress(w[2]);
+    CT_CHECK(conn_rec.calls == 1, "no connection request reached the handler");
+    if (getenv("CT_DEBUG")) fprintf(stderr, "    connection request handled\n");
+    stop_sleeper(&s, t);
+
+    /* Accepted, and connected: the server side answers, the client side progresses. */
+    ucp_ep_params_t ap;
+    memset(&ap, 0, sizeof(ap));
+    ap.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    ap.conn_request = conn_req;
+    ucp_ep_h server_ep;
+    CT_OK(ucp_ep_create(w[1], &ap, &server_ep));
+    if (getenv("CT_DEBUG")) fprintf(stderr, "    accepted\n");
+
+    /* The client's first message reaches the server (the connection is whole). */
+    {
+        char x = 'c', y = 0;
+        ucp_request_param_t p1 = ct_recv_param(NULL), p2 = ct_send_param(NULL);
+        void *r1 = ucp_tag_recv_nbx(w[1], &y, 1, 2, ~0ull, &p1);
+        void *r2 = ucp_tag_send_nbx(client, &x, 1, 2, &p2);
+        double t1 = now();
+        while ((r1 != NULL && ucp_request_check_status(r1) == UCS_INPROGRESS) ||
+               (r2 != NULL && ucp_request_check_status(r2) == UCS_INPROGRESS)) {
+            for (int i = 0; i < 3; i++) ucp_worker_progress(w[i]);
+            CT_CHECK(now() - t1 < 10, "the client's message did not arrive");
+        }
+        if (r1 != NULL) ucp_request_free(r1);
+        if (r2 != NULL) ucp_request_free(r2);
+        CT_CHECK(y == 'c', "the client's message");
+    }
+    ucp_listener_destroy(l);
+    ucp_ep_h eps[3] = {server_ep, client, ep};
+    for (int k = 0; k < 3; k++) {
+        ucp_request_param_t cp2;
+        memset(&cp2, 0, sizeof(cp2));
+        cp2.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        cp2.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        void *r = ucp_ep_close_nbx(eps[k], &cp2);
+        double t1 = now();
+        while (r != NULL && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) {
+            for (int i = 0; i < 3; i++) ucp_worker_progress(w[i]);
+            CT_CHECK(now() - t1 < 10, "closing an endpoint took 10 s");
+        }
+        if (r != NULL && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+    }
+    for (int i = 0; i < 3; i++) ucp_worker_destroy(w[i]);
+    ucp_cleanup(ctx);
+}
+
+static void efd_wakes_for_every_event(void)
+{
+    efd_wakes_for(NULL);
+}
+
+static void efd_wakes_for_every_event_over_tcp(void)
+{
+    efd_wakes_for("tcp");
+}
+
+/* With UCX_TLS=self alone a worker still has a wakeup descriptor: ucp_worker_get_efd
+ * succeeds, arm says UCS_OK when idle, and a signal wakes a sleeper on it. */
+static void efd_with_self_only(void)
+{
+    setenv("UCX_TLS", "self", 1);
+    ucp_context_h ctx = ct_context(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP);
+    ucp_worker_h w = ct_worker(ctx);
+    int fd = -1;
+    CT_OK(ucp_worker_get_efd(w, &fd));
+    CT_CHECK(fd >= 0, "no descriptor");
+    struct sleeper s;
+    pthread_t t;
+    put_to_sleep(&s, w, &t);
+    CT_OK(ucp_worker_signal(w));
+    wake_check(&s, t, "ucp_worker_signal");
+    stop_sleeper(&s, t);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+}
+
 const struct ct_test ct_worker_tests[] = {
     {"stream_poll_reports_ready_endpoints", "ucp_stream_worker_poll reports an endpoint with stream data waiting, with its user data, once per arrival to an idle stream", stream_poll_reports_ready_endpoints},
     {"signal_wakes_a_waiting_worker", "ucp_worker_signal from another thread ends a ucp_worker_wait; one sent before arming is not lost", signal_wakes_a_waiting_worker},
+    {"efd_wakes_for_every_event", "a worker asleep on ucp_worker_get_efd's descriptor after ucp_worker_arm wakes for a tag message, a signal and a connection request to its listener", efd_wakes_for_every_event},
+    {"efd_wakes_for_every_event_over_tcp", "the same with UCX_TLS=tcp", efd_wakes_for_every_event_over_tcp},
+    {"efd_with_self_only", "with UCX_TLS=self a worker has a wakeup descriptor, and a signal wakes a sleeper on it", efd_with_self_only},
     {0},
 };

@@ -50,7 +50,9 @@ pub(crate) fn dispatch(w: &CWorker) -> usize {
             w.with(|wk| wk.am_recycle(ev.header));
             continue;
         };
-        let reply_ep = ev.reply_ep.map_or(std::ptr::null_mut(), |r| handle_of(w, r));
+        let reply_ep = ev
+            .reply_ep
+            .map_or(std::ptr::null_mut(), |r| handle_of(w, r));
         let hdr = ev.header;
         match cb {
             AmCb::Recv(cb) => recv_handler(w, cb, arg, flags, &hdr, ev.data, reply_ep),
@@ -123,7 +125,8 @@ fn recv_handler(
                 in_cb: true,
             }));
             // SAFETY: as above; the descriptor is ours, for ucp_am_recv_data_nbx.
-            let s = ucs_status_t::from(unsafe { cb(arg, hdr_ptr, hdr.len(), d.cast(), len, &param) });
+            let s =
+                ucs_status_t::from(unsafe { cb(arg, hdr_ptr, hdr.len(), d.cast(), len, &param) });
             // SAFETY: d is live: only we free it while in_cb is set.
             let desc = unsafe { &mut *d };
             desc.in_cb = false;
@@ -178,7 +181,9 @@ fn legacy_handler(
             let r = post.run_out(w, |wk| wk.am_recv_data(r, &d, rp).map(Outcome::Req));
             if r.is_null() {
                 // SAFETY: finished in the call: the callback will not run, the context is ours.
-                unsafe { legacy_rndv_done(std::ptr::null_mut(), code(Status::Ok), len, ctx.cast()) };
+                unsafe {
+                    legacy_rndv_done(std::ptr::null_mut(), code(Status::Ok), len, ctx.cast())
+                };
             } else if crate::ptr_is_err(r) {
                 ucs::warn_limited!("ucp: active message of {len} bytes lost: receive failed");
                 // SAFETY: made by Box::into_raw above, and the receive never started.

@@ -28,7 +28,12 @@ pub(crate) const RKEY_BLOB_MAGIC: u32 = 0x4b52_5852; // "RXRK"
 pub struct CConfig {
     magic: u64,
     prefix: String,
+    /// Values set by `ucp_config_modify`, by name without `UCX_`: Rucx's options and UCX's
+    /// that Rucx accepts ([`ucs::config::UCX_ONLY`]).
     overrides: Vec<(String, String)>,
+    /// Keys neither knows, kept and printed back as UCX does (`KEY=VALUE`), and named in
+    /// a warning when a context is made from this configuration.
+    cached: Vec<(String, String)>,
 }
 
 impl CConfig {
@@ -176,6 +181,7 @@ pub unsafe extern "C" fn ucp_config_read(
             magic: CONFIG_MAGIC,
             prefix,
             overrides: Vec::new(),
+            cached: Vec::new(),
         };
         if let Err(e) = c.build() {
             eprintln!("[rucx] {e}");
@@ -225,14 +231,27 @@ pub unsafe extern "C" fn ucp_config_modify(
             return code(Status::InvalidParam);
         };
         let n = n.strip_prefix("UCX_").unwrap_or(&n).to_string();
-        if !ucs::config::TABLE.iter().any(|t| t.name == n) {
-            return code(Status::NoElem);
+        if ucs::config::TABLE.iter().any(|t| t.name == n) {
+            c.overrides.push((n, v));
+            if let Err(e) = c.build() {
+                c.overrides.pop();
+                log::error!("{e}");
+                return code(Status::InvalidParam);
+            }
+            return code(Status::Ok);
         }
-        c.overrides.push((n, v));
-        if c.build().is_err() {
-            c.overrides.pop();
-            return code(Status::InvalidParam);
+        if let Some(o) = ucs::config::UcxOnly::find(&n) {
+            if let Err(why) = o.check(&v) {
+                log::error!("invalid value for {n}: '{v}': {why}");
+                return code(Status::InvalidParam);
+            }
+            c.overrides.push((n, v));
+            return code(Status::Ok);
         }
+        // As UCX: a key no component knows is kept, printed back, and reported when a
+        // context is made from this configuration.
+        c.cached.retain(|(k, _)| *k != n);
+        c.cached.push((n, v));
         code(Status::Ok)
     })
 }
@@ -244,7 +263,7 @@ pub unsafe extern "C" fn ucp_config_print(
     config: *const CConfig,
     stream: *mut c_void,
     title: *const c_char,
-    _print_flags: c_int,
+    print_flags: c_int,
 ) {
     guard((), || {
         // SAFETY: forwarded contract.
@@ -252,15 +271,33 @@ pub unsafe extern "C" fn ucp_config_print(
             return;
         };
         let Ok(cfg) = c.build() else { return };
+        let flags = print_flags as u32;
         let mut s = String::new();
-        if let Some(t) = cstr(title) {
+        // As UCX: a header only where asked for; with UCS_CONFIG_PRINT_CONFIG alone, every
+        // line is `NAME=value` (UCXX and UCX-Py split each line at its '=').
+        if flags & UCS_CONFIG_PRINT_HEADER != 0 {
+            let t = cstr(title).unwrap_or_else(|| "UCX configuration".to_string());
             s.push_str(&format!("#\n# {t}\n#\n"));
         }
+        let doc = flags & UCS_CONFIG_PRINT_DOC != 0;
         for v in ucs::config::TABLE {
             let val = cfg
                 .value_of(v.name)
                 .unwrap_or_else(|| v.default.to_string());
+            if doc {
+                s.push_str(&format!("#\n# {}\n#\n", v.doc));
+            }
             s.push_str(&format!("UCX_{}={val}\n", v.name));
+        }
+        for o in ucs::config::UCX_ONLY {
+            let val = c.lookup(o.name).unwrap_or_else(|| o.default.to_string());
+            if doc {
+                s.push_str(&format!("#\n# {}\n#\n", o.doc));
+            }
+            s.push_str(&format!("UCX_{}={val}\n", o.name));
+        }
+        for (k, v) in &c.cached {
+            s.push_str(&format!("{k}={v}\n"));
         }
         fput(stream, &s);
     })
@@ -275,7 +312,8 @@ pub unsafe extern "C" fn ucp_get_version(
     release: *mut c_uint,
 ) {
     guard((), || {
-        for (p, v) in [(major, 1), (minor, 13), (release, 1)] {
+        let (a, b, c) = UCX_VERSION;
+        for (p, v) in [(major, a), (minor, b), (release, c)] {
             if !p.is_null() {
                 // SAFETY: the caller's writable unsigned.
                 unsafe { *p = v };
@@ -286,8 +324,13 @@ pub unsafe extern "C" fn ucp_get_version(
 
 #[no_mangle]
 pub extern "C" fn ucp_get_version_string() -> *const c_char {
-    c"1.13.1 (Rucx)".as_ptr()
+    c"1.19.0 (Rucx)".as_ptr()
 }
+
+/// The UCX version whose `ucp.h` contract this library keeps (`ucp_get_version`): 1.19,
+/// the ABI UCXX requires. Programs built against 1.13's headers keep working: 1.14 to 1.19
+/// only appended fields and bits (docs/c-abi.md).
+pub(crate) const UCX_VERSION: (c_uint, c_uint, c_uint) = (1, 19, 0);
 
 /// # Safety
 /// `attr` NULL or writable.
@@ -357,6 +400,7 @@ pub unsafe extern "C" fn ucp_init_version(
             magic: CONFIG_MAGIC,
             prefix: String::new(),
             overrides: Vec::new(),
+            cached: Vec::new(),
         };
         let cfg = if config.is_null() {
             &default_cfg
@@ -367,6 +411,7 @@ pub unsafe extern "C" fn ucp_init_version(
                 None => return code(Status::InvalidParam),
             }
         };
+        let unknown: Vec<String> = cfg.cached.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let cfg = match cfg.build() {
             Ok(c) => c,
             Err(e) => {
@@ -375,6 +420,9 @@ pub unsafe extern "C" fn ucp_init_version(
             }
         };
         ucs::log::init(cfg.log_level.to_filter());
+        if !unknown.is_empty() {
+            log::warn!("invalid configurations: {}", unknown.join(","));
+        }
         let Some(pool) = Pool::new(req_size, init, cleanup) else {
             return code(Status::InvalidParam);
         };
@@ -476,15 +524,7 @@ pub unsafe extern "C" fn ucp_context_print_info(context: *const CContext, stream
         let Some(c) = (unsafe { CContext::from_ptr(context.cast()) }) else {
             return;
         };
-        let mut s = format!(
-            "#\n# UCP context (Rucx {})\n#\n#     name: {}\n",
-            env!("CARGO_PKG_VERSION"),
-            c.name
-        );
-        for r in c.ctx.resources() {
-            s.push_str(&format!("#   transport: {}/{}\n", r.tl, r.device));
-        }
-        fput(stream, &s);
+        fput(stream, &c.ctx.info_text());
     })
 }
 
@@ -504,14 +544,51 @@ pub unsafe extern "C" fn ucp_mem_map(
         if params.is_null() || memh_p.is_null() {
             return code(Status::InvalidParam);
         }
-        // SAFETY: readable by contract; field_mask first.
-        let p = unsafe { &*params };
+        // SAFETY: readable by contract up to memory_type (UCX 1.13's struct, all a caller
+        // built against its headers passes); field_mask first.
+        let p = unsafe { &*params.cast::<ucp_mem_map_params_v113_t>() };
         if p.field_mask & !UCP_MEM_MAP_PARAM_FIELDS != 0 {
             return code(Status::InvalidParam);
         }
         let has = |b: u64| p.field_mask & b != 0;
-        if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) || p.length == 0 {
+        if has(UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER) {
+            // SAFETY: the field is in the caller's struct (its bit is set).
+            let b = unsafe { std::ptr::addr_of!((*params).exported_memh_buffer).read() };
+            if !b.is_null() {
+                // Importing an exported handle is not supported (docs/c-abi.md); with
+                // ALLOCATE the request makes no sense, as UCX says.
+                let alloc =
+                    has(UCP_MEM_MAP_PARAM_FIELD_FLAGS) && p.flags & UCP_MEM_MAP_ALLOCATE != 0;
+                return code(if alloc {
+                    Status::InvalidParam
+                } else {
+                    Status::Unsupported
+                });
+            }
+        }
+        if !has(UCP_MEM_MAP_PARAM_FIELD_LENGTH) {
             return code(Status::InvalidParam);
+        }
+        if p.length == 0 {
+            // As UCX: an empty region is a valid handle (with its address, or NULL), which
+            // packs a key through which only empty operations are in range. Nothing is
+            // allocated for it, whatever the flags say.
+            let base = if has(UCP_MEM_MAP_PARAM_FIELD_ADDRESS) {
+                p.address as u64
+            } else {
+                0
+            };
+            let mem = Box::new(CMem {
+                magic: MEM_MAGIC,
+                base,
+                len: 0,
+                owned: false,
+                shm: None,
+                #[cfg(feature = "cuda")]
+                _dev: None,
+                regs: Mutex::new(Vec::new()),
+            });
+            return publish(c, mem, memh_p);
         }
         let mem_type = if has(UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE) {
             match mem_type_of(p.memory_type) {
@@ -526,6 +603,10 @@ pub unsafe extern "C" fn ucp_mem_map(
         } else {
             0
         };
+        // (SYMMETRIC_RKEY is a hint; LOCK asks for the pages up front, not with NONBLOCK.)
+        if flags & UCP_MEM_MAP_NONBLOCK != 0 && flags & UCP_MEM_MAP_LOCK != 0 {
+            return code(Status::InvalidParam);
+        }
         // GPU memory to allocate: on the current device's primary context (device 0
         // where none is current).
         let gpu = mem_type.filter(|t| *t != ucs::memtype::MemoryType::Host);
@@ -598,6 +679,9 @@ pub unsafe extern "C" fn ucp_mem_map(
             }
             (addr as u64, false)
         };
+        if flags & UCP_MEM_MAP_LOCK != 0 {
+            crate::memh::lock_pages(base, len, owned || shm.is_some());
+        }
         let mem = Box::new(CMem {
             magic: MEM_MAGIC,
             base,
@@ -780,29 +864,10 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         if rkey_buffer_p.is_null() || size_p.is_null() {
             return code(Status::InvalidParam);
         }
-        // Blob: magic u32, body length u32, entry count u8, then per worker: worker id u64,
-        // key length u32, key.
-        let regs = m.regs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut body = Vec::with_capacity(256 * regs.len());
-        let mut n = 0u8;
-        for (w, h) in regs {
-            // SAFETY: listed workers are live (see `unmap`).
-            let w = unsafe { &*(w as *const CWorker) };
-            match w.with(|wk| wk.rkey_pack(h)) {
-                Ok(k) => {
-                    body.extend_from_slice(&w.uuid.to_le_bytes());
-                    body.extend_from_slice(&(k.len() as u32).to_le_bytes());
-                    body.extend_from_slice(&k);
-                    n = n.saturating_add(1);
-                }
-                Err(s) => return code(s),
-            }
-        }
-        let mut blob = Vec::with_capacity(9 + body.len());
-        blob.extend_from_slice(&RKEY_BLOB_MAGIC.to_le_bytes());
-        blob.extend_from_slice(&((body.len() + 1) as u32).to_le_bytes());
-        blob.push(n);
-        blob.extend_from_slice(&body);
+        let blob = match rkey_blob(m) {
+            Ok(b) => b,
+            Err(s) => return code(s),
+        };
         let p = malloc_copy(&blob);
         if p.is_null() {
             return code(Status::NoMemory);
@@ -814,6 +879,29 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         }
         code(Status::Ok)
     })
+}
+
+/// The packed key of a region (`ucp_rkey_pack`, `ucp_memh_pack`). Blob: magic u32, body
+/// length u32, entry count u8, then per worker: worker id u64, key length u32, key.
+pub(crate) fn rkey_blob(m: &CMem) -> Result<Vec<u8>, Status> {
+    let regs = m.regs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut body = Vec::with_capacity(256 * regs.len());
+    let mut n = 0u8;
+    for (w, h) in regs {
+        // SAFETY: listed workers are live (see `unmap`).
+        let w = unsafe { &*(w as *const CWorker) };
+        let k = w.with(|wk| wk.rkey_pack(h))?;
+        body.extend_from_slice(&w.uuid.to_le_bytes());
+        body.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        body.extend_from_slice(&k);
+        n = n.saturating_add(1);
+    }
+    let mut blob = Vec::with_capacity(9 + body.len());
+    blob.extend_from_slice(&RKEY_BLOB_MAGIC.to_le_bytes());
+    blob.extend_from_slice(&((body.len() + 1) as u32).to_le_bytes());
+    blob.push(n);
+    blob.extend_from_slice(&body);
+    Ok(blob)
 }
 
 /// A `malloc`ed copy of `b` (freed with `free` by the matching release call).

@@ -1,9 +1,11 @@
 //! Endpoints, listeners and remote keys: `ucp_ep_create`, `ucp_ep_close_nb(x)`,
-//! `ucp_ep_flush*`, `ucp_listener_*`, `ucp_conn_request_query`, `ucp_ep_rkey_unpack`,
-//! `ucp_rkey_destroy`.
+//! `ucp_ep_flush*`, `ucp_ep_query`, `ucp_listener_*`, `ucp_conn_request_query`,
+//! `ucp_ep_rkey_unpack`, `ucp_rkey_compare`, `ucp_rkey_destroy`.
 
-use std::ffi::{c_uint, c_void};
+use std::cmp::Ordering;
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::net::SocketAddr;
+use std::sync::Mutex;
 
 use ucp::{ConnRequest, EpHandle, Rkey};
 use ucs::Status;
@@ -34,6 +36,9 @@ pub struct CEp {
     /// The endpoint failed (set where its failure is reported): the copy path of
     /// `crate::fast::rma_mapped` leaves it to the general path, which says so.
     pub(crate) failed: std::sync::atomic::AtomicBool,
+    /// Transport and device names handed out by `ucp_ep_query`, valid until the endpoint
+    /// is closed (each kept once; a `CString`'s bytes do not move when the list grows).
+    names: Mutex<Vec<CString>>,
 }
 
 impl CEp {
@@ -78,6 +83,18 @@ impl CEp {
         self.user_data.unwrap_or(self.err.arg)
     }
 
+    /// A C copy of `s` that lives as long as the endpoint.
+    fn keep_name(&self, s: &str) -> *const c_char {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = names.iter().find(|c| c.as_bytes() == s.as_bytes()) {
+            return c.as_ptr();
+        }
+        let c = CString::new(s.replace('\0', "")).unwrap_or_default();
+        let p = c.as_ptr();
+        names.push(c);
+        p
+    }
+
     /// Frees a handle.
     ///
     /// # Safety
@@ -108,6 +125,7 @@ pub(crate) fn handle_of(w: &CWorker, ep: EpHandle) -> *mut c_void {
                 user_data: None,
                 name: format!("ep{}", ep.0),
                 failed: Default::default(),
+                names: Mutex::new(Vec::new()),
             })) as usize
         })
     }) as *mut c_void
@@ -452,29 +470,83 @@ pub unsafe extern "C" fn ucp_ep_flush_nbx(
     })
 }
 
+/// The name, the transports (one `{transport, device}` entry per lane) and the user data of
+/// an endpoint. The struct is reached through raw pointers, field by field: a caller built
+/// against UCX 1.13's headers passes only the fields up to `remote_sockaddr`, and sets
+/// neither bit of the later ones.
+///
 /// # Safety
-/// `ep` ours; `attr` writable.
+/// `ep` ours; `attr` writable for every field its `field_mask` names; with
+/// `UCP_EP_ATTR_FIELD_TRANSPORTS`, `transports.entries` writable for `num_entries` entries
+/// of `entry_size` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_ep_query(ep: *mut c_void, attr: *mut ucp_ep_attr_t) -> ucs_status_t {
     guard(code(Status::InvalidParam), || {
         // SAFETY: forwarded contract.
-        let Some((e, _)) = (unsafe { CEp::from_ptr(ep) }) else {
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
             return code(Status::InvalidParam);
         };
         if attr.is_null() {
             return code(Status::InvalidParam);
         }
-        // SAFETY: writable by contract.
-        let a = unsafe { &mut *attr };
-        if a.field_mask & !UCP_EP_ATTR_FIELDS != 0 {
+        // SAFETY: every caller's struct has field_mask (read first, alone).
+        let mask = unsafe { (*attr).field_mask };
+        if mask & !UCP_EP_ATTR_FIELDS != 0 {
             return code(Status::InvalidParam);
         }
-        if a.field_mask & !UCP_EP_ATTR_FIELD_NAME != 0 {
+        if mask & (UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR | UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR) != 0 {
             // Socket addresses of endpoints are not tracked (docs/c-abi.md).
             return code(Status::Unsupported);
         }
-        if a.field_mask & UCP_EP_ATTR_FIELD_NAME != 0 {
-            write_name(&mut a.name, &e.name);
+        if mask & UCP_EP_ATTR_FIELD_TRANSPORTS != 0 {
+            // SAFETY: the field exists in the caller's struct (its bit is set).
+            let t = unsafe { std::ptr::addr_of!((*attr).transports).read() };
+            if t.num_entries > 0 && t.entries.is_null() {
+                return code(Status::InvalidParam);
+            }
+        }
+        if mask & UCP_EP_ATTR_FIELD_NAME != 0 {
+            // SAFETY: writable by contract; a reference to this field alone.
+            write_name(unsafe { &mut (*attr).name }, &e.name);
+        }
+        if mask & UCP_EP_ATTR_FIELD_TRANSPORTS != 0 {
+            let lanes = w.with(|wk| wk.ep_transports(e.h)).unwrap_or_default();
+            // SAFETY: as above.
+            let t = unsafe { std::ptr::addr_of!((*attr).transports).read() };
+            let n = lanes.len().min(t.num_entries as usize);
+            let ptr_size = std::mem::size_of::<*const c_char>();
+            for (i, (tl, dev)) in lanes.iter().take(n).enumerate() {
+                let entry = t.entries.cast::<u8>().wrapping_add(i * t.entry_size);
+                // A field is written only where it ends within `entry_size` (the caller's
+                // entry may be an older, shorter struct); entries need not be aligned.
+                if t.entry_size >= ptr_size {
+                    // SAFETY: entry i's first pointer-sized bytes are the caller's (contract).
+                    unsafe {
+                        entry
+                            .cast::<*const c_char>()
+                            .write_unaligned(e.keep_name(tl))
+                    };
+                }
+                if t.entry_size >= 2 * ptr_size {
+                    // SAFETY: as above, for the second field.
+                    unsafe {
+                        entry
+                            .add(ptr_size)
+                            .cast::<*const c_char>()
+                            .write_unaligned(e.keep_name(dev))
+                    };
+                }
+            }
+            // SAFETY: as above.
+            unsafe { std::ptr::addr_of_mut!((*attr).transports.num_entries).write(n as c_uint) };
+        }
+        if mask & UCP_EP_ATTR_FIELD_USER_DATA != 0 {
+            // (Read under the worker's lock, where ucp_ep_modify_nb writes it.)
+            let ud = w
+                .with_inner(|_| e.user_data)
+                .unwrap_or(std::ptr::null_mut());
+            // SAFETY: the field exists in the caller's struct (its bit is set).
+            unsafe { std::ptr::addr_of_mut!((*attr).user_data).write(ud) };
         }
         code(Status::Ok)
     })
@@ -580,6 +652,9 @@ pub unsafe extern "C" fn ucp_ep_evaluate_perf(
 pub struct CRkey {
     magic: u64,
     pub(crate) rkey: Rkey,
+    /// What `ucp_rkey_compare` orders by: the worker and endpoint it was unpacked on (a
+    /// Rucx key serves only that endpoint) and the packed key it came from.
+    identity: (usize, u32, Box<[u8]>),
 }
 
 impl CRkey {
@@ -641,6 +716,7 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
                 let b = Box::into_raw(Box::new(CRkey {
                     magic: RKEY_MAGIC,
                     rkey,
+                    identity: (w as *const CWorker as usize, e.h.0, k.into()),
                 }));
                 // SAFETY: writable (checked non-NULL).
                 unsafe { *rkey_p = b.cast() };
@@ -664,6 +740,45 @@ pub unsafe extern "C" fn ucp_rkey_destroy(rkey: *mut c_void) {
                 drop(Box::from_raw(rkey.cast::<CRkey>()));
             }
         }
+    })
+}
+
+/// Orders two keys: 0 when they are interchangeable (the same region's key unpacked on the
+/// same endpoint, any number of times), else -1 or 1, consistently (a total order for
+/// sorting). `params->field_mask` must be 0 (no fields yet) and `result` non-NULL, as in
+/// UCX.
+///
+/// # Safety
+/// `worker` ours; `rkey1`, `rkey2` keys of ours; `params` readable; `result` writable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_compare(
+    worker: *mut c_void,
+    rkey1: *mut c_void,
+    rkey2: *mut c_void,
+    params: *const ucp_rkey_compare_params_t,
+    result: *mut c_int,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract (each checked by magic).
+        let (Some(_), Some(a), Some(b)) = (
+            unsafe { CWorker::from_ptr(worker) },
+            unsafe { CRkey::from_ptr(rkey1) },
+            unsafe { CRkey::from_ptr(rkey2) },
+        ) else {
+            return code(Status::InvalidParam);
+        };
+        // SAFETY: readable by contract (checked non-NULL first).
+        if params.is_null() || result.is_null() || unsafe { (*params).field_mask } != 0 {
+            return code(Status::InvalidParam);
+        }
+        let r = match a.identity.cmp(&b.identity) {
+            Ordering::Less => -1,
+            Ordering::Equal => 0,
+            Ordering::Greater => 1,
+        };
+        // SAFETY: writable by contract (checked non-NULL).
+        unsafe { *result = r };
+        code(Status::Ok)
     })
 }
 

@@ -18,9 +18,11 @@ mod dt;
 mod ep;
 mod ext;
 mod fast;
+mod memh;
 mod ops;
 mod queue;
 mod request;
+mod ucs_log;
 mod ucs_ucm;
 mod worker;
 
@@ -29,7 +31,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ucs::Status;
 
-pub use types::{constants, layouts, Layout};
+pub use types::{constants, layouts, other_abi, since, Layout};
 
 /// Runs `f`, turning a panic into `default` (STYLE.md §10).
 #[inline(always)]

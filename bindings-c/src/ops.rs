@@ -608,6 +608,79 @@ fn tag_recv_general(
     tag_recv(worker, buffer, count, tag, tag_mask, p)
 }
 
+/// What an `_nbr` call returns for what the nbx path gave: `UCS_OK` for an immediate
+/// completion, `UCS_INPROGRESS` when the application's request reports, or the error.
+fn nbr_status(r: ucs_status_ptr_t) -> ucs_status_t {
+    if r.is_null() {
+        code(Status::Ok)
+    } else if crate::ptr_is_err(r) {
+        r as isize as ucs_status_t
+    } else {
+        code(Status::InProgress)
+    }
+}
+
+/// `ucp_tag_send_nb` into a request the application allocated: `req` has
+/// `ucp_context_attr_t::request_size` bytes of room in front of it (as
+/// `UCP_OP_ATTR_FIELD_REQUEST`). `UCS_OK` when the send completed at once, `UCS_INPROGRESS`
+/// when `req` reports its completion (`ucp_request_check_status`), or an error.
+///
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nbr(
+    ep: *mut c_void,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    req: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        if req.is_null() {
+            return code(Status::InvalidParam);
+        }
+        let p = Post {
+            user_req: req,
+            fast_cmpl: true,
+            datatype,
+            ..Post::legacy(Cb::None)
+        };
+        nbr_status(tag_send(ep, buffer, count, tag, p, false))
+    })
+}
+
+/// `ucp_tag_recv_nb` into a request the application allocated (as
+/// [`ucp_tag_send_nbr`]): `UCS_OK` when posted, `req` then reports the completion (and,
+/// through `ucp_tag_recv_request_test`, the tag and length); or an error.
+///
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nbr(
+    worker: *mut c_void,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    req: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        if req.is_null() {
+            return code(Status::InvalidParam);
+        }
+        let p = Post {
+            user_req: req,
+            ..Post::legacy_recv(Cb::None, datatype)
+        };
+        match nbr_status(tag_recv(worker, buffer, count, tag, tag_mask, p)) {
+            s if s == code(Status::InProgress) => code(Status::Ok),
+            s => s,
+        }
+    })
+}
+
 /// Message handles of `ucp_tag_probe_nb(.., remove = 0)`: found, but not receivable.
 static PROBED: u8 = 0;
 
@@ -1335,5 +1408,204 @@ pub unsafe extern "C" fn ucp_atomic_fetch_nb(
             result,
             Post::legacy(Cb::Send(cb)),
         )
+    })
+}
+
+// ---- blocking atomics (ucp_compat.h) ----
+
+/// Posts an atomic and progresses the endpoint's worker until it completed (the fetching
+/// ones with the old remote value in `result`).
+#[allow(clippy::too_many_arguments)]
+fn atomic_blocking(
+    ep: *mut c_void,
+    op: AtomicOp,
+    size: usize,
+    value: u64,
+    compare: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut c_void,
+) -> ucs_status_t {
+    let r = atomic(
+        ep,
+        op,
+        size,
+        value,
+        compare,
+        remote_addr,
+        rkey,
+        result,
+        Post::legacy(Cb::None),
+    );
+    block(ep, r)
+}
+
+/// A fetching blocking atomic: `result` must be given.
+#[allow(clippy::too_many_arguments)]
+fn fetch_blocking(
+    ep: *mut c_void,
+    op: AtomicOp,
+    size: usize,
+    value: u64,
+    compare: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut c_void,
+) -> ucs_status_t {
+    if result.is_null() {
+        return code(Status::InvalidParam);
+    }
+    // The old value lands in a buffer of ours, copied out on success (the caller's is
+    // left alone otherwise, as in UCX).
+    let mut old = 0u64;
+    let s = atomic_blocking(
+        ep,
+        op,
+        size,
+        value,
+        compare,
+        remote_addr,
+        rkey,
+        (&raw mut old).cast(),
+    );
+    if s == code(Status::Ok) {
+        // SAFETY: `result` holds one operand of `size` (4 or 8) bytes by contract; the
+        // first `size` bytes of `old` are the fetched value.
+        unsafe {
+            std::ptr::copy_nonoverlapping((&raw const old).cast::<u8>(), result.cast(), size)
+        };
+    }
+    s
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_add32(
+    ep: *mut c_void,
+    add: u32,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let null = std::ptr::null_mut();
+        atomic_blocking(ep, AtomicOp::Add, 4, add.into(), 0, remote_addr, rkey, null)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_add64(
+    ep: *mut c_void,
+    add: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let null = std::ptr::null_mut();
+        atomic_blocking(ep, AtomicOp::Add, 8, add, 0, remote_addr, rkey, null)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_fadd32(
+    ep: *mut c_void,
+    add: u32,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut u32,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let r = result.cast();
+        fetch_blocking(ep, AtomicOp::Add, 4, add.into(), 0, remote_addr, rkey, r)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_fadd64(
+    ep: *mut c_void,
+    add: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut u64,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let r = result.cast();
+        fetch_blocking(ep, AtomicOp::Add, 8, add, 0, remote_addr, rkey, r)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_swap32(
+    ep: *mut c_void,
+    swap: u32,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut u32,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let r = result.cast();
+        fetch_blocking(ep, AtomicOp::Swap, 4, swap.into(), 0, remote_addr, rkey, r)
+    })
+}
+
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_swap64(
+    ep: *mut c_void,
+    swap: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut u64,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let r = result.cast();
+        fetch_blocking(ep, AtomicOp::Swap, 8, swap, 0, remote_addr, rkey, r)
+    })
+}
+
+/// Writes `swap` where the remote value equals `compare`; `*result` is the value before.
+///
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_cswap32(
+    ep: *mut c_void,
+    compare: u32,
+    swap: u32,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut u32,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let (op, r) = (AtomicOp::Cswap, result.cast());
+        fetch_blocking(ep, op, 4, swap.into(), compare.into(), remote_addr, rkey, r)
+    })
+}
+
+/// As [`ucp_atomic_cswap32`], on 64 bits.
+///
+/// # Safety
+/// ucp.h's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_cswap64(
+    ep: *mut c_void,
+    compare: u64,
+    swap: u64,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    result: *mut u64,
+) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        let (op, r) = (AtomicOp::Cswap, result.cast());
+        fetch_blocking(ep, op, 8, swap, compare, remote_addr, rkey, r)
     })
 }

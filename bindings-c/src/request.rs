@@ -556,10 +556,14 @@ pub unsafe extern "C" fn ucp_request_query(
     })
 }
 
+/// Returns NULL, as UCX 1.19's does (its implementation is that one line): a program
+/// allocates the memory of an application-owned request itself, with
+/// `ucp_context_attr_t::request_size` bytes in front, for `UCP_OP_ATTR_FIELD_REQUEST` and
+/// the `_nbr` calls.
+///
 /// # Safety
 /// `worker` a worker of ours.
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_alloc(_worker: *mut c_void) -> *mut c_void {
-    // Requests for the `_nbr` calls; Rucx does not provide those (docs/c-abi.md).
     std::ptr::null_mut()
 }

@@ -1,8 +1,13 @@
-//! The C types of UCX 1.13's `ucp.h` that cross the boundary, as `#[repr(C)]` structs, and
-//! the enum values and flag bits the shim reads. Written from the facts of Debian's
-//! `libucx-dev` 1.13.1 headers (names, values, field order); `tests/abi.rs` compiles a C
-//! program against those headers and compares every size and offset listed in
-//! [`layouts`].
+//! The C types of UCX 1.19's `ucp.h` that cross the boundary, as `#[repr(C)]` structs, and
+//! the enum values and flag bits the shim reads. Written from the facts of UCX's headers
+//! (names, values, field order); `tests/abi.rs` compiles a C program against every UCX
+//! header set it finds (Debian's 1.13, the 1.22 wheel) and compares every size, offset and
+//! value listed in [`layouts`] and [`constants`], minus what [`since`] says a version lacks
+//! and [`other_abi`] says it numbers differently.
+//!
+//! From 1.13 to 1.19 structs only grew at their ends and flags only gained bits, so a
+//! program built against 1.13's headers works with these definitions, provided a field
+//! added later is read or written only when its `field_mask` bit is set.
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -30,11 +35,24 @@ pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
 pub const UCS_THREAD_MODE_SERIALIZED: c_int = 1;
 pub const UCS_THREAD_MODE_MULTI: c_int = 2;
 
-// ucs_memory_type_t
+// ucs_memory_type_t, numbered as in UCX 1.19 (1.16 and 1.17 inserted RDMA and the ZE
+// types before LAST, which moved from 5 to 9).
 pub const UCS_MEMORY_TYPE_HOST: c_int = 0;
 pub const UCS_MEMORY_TYPE_CUDA: c_int = 1;
 pub const UCS_MEMORY_TYPE_CUDA_MANAGED: c_int = 2;
-pub const UCS_MEMORY_TYPE_UNKNOWN: c_int = 5;
+pub const UCS_MEMORY_TYPE_ROCM: c_int = 3;
+pub const UCS_MEMORY_TYPE_ROCM_MANAGED: c_int = 4;
+pub const UCS_MEMORY_TYPE_RDMA: c_int = 5;
+pub const UCS_MEMORY_TYPE_ZE_HOST: c_int = 6;
+pub const UCS_MEMORY_TYPE_ZE_DEVICE: c_int = 7;
+pub const UCS_MEMORY_TYPE_ZE_MANAGED: c_int = 8;
+pub const UCS_MEMORY_TYPE_LAST: c_int = 9;
+pub const UCS_MEMORY_TYPE_UNKNOWN: c_int = UCS_MEMORY_TYPE_LAST;
+/// `UCS_MEMORY_TYPE_UNKNOWN` in a program built against UCX 1.13's headers (1.19's RDMA).
+pub const UCS_MEMORY_TYPE_UNKNOWN_1_13: c_int = 5;
+/// `UCS_MEMORY_TYPE_UNKNOWN` in a program built against the headers of UCX 1.21 or later
+/// (1.21 inserted GAUDI at 9); no 1.19 type has this number.
+pub const UCS_MEMORY_TYPE_UNKNOWN_1_21: c_int = 10;
 
 /// `ucs_memory_type_t` of a Rucx memory type.
 pub(crate) fn ucs_mem_type(t: ucs::memtype::MemoryType) -> c_int {
@@ -46,13 +64,17 @@ pub(crate) fn ucs_mem_type(t: ucs::memtype::MemoryType) -> c_int {
 }
 
 /// A `ucs_memory_type_t` the application passed: `Ok(None)` for unknown (detect it),
-/// `Err` for types Rucx does not move (ROCm).
+/// `Err` for types Rucx does not move (ROCm, ZE). UNKNOWN is 9 in UCX 1.19's numbering, 5
+/// for a program built against 1.13's headers and 10 against 1.21's or later: each means
+/// "detect" (so 5, 1.19's RDMA, does too; Rucx has no RDMA-device memory to tell apart).
 pub(crate) fn mem_type_of(t: c_int) -> Result<Option<ucs::memtype::MemoryType>, ucs::Status> {
     match t {
         UCS_MEMORY_TYPE_HOST => Ok(Some(ucs::memtype::MemoryType::Host)),
         UCS_MEMORY_TYPE_CUDA => Ok(Some(ucs::memtype::MemoryType::Cuda)),
         UCS_MEMORY_TYPE_CUDA_MANAGED => Ok(Some(ucs::memtype::MemoryType::CudaManaged)),
-        UCS_MEMORY_TYPE_UNKNOWN => Ok(None),
+        UCS_MEMORY_TYPE_UNKNOWN | UCS_MEMORY_TYPE_UNKNOWN_1_13 | UCS_MEMORY_TYPE_UNKNOWN_1_21 => {
+            Ok(None)
+        }
         _ => Err(ucs::Status::Unsupported),
     }
 }
@@ -66,8 +88,9 @@ pub const UCP_PARAM_FIELD_REQUEST_CLEANUP: u64 = bit(3);
 pub const UCP_PARAM_FIELD_NAME: u64 = bit(8);
 pub const UCP_PARAM_FIELDS: u64 = mask(9);
 
-// ucp_feature
-pub const UCP_FEATURES: u64 = mask(7);
+// ucp_feature: TAG, RMA, AMO32, AMO64, WAKEUP, STREAM, AM, EXPORTED_MEMH (1.14).
+pub const UCP_FEATURE_EXPORTED_MEMH: u64 = bit(7);
+pub const UCP_FEATURES: u64 = mask(8);
 
 // ucp_worker_params_field: bits 0..=8.
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = bit(0);
@@ -103,10 +126,17 @@ pub const UCP_MEM_MAP_PARAM_FIELD_ADDRESS: u64 = bit(0);
 pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = bit(1);
 pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = bit(2);
 pub const UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE: u64 = bit(4);
-pub const UCP_MEM_MAP_PARAM_FIELDS: u64 = mask(5);
+pub const UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER: u64 = bit(5);
+pub const UCP_MEM_MAP_PARAM_FIELDS: u64 = mask(6);
 pub const UCP_MEM_MAP_NONBLOCK: c_uint = 1 << 0;
 pub const UCP_MEM_MAP_ALLOCATE: c_uint = 1 << 1;
 pub const UCP_MEM_MAP_FIXED: c_uint = 1 << 2;
+pub const UCP_MEM_MAP_SYMMETRIC_RKEY: c_uint = 1 << 3;
+pub const UCP_MEM_MAP_LOCK: c_uint = 1 << 4;
+
+// ucp_memh_pack_params_field, ucp_memh_pack_flags
+pub const UCP_MEMH_PACK_PARAM_FIELD_FLAGS: u64 = bit(0);
+pub const UCP_MEMH_PACK_FLAG_EXPORT: u64 = bit(0);
 
 // ucp_mem_attr_field
 pub const UCP_MEM_ATTR_FIELD_ADDRESS: u64 = bit(0);
@@ -118,6 +148,10 @@ pub const UCP_MEM_ADVISE_PARAM_FIELDS: u64 = mask(3);
 
 // ucp_lib_attr_field, ucp_context_attr_field, ucp_worker_attr_field
 pub const UCP_LIB_ATTR_FIELD_MAX_THREAD_LEVEL: u64 = bit(0);
+/// `ucs_config_print_flags_t`.
+pub const UCS_CONFIG_PRINT_CONFIG: u32 = 1 << 0;
+pub const UCS_CONFIG_PRINT_HEADER: u32 = 1 << 1;
+pub const UCS_CONFIG_PRINT_DOC: u32 = 1 << 2;
 pub const UCP_ATTR_FIELD_REQUEST_SIZE: u64 = bit(0);
 pub const UCP_ATTR_FIELD_THREAD_MODE: u64 = bit(1);
 pub const UCP_ATTR_FIELD_MEMORY_TYPES: u64 = bit(2);
@@ -135,7 +169,11 @@ pub const UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR: u64 = bit(0);
 pub const UCP_CONN_REQUEST_ATTR_FIELDS: u64 = mask(2);
 pub const UCP_LISTENER_ATTR_FIELD_SOCKADDR: u64 = bit(0);
 pub const UCP_EP_ATTR_FIELD_NAME: u64 = bit(0);
-pub const UCP_EP_ATTR_FIELDS: u64 = mask(3);
+pub const UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR: u64 = bit(1);
+pub const UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR: u64 = bit(2);
+pub const UCP_EP_ATTR_FIELD_TRANSPORTS: u64 = bit(3);
+pub const UCP_EP_ATTR_FIELD_USER_DATA: u64 = bit(4);
+pub const UCP_EP_ATTR_FIELDS: u64 = mask(5);
 
 // ucp_dt_type
 pub const UCP_DATATYPE_CONTIG: u64 = 0;
@@ -143,6 +181,12 @@ pub const UCP_DATATYPE_IOV: u64 = 2;
 pub const UCP_DATATYPE_GENERIC: u64 = 7;
 pub const UCP_DATATYPE_SHIFT: u32 = 3;
 pub const UCP_DATATYPE_CLASS_MASK: u64 = mask(UCP_DATATYPE_SHIFT);
+
+// ucp_datatype_attr_field
+pub const UCP_DATATYPE_ATTR_FIELD_PACKED_SIZE: u64 = bit(0);
+pub const UCP_DATATYPE_ATTR_FIELD_BUFFER: u64 = bit(1);
+pub const UCP_DATATYPE_ATTR_FIELD_COUNT: u64 = bit(2);
+pub const UCP_DATATYPE_ATTR_FIELDS: u64 = mask(3);
 
 // ucp_am_cb_flags, ucp_send_am_flags, ucp_am_recv_attr_t, ucp_am_handler_param_field
 pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
@@ -152,6 +196,9 @@ pub const UCP_CB_PARAM_FLAG_DATA: c_uint = 1 << 0;
 pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1 << 0;
 pub const UCP_AM_SEND_FLAG_EAGER: u32 = 1 << 1;
 pub const UCP_AM_SEND_FLAG_RNDV: u32 = 1 << 2;
+/// The header need only live until the send call returns (Rucx copies it before returning
+/// in every case).
+pub const UCP_AM_SEND_FLAG_COPY_HEADER: u32 = 1 << 3;
 pub const UCP_AM_RECV_ATTR_FIELD_REPLY_EP: u64 = bit(0);
 pub const UCP_AM_RECV_ATTR_FLAG_DATA: u64 = bit(16);
 pub const UCP_AM_RECV_ATTR_FLAG_RNDV: u64 = bit(17);
@@ -344,12 +391,32 @@ pub struct ucp_ep_params_t {
 }
 
 #[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ucp_transport_entry_t {
+    pub transport_name: *const c_char,
+    pub device_name: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ucp_transports_t {
+    pub entries: *mut ucp_transport_entry_t,
+    pub num_entries: c_uint,
+    pub entry_size: usize,
+}
+
+/// `ucp_ep_attr_t` of UCX 1.19. A caller built against 1.13's headers passes only the
+/// first 296 bytes (up to `remote_sockaddr`): `transports` (1.14) and `user_data` (1.18)
+/// are touched only through raw pointers, when their bit is set.
+#[repr(C)]
 #[allow(missing_debug_implementations)] // sockaddr_storage has no Debug
 pub struct ucp_ep_attr_t {
     pub field_mask: u64,
     pub name: [c_char; UCP_ENTITY_NAME_MAX],
     pub local_sockaddr: libc::sockaddr_storage,
     pub remote_sockaddr: libc::sockaddr_storage,
+    pub transports: ucp_transports_t,
+    pub user_data: *mut c_void,
 }
 
 #[repr(C)]
@@ -390,6 +457,8 @@ pub struct ucp_conn_request_attr_t {
     pub client_id: u64,
 }
 
+/// `ucp_mem_map_params_t` of UCX 1.19: `exported_memh_buffer` (1.14) is past the end of
+/// a 1.13 caller's struct, read through a raw pointer only when its bit is set.
 #[repr(C)]
 #[derive(Debug)]
 pub struct ucp_mem_map_params_t {
@@ -399,6 +468,48 @@ pub struct ucp_mem_map_params_t {
     pub flags: c_uint,
     pub prot: c_uint,
     pub memory_type: c_int,
+    pub exported_memh_buffer: *const c_void,
+}
+
+/// The fields of `ucp_mem_map_params_t` that every caller passes (UCX 1.13's whole struct):
+/// what `ucp_mem_map` reads through a reference.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ucp_mem_map_params_v113_t {
+    pub field_mask: u64,
+    pub address: *mut c_void,
+    pub length: usize,
+    pub flags: c_uint,
+    pub prot: c_uint,
+    pub memory_type: c_int,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub struct ucp_memh_pack_params_t {
+    pub field_mask: u64,
+    pub flags: u64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub struct ucp_memh_buffer_release_params_t {
+    pub field_mask: u64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub struct ucp_rkey_compare_params_t {
+    pub field_mask: u64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub struct ucp_datatype_attr_t {
+    pub field_mask: u64,
+    pub packed_size: usize,
+    pub buffer: *const c_void,
+    pub count: usize,
 }
 
 #[repr(C)]
@@ -622,11 +733,28 @@ pub fn layouts() -> Vec<Layout> {
     );
     layout!(
         v,
+        ucp_transport_entry_t {
+            transport_name,
+            device_name
+        }
+    );
+    layout!(
+        v,
+        ucp_transports_t {
+            entries,
+            num_entries,
+            entry_size
+        }
+    );
+    layout!(
+        v,
         ucp_ep_attr_t {
             field_mask,
             name,
             local_sockaddr,
-            remote_sockaddr
+            remote_sockaddr,
+            transports,
+            user_data
         }
     );
     layout!(v, ucp_listener_accept_handler_t { cb, arg });
@@ -663,7 +791,20 @@ pub fn layouts() -> Vec<Layout> {
             length,
             flags,
             prot,
-            memory_type
+            memory_type,
+            exported_memh_buffer
+        }
+    );
+    layout!(v, ucp_memh_pack_params_t { field_mask, flags });
+    layout!(v, ucp_memh_buffer_release_params_t { field_mask });
+    layout!(v, ucp_rkey_compare_params_t { field_mask });
+    layout!(
+        v,
+        ucp_datatype_attr_t {
+            field_mask,
+            packed_size,
+            buffer,
+            count
         }
     );
     layout!(
@@ -777,7 +918,15 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCS_MEMORY_TYPE_HOST,
         UCS_MEMORY_TYPE_CUDA,
         UCS_MEMORY_TYPE_CUDA_MANAGED,
+        UCS_MEMORY_TYPE_ROCM,
+        UCS_MEMORY_TYPE_ROCM_MANAGED,
+        UCS_MEMORY_TYPE_RDMA,
+        UCS_MEMORY_TYPE_ZE_HOST,
+        UCS_MEMORY_TYPE_ZE_DEVICE,
+        UCS_MEMORY_TYPE_ZE_MANAGED,
+        UCS_MEMORY_TYPE_LAST,
         UCS_MEMORY_TYPE_UNKNOWN,
+        UCP_FEATURE_EXPORTED_MEMH,
         UCP_PARAM_FIELD_FEATURES,
         UCP_PARAM_FIELD_REQUEST_SIZE,
         UCP_PARAM_FIELD_REQUEST_INIT,
@@ -806,6 +955,11 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_MEM_MAP_NONBLOCK,
         UCP_MEM_MAP_ALLOCATE,
         UCP_MEM_MAP_FIXED,
+        UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER,
+        UCP_MEM_MAP_SYMMETRIC_RKEY,
+        UCP_MEM_MAP_LOCK,
+        UCP_MEMH_PACK_PARAM_FIELD_FLAGS,
+        UCP_MEMH_PACK_FLAG_EXPORT,
         UCP_MEM_ATTR_FIELD_ADDRESS,
         UCP_MEM_ATTR_FIELD_LENGTH,
         UCP_MEM_ATTR_FIELD_MEM_TYPE,
@@ -824,6 +978,13 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR,
         UCP_LISTENER_ATTR_FIELD_SOCKADDR,
         UCP_EP_ATTR_FIELD_NAME,
+        UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR,
+        UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR,
+        UCP_EP_ATTR_FIELD_TRANSPORTS,
+        UCP_EP_ATTR_FIELD_USER_DATA,
+        UCP_DATATYPE_ATTR_FIELD_PACKED_SIZE,
+        UCP_DATATYPE_ATTR_FIELD_BUFFER,
+        UCP_DATATYPE_ATTR_FIELD_COUNT,
         UCP_DATATYPE_CONTIG,
         UCP_DATATYPE_IOV,
         UCP_DATATYPE_GENERIC,
@@ -835,6 +996,7 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_AM_SEND_FLAG_REPLY,
         UCP_AM_SEND_FLAG_EAGER,
         UCP_AM_SEND_FLAG_RNDV,
+        UCP_AM_SEND_FLAG_COPY_HEADER,
         UCP_AM_RECV_ATTR_FIELD_REPLY_EP,
         UCP_AM_RECV_ATTR_FLAG_DATA,
         UCP_AM_RECV_ATTR_FLAG_RNDV,
@@ -878,4 +1040,116 @@ pub fn constants() -> Vec<(&'static str, i64)> {
         UCP_REQUEST_ATTR_FIELD_MEM_TYPE,
         UCP_ENTITY_NAME_MAX,
     ]
+}
+
+/// The UCX minor version (1.x) that introduced a name of [`layouts`], [`constants`] or our
+/// headers (a type, constant or function), for the names that came after 1.13 (13 for
+/// every other): the ABI tests leave a name out of what they compile against an older UCX
+/// header set. A struct's size is named by the type, a field's offset by `type.field`.
+pub fn since(name: &str) -> u32 {
+    let ty = name.split('.').next().unwrap_or(name);
+    match (ty, name) {
+        ("ucp_ep_attr_t", "ucp_ep_attr_t.transports") => 14,
+        ("ucp_ep_attr_t", "ucp_ep_attr_t.user_data") => 18,
+        ("ucp_mem_map_params_t", "ucp_mem_map_params_t.exported_memh_buffer") => 14,
+        (
+            "ucp_transport_entry_t"
+            | "ucp_transports_t"
+            | "ucp_memh_pack_params_t"
+            | "ucp_memh_buffer_release_params_t"
+            | "ucp_datatype_attr_t"
+            | "UCP_FEATURE_EXPORTED_MEMH"
+            | "UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER"
+            | "UCP_MEMH_PACK_PARAM_FIELD_FLAGS"
+            | "UCP_MEMH_PACK_FLAG_EXPORT"
+            | "UCP_EP_ATTR_FIELD_TRANSPORTS"
+            | "UCP_DATATYPE_ATTR_FIELD_PACKED_SIZE"
+            | "UCP_DATATYPE_ATTR_FIELD_BUFFER"
+            | "UCP_DATATYPE_ATTR_FIELD_COUNT"
+            | "UCP_AM_SEND_FLAG_COPY_HEADER"
+            | "ucp_memh_pack"
+            | "ucp_memh_buffer_release"
+            | "ucp_dt_query",
+            _,
+        ) => 14,
+        (
+            "ucp_rkey_compare_params_t"
+            | "ucp_rkey_compare"
+            | "UCP_MEM_MAP_SYMMETRIC_RKEY"
+            | "UCS_MEMORY_TYPE_RDMA",
+            _,
+        ) => 16,
+        (
+            "UCS_MEMORY_TYPE_ZE_HOST" | "UCS_MEMORY_TYPE_ZE_DEVICE" | "UCS_MEMORY_TYPE_ZE_MANAGED",
+            _,
+        ) => 17,
+        ("UCP_MEM_MAP_LOCK" | "UCP_EP_ATTR_FIELD_USER_DATA", _) => 18,
+        _ => 13,
+    }
+}
+
+/// The value a name of [`layouts`], [`constants`] or our headers has in UCX 1.`minor`'s
+/// headers where it differs from the 1.19 ABI Rucx presents (`None` where it is the same,
+/// or where the name is younger than that version: see [`since`]). Structs grew at their
+/// ends and `UCS_MEMORY_TYPE_LAST` moved as memory types were inserted before it.
+pub fn other_abi(name: &str, minor: u32) -> Option<i64> {
+    let v = match name {
+        "UCS_MEMORY_TYPE_LAST" | "UCS_MEMORY_TYPE_UNKNOWN" => match minor {
+            ..=15 => 5,
+            16 => 6,
+            17..=20 => return None,
+            _ => 10,
+        },
+        "UCS_MEMORY_TYPES_CPU_ACCESSIBLE" if minor <= 16 => 0x11,
+        "ucp_ep_attr_t" => match minor {
+            ..=13 => 296,
+            14..=17 => 320,
+            _ => return None,
+        },
+        "ucp_mem_map_params_t" if minor <= 13 => 40,
+        "ucp_params_t" if minor >= 20 => 88,
+        "ucp_context_attr_t" if minor >= 20 => 72,
+        "ucp_request_param_t" if minor >= 22 => 96,
+        "UCP_API_MINOR" if minor != 19 => i64::from(minor),
+        "UCP_API_VERSION" if minor != 19 => (1 << 24) | (i64::from(minor) << 16),
+        _ => return None,
+    };
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn the_1_13_prefix_of_mem_map_params_is_the_1_19_struct_up_to_memory_type() {
+        type Old = ucp_mem_map_params_v113_t;
+        type New = ucp_mem_map_params_t;
+        assert_eq!(offset_of!(Old, field_mask), offset_of!(New, field_mask));
+        assert_eq!(offset_of!(Old, address), offset_of!(New, address));
+        assert_eq!(offset_of!(Old, length), offset_of!(New, length));
+        assert_eq!(offset_of!(Old, flags), offset_of!(New, flags));
+        assert_eq!(offset_of!(Old, prot), offset_of!(New, prot));
+        assert_eq!(offset_of!(Old, memory_type), offset_of!(New, memory_type));
+        assert_eq!(size_of::<Old>(), offset_of!(New, exported_memh_buffer));
+        assert_eq!(
+            other_abi("ucp_mem_map_params_t", 13),
+            Some(size_of::<Old>() as i64)
+        );
+    }
+
+    #[test]
+    fn every_unknown_memory_type_number_means_detect() {
+        for t in [5, 9, 10] {
+            assert_eq!(mem_type_of(t), Ok(None), "{t}");
+        }
+        assert_eq!(
+            mem_type_of(UCS_MEMORY_TYPE_HOST),
+            Ok(Some(ucs::memtype::MemoryType::Host))
+        );
+        for t in [UCS_MEMORY_TYPE_ROCM, UCS_MEMORY_TYPE_ZE_DEVICE, 11, -1] {
+            assert_eq!(mem_type_of(t), Err(ucs::Status::Unsupported), "{t}");
+        }
+    }
 }

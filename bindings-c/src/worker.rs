@@ -50,7 +50,15 @@ pub(crate) enum AmCb {
         ) -> ucs_status_ret_t,
     ),
     /// The deprecated `ucp_worker_set_am_handler`'s `ucp_am_callback_t`.
-    Legacy(unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, c_uint) -> ucs_status_ret_t),
+    Legacy(
+        unsafe extern "C" fn(
+            *mut c_void,
+            *mut c_void,
+            usize,
+            *mut c_void,
+            c_uint,
+        ) -> ucs_status_ret_t,
+    ),
 }
 
 /// A listener's connection handler.
@@ -577,9 +585,13 @@ impl CWorker {
                             (p, e.err.cb, e.err_arg())
                         })
                     });
-                    if let Some((p, Some(cb), arg)) = found {
-                        // SAFETY: the application's error handler, as ucp.h specifies.
-                        unsafe { cb(arg, p as *mut c_void, code(s)) };
+                    match found {
+                        Some((p, Some(cb), arg)) => {
+                            // SAFETY: the application's error handler, as ucp.h specifies.
+                            unsafe { cb(arg, p as *mut c_void, code(s)) };
+                        }
+                        Some((_, None, _)) if s == Status::EndpointTimeout => unhandled_timeout(ep),
+                        _ => {}
                     }
                 }
                 Event::Conn(req) => {
@@ -611,6 +623,22 @@ pub(crate) fn info_of(i: Option<ucp::tag::TagInfo>) -> ucp_tag_recv_info_t {
         sender_tag: i.sender_tag,
         length: i.length,
     })
+}
+
+/// A peer whose host stopped answering (`UCS_ERR_ENDPOINT_TIMEOUT`: a cut link, a host
+/// gone), on an endpoint the application gave no error handler, as MPI libraries create
+/// theirs: the error is fatal, as an error nobody handles is in UCX's transports. The
+/// requests bound to the endpoint have failed already, but a tagged receive is bound to
+/// none, so a process waiting for the peer's messages would wait for ever (docs/ucp.md,
+/// peer failure).
+#[cold]
+fn unhandled_timeout(ep: EpHandle) -> ! {
+    log::error!(
+        "ucp: endpoint {}: the peer's host stopped answering (endpoint timeout) and no \
+         error handler is installed: aborting",
+        ep.0
+    );
+    std::process::abort()
 }
 
 /// Moves what is to be reported out of the worker.

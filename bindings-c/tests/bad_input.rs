@@ -1,6 +1,8 @@
 //! Bad input through the C entry points: NULL arguments, unknown field bits, a freed
 //! request, a NULL address blob. Each returns an error code and the process goes on. Then a
-//! loopback exchange through the same entry points (contig, iov, generic datatypes).
+//! loopback exchange through the same entry points (contig, iov, generic datatypes);
+//! `ucp_memh_pack` as an rkey and the refused exported handles; and the shorter structs of
+//! programs built against UCX 1.13's headers, placed against an inaccessible page.
 
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
@@ -366,5 +368,217 @@ fn loopback_contig_iov_generic() {
     }
     // SAFETY: our datatype, no operation in flight.
     unsafe { ucp_dt_destroy(dt) };
+    teardown(s);
+}
+
+extern "C" {
+    fn ucp_mem_unmap(ctx: *mut c_void, m: *mut c_void) -> ucs_status_t;
+    fn ucp_rkey_pack(
+        ctx: *mut c_void,
+        m: *mut c_void,
+        b: *mut *mut c_void,
+        n: *mut usize,
+    ) -> ucs_status_t;
+    fn ucp_rkey_buffer_release(b: *mut c_void);
+    fn ucp_memh_pack(
+        m: *mut c_void,
+        p: *const ucp_memh_pack_params_t,
+        b: *mut *mut c_void,
+        n: *mut usize,
+    ) -> ucs_status_t;
+    fn ucp_memh_buffer_release(b: *mut c_void, p: *const ucp_memh_buffer_release_params_t);
+    fn ucp_ep_rkey_unpack(ep: *mut c_void, b: *const c_void, k: *mut *mut c_void) -> ucs_status_t;
+    fn ucp_rkey_destroy(k: *mut c_void);
+    fn ucp_put_nbx(
+        ep: *mut c_void,
+        b: *const c_void,
+        n: usize,
+        raddr: u64,
+        k: *mut c_void,
+        p: *const ucp_request_param_t,
+    ) -> *mut c_void;
+    fn ucp_ep_flush(ep: *mut c_void) -> ucs_status_t;
+    fn ucp_ep_query(ep: *mut c_void, a: *mut ucp_ep_attr_t) -> ucs_status_t;
+}
+
+const UNSUPPORTED: ucs_status_t = -22;
+
+/// Parameters mapping `n` bytes at `addr` (`ADDRESS | LENGTH`).
+fn mem_map_params(addr: *mut c_void, n: usize) -> ucp_mem_map_params_t {
+    // SAFETY: all-zero is a valid ucp_mem_map_params_t.
+    let mut mp: ucp_mem_map_params_t = unsafe { std::mem::zeroed() };
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = addr;
+    mp.length = n;
+    mp
+}
+
+/// `ucp_memh_pack` without EXPORT gives the bytes of `ucp_rkey_pack`, which unpack into a
+/// working key (UCX 1.16 and later abort there, so this is not a contract test);
+/// exporting, importing and bad parameters are refused.
+#[test]
+fn memh_pack_is_an_rkey_and_exported_handles_are_unsupported() {
+    let s = setup();
+    let mut target = vec![0u8; 4096];
+    // SAFETY: valid handles and buffers; bad parameters by design where marked.
+    unsafe {
+        let mp = mem_map_params(target.as_mut_ptr().cast(), target.len());
+        let mut memh = null_mut();
+        assert_eq!(ucp_mem_map(s.ctx, &mp, &mut memh), OK);
+        let (mut rk, mut rk_len) = (null_mut(), 0usize);
+        assert_eq!(ucp_rkey_pack(s.ctx, memh, &mut rk, &mut rk_len), OK);
+        let pp = ucp_memh_pack_params_t {
+            field_mask: UCP_MEMH_PACK_PARAM_FIELD_FLAGS,
+            flags: 0,
+        };
+        let (mut b, mut len) = (null_mut(), 0usize);
+        assert_eq!(ucp_memh_pack(memh, &pp, &mut b, &mut len), OK);
+        assert_eq!(
+            std::slice::from_raw_parts(b.cast::<u8>(), len),
+            std::slice::from_raw_parts(rk.cast::<u8>(), rk_len),
+            "ucp_memh_pack and ucp_rkey_pack differ"
+        );
+        ucp_rkey_buffer_release(rk);
+        let mut k = null_mut();
+        assert_eq!(ucp_ep_rkey_unpack(s.ep, b, &mut k), OK);
+        ucp_memh_buffer_release(b, &ucp_memh_buffer_release_params_t { field_mask: 0 });
+        let src: Vec<u8> = (0..100u8).collect();
+        let r = ucp_put_nbx(
+            s.ep,
+            src.as_ptr().cast(),
+            src.len(),
+            target.as_ptr() as u64 + 10,
+            k,
+            &req_param(),
+        );
+        if !r.is_null() {
+            assert!(status_of_ptr(r) >= 0 || r as usize > 4096, "put failed");
+            while ucp_request_check_status(r) == INPROGRESS {
+                ucp_worker_progress(s.w);
+            }
+            ucp_request_free(r);
+        }
+        assert_eq!(ucp_ep_flush(s.ep), OK);
+        assert_eq!(&target[10..110], &src[..]);
+        ucp_rkey_destroy(k);
+
+        // Export, unknown fields and flags.
+        let export = ucp_memh_pack_params_t {
+            field_mask: UCP_MEMH_PACK_PARAM_FIELD_FLAGS,
+            flags: UCP_MEMH_PACK_FLAG_EXPORT,
+        };
+        assert_eq!(ucp_memh_pack(memh, &export, &mut b, &mut len), UNSUPPORTED);
+        let bad_field = ucp_memh_pack_params_t {
+            field_mask: 2,
+            flags: 0,
+        };
+        assert_eq!(
+            ucp_memh_pack(memh, &bad_field, &mut b, &mut len),
+            INVALID_PARAM
+        );
+        let bad_flag = ucp_memh_pack_params_t {
+            field_mask: UCP_MEMH_PACK_PARAM_FIELD_FLAGS,
+            flags: 2,
+        };
+        assert_eq!(
+            ucp_memh_pack(memh, &bad_flag, &mut b, &mut len),
+            INVALID_PARAM
+        );
+        assert_eq!(
+            ucp_memh_pack(null_mut(), &pp, &mut b, &mut len),
+            INVALID_PARAM
+        );
+        ucp_memh_buffer_release(null_mut(), null());
+        assert_eq!(ucp_mem_unmap(s.ctx, memh), OK);
+
+        // Importing an exported handle.
+        let junk = [0x5au8; 64];
+        let mut mp = mem_map_params(target.as_mut_ptr().cast(), target.len());
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER;
+        mp.exported_memh_buffer = junk.as_ptr().cast();
+        let mut m2 = null_mut();
+        assert_eq!(ucp_mem_map(s.ctx, &mp, &mut m2), UNSUPPORTED);
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.flags = UCP_MEM_MAP_ALLOCATE;
+        assert_eq!(ucp_mem_map(s.ctx, &mp, &mut m2), INVALID_PARAM);
+        assert!(m2.is_null());
+    }
+    teardown(s);
+}
+
+/// Two pages, the second inaccessible: a struct placed to end where the first page ends
+/// makes any read or write past it fault.
+struct Fence {
+    base: *mut u8,
+    page: usize,
+}
+
+impl Fence {
+    fn new() -> Fence {
+        // SAFETY: an anonymous mapping of two pages; the second made inaccessible.
+        unsafe {
+            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+            let base = libc::mmap(
+                null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            assert_eq!(
+                libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE),
+                0
+            );
+            Fence {
+                base: base.cast(),
+                page,
+            }
+        }
+    }
+
+    /// `n` bytes that end at the inaccessible page (8-aligned for n a multiple of 8).
+    fn ending(&self, n: usize) -> *mut u8 {
+        // SAFETY: within the first page.
+        unsafe { self.base.add(self.page - n) }
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `new`.
+        unsafe { libc::munmap(self.base.cast(), 2 * self.page) };
+    }
+}
+
+/// A program built against UCX 1.13's headers passes the 1.13 structs, shorter than 1.19's:
+/// `ucp_mem_map_params_t` (40 bytes) and `ucp_ep_attr_t` (296) are not read or written
+/// past their end when the newer bits are not set (a fault otherwise).
+#[test]
+fn structs_of_1_13_callers_are_not_touched_past_their_end() {
+    let s = setup();
+    let f = Fence::new();
+    let mut target = vec![0u8; 4096];
+    // SAFETY: the structs are written within the first page; the calls must stay there.
+    unsafe {
+        let old = std::mem::offset_of!(ucp_mem_map_params_t, exported_memh_buffer);
+        assert_eq!(old, 40);
+        let mp = mem_map_params(target.as_mut_ptr().cast(), target.len());
+        let p = f.ending(old);
+        std::ptr::copy_nonoverlapping((&raw const mp).cast::<u8>(), p, old);
+        let mut memh = null_mut();
+        assert_eq!(ucp_mem_map(s.ctx, p.cast(), &mut memh), OK);
+        assert_eq!(ucp_mem_unmap(s.ctx, memh), OK);
+
+        let old = std::mem::offset_of!(ucp_ep_attr_t, transports);
+        assert_eq!(old, 296);
+        let p = f.ending(old);
+        std::ptr::write_bytes(p, 0, old);
+        p.cast::<u64>().write(UCP_EP_ATTR_FIELD_NAME);
+        assert_eq!(ucp_ep_query(s.ep, p.cast()), OK);
+        assert_ne!(*p.add(8), 0, "no name written");
+    }
+    drop(f);
     teardown(s);
 }

@@ -1,14 +1,22 @@
 //! The `ucp.h` contract suite (`bindings-c/contract/*.c`, listed with `contract -l`): one C
-//! test per promise of UCX's API that a consumer may rely on. The same program, built
-//! against Debian's UCX 1.13 headers, runs over Debian's UCX 1.13, over UCX 1.22 (the PyPI
-//! wheel that `contrib/bench/ucx-env.sh` installs; `RUCX_UCX122_LIB` names its `lib`
-//! directory) and over our `libucp.so.0`; built against our own headers, it runs over ours
-//! again.
+//! test per promise of UCX's API that a consumer may rely on. The suite is built three
+//! times, and each build runs over UCX and over our `libucp.so.0`:
+//!
+//! * against Debian's UCX 1.13 headers: over Debian's UCX 1.13, over UCX 1.22 (the PyPI
+//!   wheel that `contrib/bench/ucx-env.sh` installs; `RUCX_UCX122_LIB` names its `lib`
+//!   directory) and over ours — a program built for 1.13 keeps working on the 1.19 ABI we
+//!   present;
+//! * against UCX 1.22's headers (the wheel's `include`, where it is installed): over UCX
+//!   1.22 and over ours — this build has the tests of what 1.14 to 1.19 added (the
+//!   `abi119` area, compiled only where `UCP_API_VERSION` is 1.19 or more);
+//! * against our own headers: over ours.
 //!
 //! A test encodes the contract when it passes on UCX: every test must pass on at least one
-//! of the two UCX versions, and ours must pass every test that either passes. The tests
-//! UCX 1.13 fails are the ones `docs/c-abi.md` lists as its own breaks of the contract
-//! (`UCX113_BREAKS`), and those it keeps only sometimes (`UCX113_FLAKY`).
+//! UCX version (a test only the newer headers build is checked against UCX 1.22 alone; it
+//! goes unchecked against UCX when the wheel is missing), and ours must pass it in every
+//! build that has it. The tests UCX 1.13 fails are the ones `docs/c-abi.md` lists as its
+//! own breaks of the contract (`UCX113_BREAKS`), and those it keeps only sometimes
+//! (`UCX113_FLAKY`).
 
 mod common;
 
@@ -40,16 +48,25 @@ fn sources() -> Vec<PathBuf> {
     v
 }
 
-/// Builds the suite: against Debian's UCX headers and library (`ours == None`), or against
-/// our headers and library.
-fn build(name: &str, ours: Option<&Path>) -> PathBuf {
+/// The headers (and library) a build of the suite is compiled and linked against.
+enum Headers<'a> {
+    /// Debian's UCX 1.13 (`/usr/include`, `-lucp`).
+    Debian,
+    /// UCX 1.22 of the wheel: its `lib` directory, with `include` beside it.
+    Ucx122(&'a Path),
+    /// Ours, and our library in this directory.
+    Ours(&'a Path),
+}
+
+/// Builds the suite against `headers`.
+fn build(name: &str, headers: Headers) -> PathBuf {
     let exe = scratch().join(name);
     let mut c = Command::new("cc");
     c.args(["-O1", "-g", "-Wall", "-Werror", "-pthread", "-o"])
         .arg(&exe);
     c.args(sources());
-    match ours {
-        Some(lib) => {
+    match headers {
+        Headers::Ours(lib) => {
             c.arg(format!(
                 "-I{}",
                 Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -59,7 +76,13 @@ fn build(name: &str, ours: Option<&Path>) -> PathBuf {
             .arg(format!("-L{}", lib.display()))
             .arg("-l:libucp.so.0");
         }
-        None => {
+        Headers::Ucx122(lib) => {
+            c.arg(format!("-I{}", lib.join("../include").display()))
+                .arg(format!("-L{}", lib.display()))
+                .arg("-l:libucp.so.0")
+                .arg(format!("-Wl,-rpath-link,{}", lib.display()));
+        }
+        Headers::Debian => {
             c.arg("-lucp");
         }
     }
@@ -108,15 +131,46 @@ fn tests_listed(exe: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The verdicts of one build of the suite over one library (`None`: it did not run).
+type Verdicts = Option<BTreeMap<String, String>>;
+
+/// Whether `n` passed in `v`.
+fn passed(v: &Verdicts, n: &str) -> bool {
+    v.as_ref()
+        .is_some_and(|m| m.get(n).map(String::as_str) == Some("PASS"))
+}
+
 #[test]
 fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
     if !Path::new("/usr/include/ucp/api/ucp.h").exists() {
         return common::skip("Debian's UCX headers are missing (apt-get install libucx-dev)");
     }
     let ours = common::libucp_dir();
-    let ucx_exe = build("contract-ucx-headers", None);
-    let our_exe = build("contract-rucx-headers", Some(&ours));
-    let names = tests_listed(&ucx_exe);
+    let ucx122 = match std::env::var("RUCX_UCX122_LIB") {
+        Ok(lib) if Path::new(&lib).join("libucp.so.0").exists() => Some(PathBuf::from(lib)),
+        _ => {
+            common::skip(
+                "UCX 1.22 is not installed (RUCX_UCX122_LIB unset; contrib/test-all.sh installs \
+                 it with contrib/bench/ucx-env.sh): the suite runs over UCX 1.13 only, and the \
+                 tests of the 1.19 additions are not checked against UCX",
+            );
+            None
+        }
+    };
+    let ucx_exe = build("contract-ucx-headers", Headers::Debian);
+    let new_exe = ucx122
+        .as_deref()
+        .map(|lib| build("contract-ucx122-headers", Headers::Ucx122(lib)));
+    let our_exe = build("contract-rucx-headers", Headers::Ours(&ours));
+    let old_names = tests_listed(&ucx_exe);
+    let new_names = new_exe.as_deref().map(tests_listed).unwrap_or_default();
+    let our_names = tests_listed(&our_exe);
+    let mut names: Vec<String> = old_names.clone();
+    for n in new_names.iter().chain(&our_names) {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
     // Every promise is in docs/c-abi.md's table.
     let doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/c-abi.md"))
@@ -130,28 +184,30 @@ fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
         "contract tests missing from docs/c-abi.md's table: {undocumented:?}"
     );
     assert!(names.len() >= 30, "only {} tests listed", names.len());
+    assert!(
+        our_names.len() > old_names.len(),
+        "built against our (1.19) headers the suite has no more tests than against 1.13's"
+    );
 
-    let (u113, t113) = run(&ucx_exe, &[]);
-    eprintln!("--- UCX 1.13 (Debian)\n{t113}");
-    let u122 = match std::env::var("RUCX_UCX122_LIB") {
-        Ok(lib) if Path::new(&lib).join("libucp.so.0").exists() => {
-            let (v, t) = run(
-                &ucx_exe,
-                &[
-                    ("LD_LIBRARY_PATH", lib.clone()),
-                    ("UCX_MODULE_DIR", format!("{lib}/ucx")),
-                ],
-            );
-            eprintln!("--- UCX 1.22 (wheel)\n{t}");
-            Some(v)
+    let (v, t) = run(&ucx_exe, &[]);
+    eprintln!("--- UCX 1.13 (Debian)\n{t}");
+    let u113 = Some(v);
+    let ucx_env = |lib: &Path| {
+        let lib = lib.display().to_string();
+        vec![
+            ("LD_LIBRARY_PATH", lib.clone()),
+            ("UCX_MODULE_DIR", format!("{lib}/ucx")),
+        ]
+    };
+    let (u122, u122_new) = match (&ucx122, &new_exe) {
+        (Some(lib), Some(exe)) => {
+            let (v, t) = run(&ucx_exe, &ucx_env(lib));
+            eprintln!("--- UCX 1.22 (wheel; built against UCX 1.13's headers)\n{t}");
+            let (vn, tn) = run(exe, &ucx_env(lib));
+            eprintln!("--- UCX 1.22 (wheel; built against its own headers)\n{tn}");
+            (Some(v), Some(vn))
         }
-        _ => {
-            common::skip(
-                "UCX 1.22 is not installed (RUCX_UCX122_LIB unset; contrib/test-all.sh installs \
-                 it with contrib/bench/ucx-env.sh): the suite runs over UCX 1.13 only",
-            );
-            None
-        }
+        _ => (None, None),
     };
     let lib = ours.display().to_string();
     let announce = |l: &str| {
@@ -160,41 +216,54 @@ fn contract_suite_passes_on_ours_wherever_it_passes_on_ucx() {
             ("RUCX_ANNOUNCE", "1".into()),
         ]
     };
-    let (r_ucxh, t_ucxh) = run(&ucx_exe, &announce(&lib));
-    eprintln!("--- Rucx (built against UCX's headers)\n{t_ucxh}");
+    let (v, t_ucxh) = run(&ucx_exe, &announce(&lib));
+    eprintln!("--- Rucx (built against UCX 1.13's headers)\n{t_ucxh}");
     assert!(
         t_ucxh.contains("[rucx] libucp.so.0"),
         "our library did not serve the run"
     );
-    let (r_ours, t_ours) = run(&our_exe, &announce(&lib));
+    let r_ucxh = Some(v);
+    let r_new = new_exe.as_deref().map(|exe| {
+        let (v, t) = run(exe, &announce(&lib));
+        eprintln!("--- Rucx (built against UCX 1.22's headers)\n{t}");
+        v
+    });
+    let (v, t_ours) = run(&our_exe, &announce(&lib));
     eprintln!("--- Rucx (built against our headers)\n{t_ours}");
+    let r_ours = Some(v);
 
     let mut problems = Vec::new();
     for n in &names {
-        let on = |m: &BTreeMap<String, String>| m.get(n).map(String::as_str) == Some("PASS");
+        let in_old = old_names.contains(n);
         let breaks = UCX113_BREAKS.contains(&n.as_str());
         let flaky = UCX113_FLAKY.contains(&n.as_str());
-        let ucx_pass = on(&u113) || u122.as_ref().is_some_and(on);
-        if !ucx_pass && breaks && u122.is_none() {
-            eprintln!("{n}: not checked (UCX 1.13 breaks it and UCX 1.22 did not run)");
-            continue;
-        }
-        if !ucx_pass {
+        let ucx_pass = passed(&u113, n) || passed(&u122, n) || passed(&u122_new, n);
+        // Ours, in every build that has the test.
+        let builds = [
+            (&r_ucxh, in_old, "UCX 1.13's headers"),
+            (&r_new, new_names.contains(n), "UCX 1.22's headers"),
+            (&r_ours, our_names.contains(n), "our headers"),
+        ];
+        let ours_fail: Vec<&str> = builds
+            .iter()
+            .filter(|(v, has, _)| *has && v.is_some() && !passed(v, n))
+            .map(|(_, _, h)| *h)
+            .collect();
+        if !ucx_pass && u122.is_none() && (breaks || !in_old) {
+            eprintln!("{n}: not checked against UCX (UCX 1.22 did not run)");
+        } else if !ucx_pass {
             problems.push(format!(
                 "{n}: passes on no UCX version, so it does not encode UCX's contract"
             ));
             continue;
         }
-        if !on(&r_ucxh) {
-            problems.push(format!("{n}: passes on UCX, fails on Rucx (UCX's headers)"));
+        for h in ours_fail {
+            problems.push(format!("{n}: fails on Rucx ({h})"));
         }
-        if !on(&r_ours) {
-            problems.push(format!("{n}: passes on UCX, fails on Rucx (our headers)"));
-        }
-        if !flaky && on(&u113) == breaks {
+        if in_old && !flaky && passed(&u113, n) == breaks {
             problems.push(format!(
                 "{n}: UCX 1.13 {} it, but docs/c-abi.md says it {}",
-                if on(&u113) { "passes" } else { "fails" },
+                if passed(&u113, n) { "passes" } else { "fails" },
                 if breaks { "breaks it" } else { "keeps it" }
             ));
         }

@@ -6,9 +6,12 @@
 //!   library;
 //! * the ABI program (every size, offset and constant of [`rucx_bindings_c::layouts`] and
 //!   [`rucx_bindings_c::constants`]) compiled against our headers prints our Rust values;
-//! * where Debian's UCX headers are installed: every enumerator, `#define` constant and
-//!   typedef size of our headers equals UCX's, every prototype we declare is compatible with
-//!   UCX's declaration of the same function (the C compiler checks the redeclaration);
+//! * against every UCX header set installed (Debian's 1.13, the UCX 1.22 wheel beside
+//!   `RUCX_UCX122_LIB`, a directory in `RUCX_UCX_INCLUDE`): every enumerator, `#define`
+//!   constant and typedef size of our headers equals UCX's, less what is younger than that
+//!   version and what it numbers differently from 1.19 (`rucx_bindings_c::since`,
+//!   `other_abi`); every prototype we declare is compatible with UCX's declaration of the
+//!   same function (the C compiler checks the redeclaration);
 //! * every `ucp_*`/`ucpx_*` symbol the library exports is declared, and every declared
 //!   function is exported.
 
@@ -349,6 +352,42 @@ fn allocated_memory_between_processes_from_c() {
     assert_eq!(announcements(&err), 2, "both processes on Rucx:\n{err}");
 }
 
+/// `ucs_log_dispatch` (UCXX's log macros): the message formatted with all its variadic
+/// arguments, in UCX's layout with the component's name and the level; messages above
+/// the component's level left out, `PRINT` always shown, one line per line of text.
+#[test]
+fn ucs_log_dispatch_formats_what_ucxx_logs() {
+    if !have("cc") || !have("pkg-config") {
+        return common::skip("cc or pkg-config not installed (Debian: gcc, pkgconf)");
+    }
+    let exe = scratch().join("log_dispatch");
+    cc(
+        &crate_dir().join("tests/c/log_dispatch.c"),
+        &exe,
+        &rucx_flags(),
+    );
+    let (ok, out, err) = run_limited(&exe, Duration::from_secs(30));
+    assert!(ok && out.contains("log_dispatch: OK"), "{out}\n{err}");
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("warned")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(
+        warned[0].contains("worker.cpp:42")
+            && warned[0].contains("UCXX WARN")
+            && warned[0].ends_with("warned 7 text 2.50 123456789012 9 beef z"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("hidden"),
+        "a DEBUG message above WARN was printed:\n{err}"
+    );
+    assert!(err.contains("shown always"), "{err}");
+    assert!(
+        err.lines().any(|l| l.ends_with("ERROR two"))
+            && err.lines().any(|l| l.ends_with("ERROR lines")),
+        "{err}"
+    );
+}
+
 /// The ABI test's program, compiled against our headers, prints our Rust layout table.
 #[test]
 fn our_headers_match_the_layout_table() {
@@ -415,6 +454,8 @@ fn ucp_headers() -> Vec<PathBuf> {
         "ucs/type/cpu_set.h",
         "ucs/memory/memory_type.h",
         "ucs/config/types.h",
+        "ucs/debug/log_def.h",
+        "ucs/debug/debug.h",
         "ucs/sys/compiler_def.h",
         "ucs/datastruct/mpool.h",
         "ucm/api/ucm.h",
@@ -490,9 +531,16 @@ fn symbols(text: &str) -> (Vec<String>, Vec<String>) {
 /// Function prototypes of a header, one normalized line each (no `static inline`).
 fn prototypes(text: &str) -> Vec<(String, String)> {
     let text = strip_comments(text);
+    // Preprocessor lines go, with the lines a trailing backslash continues them onto (a
+    // macro's body may call a function).
+    let mut directive = false;
     let code: String = text
         .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter(|l| {
+            let keep = !directive && !l.trim_start().starts_with('#');
+            directive = (directive || l.trim_start().starts_with('#')) && l.ends_with('\\');
+            keep
+        })
         .collect::<Vec<_>>()
         .join(" ");
     let mut v = Vec::new();
@@ -525,13 +573,50 @@ fn prototypes(text: &str) -> Vec<(String, String)> {
     v
 }
 
-/// Where Debian's UCX headers are installed, every constant and type of ours equals UCX's,
-/// and every prototype of ours is a compatible redeclaration of UCX's.
+/// The UCX header sets here: a label, the `-I` directory (`None`: the system's) and the
+/// minor version its `ucp_version.h` says.
+fn ucx_header_sets() -> Vec<(String, Option<PathBuf>, u32)> {
+    let mut dirs: Vec<(String, Option<PathBuf>)> = Vec::new();
+    if Path::new(DEBIAN_UCP_H).exists() {
+        dirs.push(("Debian's UCX".into(), None));
+    }
+    if let Ok(lib) = std::env::var("RUCX_UCX122_LIB") {
+        let inc = Path::new(&lib).join("../include");
+        if inc.join("ucp/api/ucp.h").exists() {
+            dirs.push(("the UCX 1.22 wheel".into(), Some(inc)));
+        }
+    }
+    if let Ok(inc) = std::env::var("RUCX_UCX_INCLUDE") {
+        dirs.push((format!("RUCX_UCX_INCLUDE={inc}"), Some(PathBuf::from(inc))));
+    }
+    dirs.into_iter()
+        .map(|(label, inc)| {
+            let root = inc.clone().unwrap_or_else(|| PathBuf::from("/usr/include"));
+            let v = std::fs::read_to_string(root.join("ucp/api/ucp_version.h")).unwrap();
+            let minor = v
+                .lines()
+                .find_map(|l| {
+                    let mut w = l.split_whitespace();
+                    (w.next() == Some("#define") && w.next() == Some("UCP_API_MINOR"))
+                        .then(|| w.next()?.parse().ok())
+                        .flatten()
+                })
+                .unwrap_or_else(|| panic!("{label}: no UCP_API_MINOR"));
+            (label, inc, minor)
+        })
+        .collect()
+}
+
+/// Against every UCX header set installed, every constant and type of ours equals UCX's
+/// (less what that version lacks or numbers differently from 1.19), and every prototype of
+/// ours is a compatible redeclaration of UCX's.
 #[test]
 fn our_headers_agree_with_ucx_headers() {
-    if !Path::new(DEBIAN_UCP_H).exists() || !have("cc") {
+    let sets = ucx_header_sets();
+    if sets.is_empty() || !have("cc") {
         return common::skip(&format!(
-            "{DEBIAN_UCP_H} (Debian libucx-dev) or cc not installed"
+            "no UCX headers ({DEBIAN_UCP_H}: Debian libucx-dev; or the UCX 1.22 wheel via \
+             RUCX_UCX122_LIB) or no cc"
         ));
     }
     let mut consts = BTreeSet::new();
@@ -547,61 +632,83 @@ fn our_headers_agree_with_ucx_headers() {
     assert!(consts.len() > 150, "parsed only {} constants", consts.len());
     assert!(types.len() > 40, "parsed only {} types", types.len());
     assert!(protos.len() > 90, "parsed only {} prototypes", protos.len());
-    let mut c = String::from(
-        "#include <stdio.h>\n#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\n\
-         #include <ucs/datastruct/mpool.h>\nint main(void) {\n",
-    );
-    for n in &consts {
-        writeln!(c, "  printf(\"{n} %lld\\n\", (long long)({n}));").unwrap();
-    }
-    for t in &types {
-        writeln!(c, "  printf(\"sizeof({t}) %zu\\n\", sizeof({t}));").unwrap();
-    }
-    c.push_str("  return 0;\n}\n");
-    let src = scratch().join("consts.c");
-    std::fs::write(&src, &c).unwrap();
-    let run = |inc: Option<PathBuf>, tag: &str| -> String {
+    // Our values, and the lines the program prints (name, then value).
+    let program = |minor: u32| -> (String, Vec<String>) {
+        let mut c = String::from(
+            "#include <stdio.h>\n#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\n\
+             #include <ucs/datastruct/mpool.h>\n#include <ucs/debug/log_def.h>\n\
+             int main(void) {\n",
+        );
+        let mut names = Vec::new();
+        for n in consts.iter().filter(|n| rucx_bindings_c::since(n) <= minor) {
+            writeln!(c, "  printf(\"%lld\\n\", (long long)({n}));").unwrap();
+            names.push(n.clone());
+        }
+        for t in types.iter().filter(|t| rucx_bindings_c::since(t) <= minor) {
+            writeln!(c, "  printf(\"%zu\\n\", sizeof({t}));").unwrap();
+            names.push(t.clone());
+        }
+        c.push_str("  return 0;\n}\n");
+        (c, names)
+    };
+    let run = |src: &str, inc: Option<&Path>, tag: &str| -> Vec<i64> {
+        let file = scratch().join(format!("consts_{tag}.c"));
+        std::fs::write(&file, src).unwrap();
         let exe = scratch().join(format!("consts_{tag}"));
         let args: Vec<String> = inc.iter().map(|i| format!("-I{}", i.display())).collect();
-        cc(&src, &exe, &args);
+        cc(&file, &exe, &args);
         let out = Command::new(&exe).output().unwrap();
         assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap()
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect()
     };
-    let ours = run(Some(include_dir()), "ours");
-    let ucx = run(None, "ucx");
-    let diffs: Vec<String> = ours
-        .lines()
-        .zip(ucx.lines())
-        .filter(|(a, b)| a != b)
-        .map(|(a, b)| format!("ours `{a}`, UCX `{b}`"))
-        .collect();
-    assert!(diffs.is_empty(), "headers differ:\n{}", diffs.join("\n"));
+    let mut diffs = Vec::new();
+    for (label, inc, minor) in &sets {
+        let (src, names) = program(*minor);
+        let ours = run(&src, Some(&include_dir()), &format!("ours_1_{minor}"));
+        let ucx = run(&src, inc.as_deref(), &format!("ucx_1_{minor}"));
+        for ((n, o), u) in names.iter().zip(&ours).zip(&ucx) {
+            let want = rucx_bindings_c::other_abi(n, *minor).unwrap_or(*o);
+            if *u != want {
+                diffs.push(format!(
+                    "{label} (UCX 1.{minor}): {n} is {u}, ours {o} (expected {want})"
+                ));
+            }
+        }
 
-    // Prototypes: UCX's header, then ours again; the compiler rejects incompatible types.
-    let mut p = String::from("#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\n");
-    for (_, decl) in &protos {
-        p.push_str(decl);
-        p.push('\n');
+        // Prototypes: UCX's header, then ours again; the compiler rejects incompatible types.
+        let mut p = String::from(
+            "#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\n#include <ucs/debug/log_def.h>\n",
+        );
+        for (name, decl) in &protos {
+            if rucx_bindings_c::since(name) <= *minor {
+                p.push_str(decl);
+                p.push('\n');
+            }
+        }
+        let src = scratch().join(format!("protos_1_{minor}.c"));
+        std::fs::write(&src, &p).unwrap();
+        let out = Command::new("cc")
+            .args(["-fsyntax-only", "-Wno-deprecated-declarations"])
+            .args(inc.iter().map(|i| format!("-I{}", i.display())))
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "our prototypes conflict with {label}'s (UCX 1.{minor}):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!(
+            "{} constants and types and {} prototypes agree with {label}'s (UCX 1.{minor})",
+            names.len(),
+            p.lines().count() - 3
+        );
     }
-    let src = scratch().join("protos.c");
-    std::fs::write(&src, &p).unwrap();
-    let out = Command::new("cc")
-        .args(["-fsyntax-only", "-Wno-deprecated-declarations"])
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "our prototypes conflict with UCX's:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!(
-        "{} constants, {} types and {} prototypes agree with UCX 1.13's headers",
-        consts.len(),
-        types.len(),
-        protos.len()
-    );
+    assert!(diffs.is_empty(), "headers differ:\n{}", diffs.join("\n"));
 }
 
 /// Every exported `ucp_*`/`ucpx_*`/`ucs_*`/`ucm_*` function is declared in our headers and

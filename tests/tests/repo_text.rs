@@ -65,7 +65,12 @@ fn the_pattern_is_what_it_says() {
 #[test]
 fn no_tracked_file_cites_the_old_counter() {
     let root = root();
-    let out = match Command::new("git").arg("-C").arg(&root).args(["ls-files", "-z"]).output() {
+    let out = match Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["ls-files", "-z"])
+        .output()
+    {
         Ok(o) if o.status.success() => o.stdout,
         _ => return skip_or_fail("git ls-files did not run (no git, or not a checkout)"),
     };
@@ -77,13 +82,19 @@ fn no_tracked_file_cites_the_old_counter() {
             continue;
         }
         // A tracked file deleted in the working tree, or a directory (a submodule).
-        let Ok(bytes) = std::fs::read(root.join(rel)) else { continue };
+        let Ok(bytes) = std::fs::read(root.join(rel)) else {
+            continue;
+        };
         let text = String::from_utf8_lossy(&bytes);
         for at in citations(&text) {
             let line = text[..at].matches('\n').count() + 1;
             let end = text[at..].find('\n').map_or(text.len(), |e| at + e);
             let start = text[..at].rfind('\n').map_or(0, |s| s + 1);
-            hits.push(format!("{}:{line}: {}", rel.display(), text[start..end].trim()));
+            hits.push(format!(
+                "{}:{line}: {}",
+                rel.display(),
+                text[start..end].trim()
+            ));
         }
     }
     assert!(

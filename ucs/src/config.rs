@@ -107,7 +107,8 @@ pub const TABLE: &[ConfigVar] = &[
         name: "TCP_KEEPIDLE",
         default: "10s",
         doc: "Idle time before tcp sends keepalive probes on a connection (SO_KEEPALIVE); \
-              'inf' turns keepalive off.",
+              'inf' turns keepalive off, and with it the dead-peer check of connections \
+              where data waits (TCP_KEEPCNT).",
     },
     ConfigVar {
         name: "TCP_KEEPINTVL",
@@ -117,9 +118,13 @@ pub const TABLE: &[ConfigVar] = &[
     ConfigVar {
         name: "TCP_KEEPCNT",
         default: "3",
-        doc: "Unanswered tcp keepalive probes after which the connection, and the endpoints \
-              on it, fail; also bounds how long sent data may stay unacknowledged \
-              (TCP_USER_TIMEOUT = idle + interval x count).",
+        doc: "Unanswered tcp keepalive probes after which an idle connection, and the \
+              endpoints on it, fail (endpoint timeout). A connection where data waits for \
+              the peer fails once the kernel has retransmitted it, or probed the peer's \
+              closed window, without an answer and the peer's host has acknowledged \
+              nothing for KEEPINTVL x KEEPCNT (6 s), as checked every \
+              ERROR_CHECK_INTERVAL. A peer that is alive but does not read is not failed \
+              (no TCP_USER_TIMEOUT).",
     },
     ConfigVar {
         name: "CMA_MAX_IOV",
@@ -770,6 +775,123 @@ impl Config {
     }
 }
 
+/// What a value of a [`UcxOnly`] option must look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// Memory units (`8192`, `2M`, `inf`, `auto`).
+    Size,
+    /// `y`/`n` and their spellings.
+    Bool,
+    /// A time (`100ms`, `20s`, `inf`).
+    Time,
+    /// A count, or `inf`/`auto`.
+    Count,
+    /// Any text.
+    Text,
+}
+
+/// An option of UCX's that Rucx has no use for, but accepts, checks and prints back
+/// (`ucp_config_modify`, `ucp_config_print`), so that programs written for UCX, which set
+/// and read them, run unchanged: UCXX's tests set `SEG_SIZE` and read it back.
+#[derive(Debug, Clone, Copy)]
+pub struct UcxOnly {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub kind: ValueKind,
+    /// What the option does in UCX, and why Rucx needs no such knob.
+    pub doc: &'static str,
+}
+
+/// The UCX options of [`UcxOnly`]'s kind.
+pub const UCX_ONLY: &[UcxOnly] = &[
+    UcxOnly {
+        name: "SEG_SIZE",
+        default: "8192",
+        kind: ValueKind::Size,
+        doc: "UCX: the segment size of the worker's preregistered bounce pool. Rucx has no \
+              such pool (eager data goes through each transport's own buffers: \
+              UCX_POSIX_SEG_SIZE, UCX_TCP_SEG_SIZE).",
+    },
+    UcxOnly {
+        name: "MAX_RNDV_RAILS",
+        default: "2",
+        kind: ValueKind::Count,
+        doc: "UCX: network lanes a rendezvous is striped over. Rucx uses one memory lane \
+              per endpoint and memory type.",
+    },
+    UcxOnly {
+        name: "PROTO_ENABLE",
+        default: "y",
+        kind: ValueKind::Bool,
+        doc: "UCX: its newer protocol selection. Rucx has one selection (docs/ucp.md).",
+    },
+    UcxOnly {
+        name: "RNDV_FRAG_MEM_TYPE",
+        default: "host",
+        kind: ValueKind::Text,
+        doc: "UCX: the memory type of pipelined rendezvous fragments. Rucx stages device \
+              data through pinned host fragments (UCX_RNDV_FRAG_SIZE).",
+    },
+    UcxOnly {
+        name: "UD_TIMEOUT",
+        default: "30s",
+        kind: ValueKind::Time,
+        doc: "UCX: the ud transport's peer timeout. Rucx has no ud transport.",
+    },
+    UcxOnly {
+        name: "CUDA_COPY_MAX_REG_RATIO",
+        default: "0.1",
+        kind: ValueKind::Text,
+        doc: "UCX: how much of the GPU's BAR1 cuda_copy may register. Rucx registers no \
+              device memory for copies.",
+    },
+    UcxOnly {
+        name: "KEEPALIVE_INTERVAL",
+        default: "20s",
+        kind: ValueKind::Time,
+        doc: "UCX: how often ucp probes endpoints in peer error-handling mode. Rucx's \
+              transports find dead peers themselves, in either mode (tcp: UCX_TCP_KEEPCNT; \
+              shared memory and cma: the peer's process, every UCX_ERROR_CHECK_INTERVAL).",
+    },
+    UcxOnly {
+        name: "KEEPALIVE_NUM_EPS",
+        default: "128",
+        kind: ValueKind::Count,
+        doc: "UCX: endpoints ucp probes per keepalive round. Rucx has no ucp keepalive \
+              (UCX_KEEPALIVE_INTERVAL).",
+    },
+];
+
+impl UcxOnly {
+    /// The option named `name` (without `UCX_`), if it is one.
+    pub fn find(name: &str) -> Option<&'static UcxOnly> {
+        UCX_ONLY.iter().find(|o| o.name == name)
+    }
+
+    /// Checks `value` against the option's kind; the reason when it does not fit.
+    pub fn check(&self, value: &str) -> Result<(), &'static str> {
+        let v = value.trim();
+        let special = |v: &str| v.eq_ignore_ascii_case("inf") || v.eq_ignore_ascii_case("auto");
+        let ok = match self.kind {
+            ValueKind::Size => special(v) || parse_size(v).is_some(),
+            ValueKind::Bool => parse_bool(v).is_some(),
+            ValueKind::Time => special(v) || parse_time_ns(v).is_some(),
+            ValueKind::Count => special(v) || v.parse::<u64>().is_ok(),
+            ValueKind::Text => true,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match self.kind {
+            ValueKind::Size => "expected memory units: <number>[b|k|m|g], inf or auto",
+            ValueKind::Bool => "expected y or n",
+            ValueKind::Time => "expected a time: <number>[s|ms|us|ns], inf or auto",
+            ValueKind::Count => "expected a count, inf or auto",
+            ValueKind::Text => "",
+        })
+    }
+}
+
 /// Variables UCX itself defines that Rucx accepts silently although it does not use them
 /// (so programs tuned for UCX do not spam warnings).
 const KNOWN_FOREIGN: &[&str] = &[
@@ -790,7 +912,10 @@ pub fn closest_known(name: &str) -> Option<&'static str> {
 
 /// Warns (once per call) when `UCX_<name>` is not a variable Rucx knows.
 pub fn warn_if_unknown(name: &str) -> bool {
-    if TABLE.iter().any(|v| v.name == name) || KNOWN_FOREIGN.contains(&name) {
+    if TABLE.iter().any(|v| v.name == name)
+        || KNOWN_FOREIGN.contains(&name)
+        || UcxOnly::find(name).is_some()
+    {
         return false;
     }
     match closest_known(name) {
@@ -943,5 +1068,37 @@ mod doc_tests {
              ucs/src/config.rs:\n{}",
             missing.join("\n")
         );
+    }
+
+    #[test]
+    fn docs_configuration_md_lists_every_ucx_only_option() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/configuration.md"
+        ))
+        .expect("docs/configuration.md");
+        let missing: Vec<String> = super::UCX_ONLY
+            .iter()
+            .map(|o| format!("| `UCX_{}` | `{}` | {} |", o.name, o.default, o.doc))
+            .filter(|row| !doc.contains(row.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/configuration.md lacks:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    #[test]
+    fn ucx_only_options_check_their_values() {
+        let seg = super::UcxOnly::find("SEG_SIZE").unwrap();
+        assert!(seg.check("3M").is_ok() && seg.check("8192").is_ok() && seg.check("inf").is_ok());
+        assert!(seg.check("invalid-size").is_err());
+        let b = super::UcxOnly::find("PROTO_ENABLE").unwrap();
+        assert!(b.check("n").is_ok() && b.check("maybe").is_err());
+        let t = super::UcxOnly::find("UD_TIMEOUT").unwrap();
+        assert!(t.check("100ms").is_ok() && t.check("soon").is_err());
+        assert!(super::UcxOnly::find("TLS").is_none());
+        assert!(!super::warn_if_unknown("SEG_SIZE"));
     }
 }

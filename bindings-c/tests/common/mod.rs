@@ -27,7 +27,8 @@ pub fn libucp_dir() -> PathBuf {
 }
 
 /// A directory where every UCX library name a consumer may load — `libucp.so.0`,
-/// `libucs.so.0`, `libucm.so.0`, `libuct.so.0` — is our cdylib: with it first on
+/// `libucs.so.0`, `libucm.so.0`, `libuct.so.0`, `libucs_signal.so.0`, and the
+/// unversioned names Python's `libucx.load_library()` opens — is our cdylib: with it first on
 /// `LD_LIBRARY_PATH`, a program loads no UCX library at all (UCX's libucs would otherwise
 /// come in beside ours for `ucs_status_string`).
 #[allow(dead_code)]
@@ -35,7 +36,18 @@ pub fn rucx_only_dir() -> PathBuf {
     let so = std::fs::read_link(libucp_dir().join("libucp.so.0")).expect("libucp link");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rucx-only");
     std::fs::create_dir_all(&dir).unwrap();
-    for lib in ["libucp.so.0", "libucs.so.0", "libucm.so.0", "libuct.so.0"] {
+    for lib in [
+        "libucp.so.0",
+        "libucs.so.0",
+        "libucm.so.0",
+        "libuct.so.0",
+        "libucs_signal.so.0",
+        "libucp.so",
+        "libucs.so",
+        "libucm.so",
+        "libuct.so",
+        "libucs_signal.so",
+    ] {
         let link = dir.join(lib);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&so, &link).unwrap();

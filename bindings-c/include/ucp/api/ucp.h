@@ -1,12 +1,13 @@
 /*
- * Rucx: ucp.h — the ucp API of UCX 1.13 as Rucx's libucp.so.0 provides it.
+ * Rucx: ucp.h — the ucp API of UCX 1.19 as Rucx's libucp.so.0 provides it.
  *
  * Declarations written for Rucx. Every name, enum value, struct layout and function
- * signature is UCX 1.13's, so a program written for UCX compiles against this header and
+ * signature is UCX 1.19's, so a program written for UCX compiles against this header and
  * runs on either library; bindings-c/tests/headers.rs checks the layouts and values against
- * UCX's own header where one is installed. What Rucx does not support is listed in
- * docs/c-abi.md (those calls return UCS_ERR_UNSUPPORTED). Rucx's own additions are in
- * <rucx.h>.
+ * UCX's own headers where they are installed. Programs built against UCX 1.13's headers
+ * keep working: 1.19 only appended fields and bits (docs/c-abi.md). What Rucx does not
+ * support is listed in docs/c-abi.md (those calls return UCS_ERR_UNSUPPORTED). Rucx's own
+ * additions are in <rucx.h>.
  */
 #ifndef RUCX_UCP_H
 #define RUCX_UCP_H
@@ -48,7 +49,9 @@ enum ucp_feature {
     UCP_FEATURE_AMO64  = UCS_BIT(3),   /* 64-bit atomics */
     UCP_FEATURE_WAKEUP = UCS_BIT(4),   /* event fd / ucp_worker_wait */
     UCP_FEATURE_STREAM = UCS_BIT(5),   /* byte streams */
-    UCP_FEATURE_AM     = UCS_BIT(6)    /* active messages */
+    UCP_FEATURE_AM     = UCS_BIT(6),   /* active messages */
+    UCP_FEATURE_EXPORTED_MEMH = UCS_BIT(7) /* import a peer's exported memh (Rucx: refused
+                                              at ucp_mem_map, UCS_ERR_UNSUPPORTED) */
 };
 
 typedef struct ucp_params {
@@ -173,14 +176,21 @@ enum ucp_ep_close_mode {
 enum ucp_ep_attr_field {
     UCP_EP_ATTR_FIELD_NAME            = UCS_BIT(0),
     UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR  = UCS_BIT(1),
-    UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR = UCS_BIT(2)
+    UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR = UCS_BIT(2),
+    UCP_EP_ATTR_FIELD_TRANSPORTS      = UCS_BIT(3),
+    UCP_EP_ATTR_FIELD_USER_DATA       = UCS_BIT(4)
 };
 
+/* The fields after remote_sockaddr came with UCX 1.14 and 1.18; the library touches them
+ * only when their bit is set, so a caller built against older headers may pass the
+ * shorter struct. */
 typedef struct ucp_ep_attr {
     uint64_t                field_mask;
     char                    name[UCP_ENTITY_NAME_MAX];
     struct sockaddr_storage local_sockaddr;
     struct sockaddr_storage remote_sockaddr;
+    ucp_transports_t        transports;     /* one entry per lane */
+    void                    *user_data;     /* ucp_ep_params_t::user_data */
 } ucp_ep_attr_t;
 
 typedef enum ucp_ep_perf_param_field {
@@ -243,13 +253,16 @@ enum ucp_mem_map_params_field {
     UCP_MEM_MAP_PARAM_FIELD_LENGTH      = UCS_BIT(1),
     UCP_MEM_MAP_PARAM_FIELD_FLAGS       = UCS_BIT(2),
     UCP_MEM_MAP_PARAM_FIELD_PROT        = UCS_BIT(3),
-    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE = UCS_BIT(4)
+    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE = UCS_BIT(4),
+    UCP_MEM_MAP_PARAM_FIELD_EXPORTED_MEMH_BUFFER = UCS_BIT(5)
 };
 
 enum {
-    UCP_MEM_MAP_NONBLOCK = UCS_BIT(0),
-    UCP_MEM_MAP_ALLOCATE = UCS_BIT(1),   /* the library allocates the memory */
-    UCP_MEM_MAP_FIXED    = UCS_BIT(2)
+    UCP_MEM_MAP_NONBLOCK       = UCS_BIT(0),
+    UCP_MEM_MAP_ALLOCATE       = UCS_BIT(1),   /* the library allocates the memory */
+    UCP_MEM_MAP_FIXED          = UCS_BIT(2),
+    UCP_MEM_MAP_SYMMETRIC_RKEY = UCS_BIT(3),   /* a hint */
+    UCP_MEM_MAP_LOCK           = UCS_BIT(4)    /* pages present up front; not with NONBLOCK */
 };
 
 enum {
@@ -266,6 +279,7 @@ typedef struct ucp_mem_map_params {
     unsigned          flags;          /* UCP_MEM_MAP_* */
     unsigned          prot;           /* UCP_MEM_MAP_PROT_* */
     ucs_memory_type_t memory_type;
+    const void        *exported_memh_buffer;   /* since UCX 1.14; read only with its bit */
 } ucp_mem_map_params_t;
 
 typedef enum ucp_mem_advice {
@@ -285,6 +299,27 @@ typedef struct ucp_mem_advise_params {
     size_t           length;
     ucp_mem_advice_t advice;
 } ucp_mem_advise_params_t;
+
+enum ucp_memh_pack_params_field {
+    UCP_MEMH_PACK_PARAM_FIELD_FLAGS = UCS_BIT(0)
+};
+
+enum ucp_memh_pack_flags {
+    UCP_MEMH_PACK_FLAG_EXPORT = UCS_BIT(0)   /* Rucx: UCS_ERR_UNSUPPORTED */
+};
+
+typedef struct ucp_memh_pack_params {
+    uint64_t field_mask;   /* UCP_MEMH_PACK_PARAM_FIELD_* */
+    uint64_t flags;        /* UCP_MEMH_PACK_FLAG_* */
+} ucp_memh_pack_params_t;
+
+typedef struct ucp_memh_buffer_release_params {
+    uint64_t field_mask;   /* no fields yet: 0 */
+} ucp_memh_buffer_release_params_t;
+
+typedef struct ucp_rkey_compare_params {
+    uint64_t field_mask;   /* no fields yet: must be 0 */
+} ucp_rkey_compare_params_t;
 
 /* ======================================================================= datatypes */
 
@@ -306,6 +341,19 @@ typedef struct ucp_dt_iov {
     size_t length;
 } ucp_dt_iov_t;
 
+enum ucp_datatype_attr_field {
+    UCP_DATATYPE_ATTR_FIELD_PACKED_SIZE = UCS_BIT(0),
+    UCP_DATATYPE_ATTR_FIELD_BUFFER      = UCS_BIT(1),
+    UCP_DATATYPE_ATTR_FIELD_COUNT       = UCS_BIT(2)
+};
+
+typedef struct ucp_datatype_attr {
+    uint64_t   field_mask;    /* UCP_DATATYPE_ATTR_FIELD_* */
+    size_t     packed_size;   /* out: bytes of `count` elements packed */
+    const void *buffer;       /* in: the data (iov and generic datatypes need it) */
+    size_t     count;         /* in: elements (default 1) */
+} ucp_datatype_attr_t;
+
 typedef struct ucp_generic_dt_ops {
     void *(*start_pack)(void *context, const void *buffer, size_t count);
     void *(*start_unpack)(void *context, void *buffer, size_t count);
@@ -326,6 +374,7 @@ enum ucp_send_am_flags {
     UCP_AM_SEND_FLAG_REPLY = UCS_BIT(0),
     UCP_AM_SEND_FLAG_EAGER = UCS_BIT(1),
     UCP_AM_SEND_FLAG_RNDV  = UCS_BIT(2),
+    UCP_AM_SEND_FLAG_COPY_HEADER = UCS_BIT(3),   /* the header may go when the call returns */
     UCP_AM_SEND_REPLY      = UCP_AM_SEND_FLAG_REPLY
 };
 
@@ -522,15 +571,22 @@ ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *para
                          ucp_mem_h *memh_p);
 ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh);
 ucs_status_t ucp_mem_query(const ucp_mem_h memh, ucp_mem_attr_t *attr);
-void ucp_mem_print_info(const char *mem_size, ucp_context_h context, FILE *stream);
+void ucp_mem_print_info(const char *mem_spec, ucp_context_h context, FILE *stream);
 ucs_status_t ucp_mem_advise(ucp_context_h context, ucp_mem_h memh,
                             ucp_mem_advise_params_t *params);
 ucs_status_t ucp_rkey_pack(ucp_context_h context, ucp_mem_h memh, void **rkey_buffer_p,
                            size_t *size_p);
 void ucp_rkey_buffer_release(void *rkey_buffer);
+/* Without UCP_MEMH_PACK_FLAG_EXPORT: the bytes ucp_rkey_pack gives. */
+ucs_status_t ucp_memh_pack(ucp_mem_h memh, const ucp_memh_pack_params_t *params,
+                           void **buffer_p, size_t *buffer_size_p);
+void ucp_memh_buffer_release(void *buffer, const ucp_memh_buffer_release_params_t *params);
 ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h *rkey_p);
 ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p);
 void ucp_rkey_destroy(ucp_rkey_h rkey);
+/* A total order of keys: *result < 0, 0 (interchangeable) or > 0. */
+ucs_status_t ucp_rkey_compare(ucp_worker_h worker, ucp_rkey_h rkey1, ucp_rkey_h rkey2,
+                              const ucp_rkey_compare_params_t *params, int *result);
 
 /* active messages */
 ucs_status_ptr_t ucp_am_send_nbx(ucp_ep_h ep, unsigned id, const void *header,
@@ -587,13 +643,14 @@ ucs_status_ptr_t ucp_atomic_fetch_nb(ucp_ep_h ep, ucp_atomic_fetch_op_t opcode,
 ucs_status_t ucp_request_check_status(void *request);
 void ucp_request_cancel(ucp_worker_h worker, void *request);
 void ucp_request_free(void *request);
-void *ucp_request_alloc(ucp_worker_h worker);   /* Rucx: returns NULL */
+void *ucp_request_alloc(ucp_worker_h worker);   /* returns NULL, as UCX 1.19's does */
 ucs_status_t ucp_request_query(void *request, ucp_request_attr_t *attr);
 
 /* datatypes */
 ucs_status_t ucp_dt_create_generic(const ucp_generic_dt_ops_t *ops, void *context,
                                    ucp_datatype_t *datatype_p);
 void ucp_dt_destroy(ucp_datatype_t datatype);
+ucs_status_t ucp_dt_query(ucp_datatype_t datatype, ucp_datatype_attr_t *attr);
 
 END_C_DECLS
 

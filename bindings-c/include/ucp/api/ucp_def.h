@@ -1,5 +1,5 @@
 /*
- * Rucx: the ucp handle types, scalar types and callback signatures of UCX 1.13's ucp API.
+ * Rucx: the ucp handle types, scalar types and callback signatures of UCX 1.19's ucp API.
  * Declarations written for Rucx; names, values and layouts are UCX's so that UCX programs
  * compile and link against Rucx's libucp unchanged.
  */
@@ -148,6 +148,20 @@ typedef struct ucp_mem_attr {
     size_t            length;
     ucs_memory_type_t mem_type;
 } ucp_mem_attr_t;
+
+/* ---- transports of an endpoint (ucp_ep_attr_t::transports) ---- */
+typedef struct ucp_transport_entry {
+    const char *transport_name;   /* e.g. "posix"; valid until the endpoint is closed */
+    const char *device_name;      /* e.g. "memory"; valid until the endpoint is closed */
+} ucp_transport_entry_t;
+
+/* The caller's array: `num_entries` elements of `entry_size` bytes each on input (the
+ * library writes no field that ends past `entry_size`), the number filled on output. */
+typedef struct ucp_transports {
+    ucp_transport_entry_t *entries;
+    unsigned              num_entries;
+    size_t                entry_size;
+} ucp_transports_t;
 
 END_C_DECLS
 

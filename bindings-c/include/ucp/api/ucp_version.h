@@ -1,4 +1,4 @@
-/* Rucx implements the ucp API of UCX 1.13. */
+/* Rucx implements the ucp API of UCX 1.19. */
 #ifndef RUCX_UCP_VERSION_H
 #define RUCX_UCP_VERSION_H
 
@@ -8,7 +8,7 @@
     (((_major) << UCP_VERSION_MAJOR_SHIFT) | ((_minor) << UCP_VERSION_MINOR_SHIFT))
 
 #define UCP_API_MAJOR   1
-#define UCP_API_MINOR   13
-#define UCP_API_VERSION UCP_VERSION(1, 13)
+#define UCP_API_MINOR   19
+#define UCP_API_VERSION UCP_VERSION(1, 19)
 
 #endif

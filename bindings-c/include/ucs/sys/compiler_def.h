@@ -1,6 +1,6 @@
 /*
  * Rucx: compiler helpers used by the ucp.h-compatible declarations.
- * Written for Rucx; names follow UCX 1.13 so that UCX programs compile unchanged.
+ * Written for Rucx; names follow UCX 1.19 so that UCX programs compile unchanged.
  */
 #ifndef RUCX_UCS_SYS_COMPILER_DEF_H
 #define RUCX_UCS_SYS_COMPILER_DEF_H
@@ -16,9 +16,9 @@
 #  define END_C_DECLS
 #endif
 
-/* A 64-bit word with bit `i` set, and with bits 0..i-1 set. */
+/* A 64-bit word with bit `i` set, and with bits 0..i-1 set (all 64 for i >= 64). */
 #define UCS_BIT(i)  (1ul << (i))
-#define UCS_MASK(i) (UCS_BIT(i) - 1)
+#define UCS_MASK(i) (((i) >= 64) ? ~0ul : (UCS_BIT(i) - 1))
 
 /* Branch hints. */
 #define ucs_likely(x)   __builtin_expect(x, 1)
@@ -26,5 +26,8 @@
 
 /* Smallest size for an enum or struct (ucs_status_t is one byte, as in UCX). */
 #define UCS_S_PACKED __attribute__((packed))
+
+/* A printf-like function: format string in argument `fmt`, its values from argument `va`. */
+#define UCS_F_PRINTF(fmt, va) __attribute__((format(printf, fmt, va)))
 
 #endif

@@ -1,4 +1,4 @@
-/* Rucx: the CPU mask of ucp_worker_params_t (1024 CPUs, UCX 1.13 names and layout). */
+/* Rucx: the CPU mask of ucp_worker_params_t (1024 CPUs, UCX names and layout, unchanged from 1.13 to 1.19). */
 #ifndef RUCX_UCS_TYPE_CPU_SET_H
 #define RUCX_UCS_TYPE_CPU_SET_H
 

@@ -1,6 +1,7 @@
 /*
- * Rucx: status codes (numerically UCX 1.13's, so that either library's code means the same
- * thing) and the status-or-pointer convention of the non-blocking calls.
+ * Rucx: status codes (numerically UCX's, the same from 1.13 to 1.19, so that either
+ * library's code means the same thing) and the status-or-pointer convention of the
+ * non-blocking calls.
  */
 #ifndef RUCX_UCS_TYPE_STATUS_H
 #define RUCX_UCS_TYPE_STATUS_H

@@ -1,4 +1,4 @@
-/* Rucx: thread modes of contexts and workers (UCX 1.13 values). */
+/* Rucx: thread modes of contexts and workers (UCX values, unchanged from 1.13 to 1.19). */
 #ifndef RUCX_UCS_TYPE_THREAD_MODE_H
 #define RUCX_UCS_TYPE_THREAD_MODE_H
 
