@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # MPI point-to-point patterns (contrib/bench/osu.c, in the OSU micro-benchmarks' shapes)
-# with OpenMPI 4.1.4 over Debian's UCX 1.13.1 and over Rucx's libucp.so.0 (release build),
+# with OpenMPI 4.1.4 (or, with OSU_MPI=mpich, Debian's MPICH 4.0.2, device ch4:ucx) over
+# Debian's UCX 1.13.1 and over Rucx's libucp.so.0 (release build),
 # in alternating rounds (the order of the libraries reversed every other round); prints, per pattern and size, the median of each library, the
 # spread (min..max) of each library's rounds, the ratio Rucx / UCX of the medians and the
 # median of the per-round ratios ("paired": latency below 1.0, bandwidth above 1.0 means
@@ -42,13 +43,20 @@ if [ -z "$lib" ]; then
 fi
 work=$(mktemp -d /tmp/rucx-osu.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+# Every UCX library name is Rucx's (MPICH links libucs and libuct too; a program that loads
+# one of Debian's beside ours would mix two libraries).
 mkdir -p "$work/lib"
-ln -sf "$(readlink -f "$lib")" "$work/lib/libucp.so.0"
+for n in ucp ucs ucm uct; do ln -sf "$(readlink -f "$lib")" "$work/lib/lib$n.so.0"; done
 if [ -n "${RUCX_BEFORE:-}" ]; then
   mkdir -p "$work/before"
-  ln -sf "$(readlink -f "$RUCX_BEFORE")" "$work/before/libucp.so.0"
+  for n in ucp ucs ucm uct; do ln -sf "$(readlink -f "$RUCX_BEFORE")" "$work/before/lib$n.so.0"; done
 fi
-mpicc -O2 -o "$work/osu" contrib/bench/osu.c
+mpi=${OSU_MPI:-openmpi}
+case $mpi in
+  openmpi) mpicc -O2 -o "$work/osu" contrib/bench/osu.c ;;
+  mpich) mpicc.mpich -O2 -o "$work/osu" contrib/bench/osu.c ;;
+  *) echo "osu.sh: OSU_MPI is openmpi or mpich" >&2; exit 2 ;;
+esac
 base=${OSU_SYS_LABEL:-ucx113}
 libs=("$base" rucx)
 if [ -n "${UCX122:-}" ]; then
@@ -75,6 +83,20 @@ run() {
       local d=${RUCX_UCX_DIR:-$HOME/.cache/rucx/ucx-1.22}/libucx
       env=(-x LD_LIBRARY_PATH="$d/lib" -x UCX_MODULE_DIR="$d/lib/ucx") ;;
   esac
+  if [ "$mpi" = mpich ]; then
+    # Hydra: -genv NAME VALUE for what OpenMPI's -x NAME=VALUE says; its own binding; one
+    # device (ch4:ucx), so nothing to select but UCX's transports. RMA needs no option.
+    local genv=(-genv UCX_TLS posix,cma,self) i
+    for ((i = 1; i < ${#env[@]}; i += 2)); do
+      genv+=(-genv "${env[i]%%=*}" "${env[i]#*=}")
+    done
+    [ -n "${OSU_SCALE:-}" ] && genv+=(-genv OSU_SCALE "$OSU_SCALE")
+    local mbind=(-bind-to core)
+    [ "${bind[1]}" = none ] && mbind=(-bind-to none)
+    timeout 600 "${cpus[@]}" mpiexec.mpich -n "$np" "${mbind[@]}" "${genv[@]}" \
+      "$work/osu" "$pat" "$sizes" 2>/dev/null | awk '{print $2, $3}'
+    return
+  fi
   timeout 600 "${cpus[@]}" mpirun --allow-run-as-root --oversubscribe -np "$np" "${bind[@]}" \
     --mca plm isolated --mca btl self --mca pml ucx --mca pml_ucx_tls any \
     --mca pml_ucx_devices any "${osc[@]}" -x UCX_TLS=posix,cma,self ${OSU_SCALE:+-x OSU_SCALE} "${env[@]}" \
