@@ -94,7 +94,9 @@ impl Context {
         }
         s.push_str("#\n");
         for (i, tl) in tls.iter().enumerate() {
-            s.push_str(&format!("#            md {i:<2} :  component {i:<2} {tl} \n"));
+            s.push_str(&format!(
+                "#            md {i:<2} :  component {i:<2} {tl} \n"
+            ));
         }
         s.push_str("#\n");
         for (i, r) in rs.iter().enumerate() {

@@ -1213,7 +1213,9 @@ impl Core {
                     _ => return Err(Bad::Malformed(Some(ep))),
                 };
                 let op = AtomicOp::from_u8(op).ok_or(Bad::Malformed(Some(ep)))?;
-                if !ATOMIC_SIZES.contains(&usize::from(size)) || !addr.is_multiple_of(u64::from(size)) {
+                if !ATOMIC_SIZES.contains(&usize::from(size))
+                    || !addr.is_multiple_of(u64::from(size))
+                {
                     return Err(Bad::Malformed(Some(ep)));
                 }
                 match self.target(slot, nonce, addr, u64::from(size)) {
@@ -1382,7 +1384,6 @@ pub(super) fn write_reply(
     buf[REPLY_HDR..REPLY_HDR + data.len()].copy_from_slice(data);
     REPLY_HDR + data.len()
 }
-
 
 /// The shared-memory window of the worker-allocated region (of `mems`, `shm_regions` of
 /// which are shared memory) holding `[lo, hi)`, if any: what a rendezvous key carries so a

@@ -299,6 +299,25 @@ impl Worker {
         lanes(&self.core, ep.idx())
     }
 
+    /// The (transport, device) of each lane an endpoint uses, a lane used for several
+    /// purposes once, in the order AM, RMA, device-memory RMA (`ucp_ep_query` with
+    /// `UCP_EP_ATTR_FIELD_TRANSPORTS`).
+    pub fn ep_transports(&self, ep: EpHandle) -> Option<Vec<(String, String)>> {
+        let e = self.core.eps.get(ep.idx())?;
+        let mut seen: Vec<Lane> = Vec::with_capacity(3);
+        for l in [Some(e.am), e.rma, e.rma_dev].into_iter().flatten() {
+            if !seen.contains(&l) {
+                seen.push(l);
+            }
+        }
+        let info = &self.core.info;
+        Some(
+            seen.iter()
+                .map(|l| (info[l.iface].tl.to_string(), info[l.iface].device.clone()))
+                .collect(),
+        )
+    }
+
     /// Flushes an endpoint, or every endpoint (`ucp_ep_flush_nbx` / `ucp_worker_flush_nbx`):
     /// completes when every send posted before it has completed.
     pub fn flush(&mut self, ep: Option<EpHandle>) -> UcsResult<ReqId> {
