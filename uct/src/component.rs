@@ -1,11 +1,17 @@
 //! Transport discovery: which transports can run on this machine, on which devices, and
 //! why the others cannot. `ucp` opens what [`discover`] lists; `rucx-info -d` prints both
 //! lists.
+//!
+//! The registry: the one module that names every transport, on the top floor of `uct`
+//! above them (`docs/layers.md`); no transport names it.
 
 use std::fmt;
+use std::path::Path;
 
 use ucs::Config;
 
+use crate::dispatch::OpenIface;
+use crate::error::OpenError;
 use crate::iface::Iface;
 use crate::tl;
 
@@ -48,25 +54,6 @@ impl fmt::Display for TlAbsent {
 pub struct Discovery {
     pub available: Vec<TlResource>,
     pub absent: Vec<TlAbsent>,
-}
-
-/// A transport that failed to open although it was discovered.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OpenError {
-    #[error("{tl}/{device}: {call} failed: {source}")]
-    Os {
-        tl: &'static str,
-        device: String,
-        call: &'static str,
-        source: std::io::Error,
-    },
-    #[error("{tl}: unknown device {device}")]
-    NoDevice { tl: &'static str, device: String },
-    #[error("transport not available: {0}")]
-    UnknownTl(String),
-    #[error("{tl}: {reason}")]
-    Unavailable { tl: &'static str, reason: String },
 }
 
 /// Lists the transports and devices usable under `cfg` (`UCX_TLS`, `UCX_NET_DEVICES`).
@@ -132,13 +119,48 @@ pub fn discover(cfg: &Config) -> Discovery {
             Ok(vec![("model".into(), DeviceKind::Accelerator)]),
         );
     }
-    for (tl, reason) in tl::absent_hardware() {
+    for (tl, reason) in absent_hardware() {
         offer(tl, Err(reason));
     }
     for a in &d.absent {
         log::debug!("transport {a}");
     }
     d
+}
+
+/// Transports whose hardware, kernel module or library is missing here, with the reason;
+/// discovery lists them as absent so `rucx-info -d` can say why.
+fn absent_hardware() -> Vec<(&'static str, String)> {
+    let mut v = Vec::new();
+    // libfabric is loaded only where a Slingshot NIC exists: listing its providers costs
+    // ~0.3 s, too much for every process that opens a context (`rucx-info -d` asks it
+    // anyway, `uct::trigger::cxi_presence`).
+    v.push((
+        "cxi",
+        if !Path::new("/dev/cxi0").exists() {
+            "no Slingshot NIC (/dev/cxi0 not found)".to_string()
+        } else {
+            match crate::trigger::cxi_presence() {
+                Ok(found) => format!(
+                    "{found}: deferred work can run in its queue (uct::tl::ofi), but no \
+                     interface carries ucp's traffic over it; ucp queues use the software \
+                     trigger engine"
+                ),
+                Err(why) => why,
+            }
+        },
+    ));
+    #[cfg(not(feature = "cuda"))]
+    for tl in ["cuda_copy", "cuda_ipc"] {
+        v.push((tl, "built without the `cuda` feature".to_string()));
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(why) = ucs::cuda::gdr::absent_reason() {
+        v.push(("gdr_copy", why));
+    }
+    #[cfg(not(feature = "cuda"))]
+    v.push(("gdr_copy", "built without the `cuda` feature".to_string()));
+    v
 }
 
 /// Opens an interface on a discovered resource.
@@ -170,17 +192,14 @@ pub fn open(res: &TlResource, cfg: &Config) -> Result<Box<dyn Iface>, OpenError>
     }
 }
 
-/// [`open`], holding posix and self by their own types (see
-/// [`OpenIface`](crate::iface::OpenIface)).
-pub fn open_iface(res: &TlResource, cfg: &Config) -> Result<crate::iface::OpenIface, OpenError> {
+/// [`open`], holding posix and self by their own types (see [`OpenIface`]).
+pub fn open_iface(res: &TlResource, cfg: &Config) -> Result<OpenIface, OpenError> {
     match res.tl {
-        "posix" => Ok(crate::iface::OpenIface::Posix(Box::new(
-            tl::posix::PosixIface::open(cfg)?,
-        ))),
-        "self" => Ok(crate::iface::OpenIface::SelfTl(Box::new(
-            tl::self_::SelfIface::open(cfg),
-        ))),
-        _ => open(res, cfg).map(crate::iface::OpenIface::Dyn),
+        "posix" => Ok(OpenIface::Posix(Box::new(tl::posix::PosixIface::open(
+            cfg,
+        )?))),
+        "self" => Ok(OpenIface::SelfTl(Box::new(tl::self_::SelfIface::open(cfg)))),
+        _ => open(res, cfg).map(OpenIface::Dyn),
     }
 }
 

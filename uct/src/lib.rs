@@ -12,6 +12,11 @@
 //! Nothing here knows about tags, protocols or datatypes, and no transport knows another
 //! (`docs/uct.md`).
 //!
+//! The modules form floors (`docs/layers.md`): the traits, the error and the shared pieces
+//! ([`ep`], [`md`], [`iface`], [`error`], the helpers of [`tl`]) at the bottom; the
+//! transports ([`tl`]`::*`) above them; the registry ([`component`]) and the enum dispatch
+//! ([`dispatch`]) on top.
+//!
 //! # Example
 //!
 //! Discover the transports, open the loopback one (`self`), connect an endpoint to the
@@ -47,7 +52,9 @@
 //! assert!(inbox.0[0].1.ends_with(b"hello"));
 //! ```
 pub mod component;
+pub mod dispatch;
 pub mod ep;
+pub mod error;
 pub mod iface;
 pub mod md;
 #[cfg(test)]
@@ -56,9 +63,10 @@ pub mod tl;
 pub mod trigger;
 
 pub use component::{discover, open, open_iface, Discovery, TlAbsent, TlResource};
+pub use dispatch::OpenIface;
 pub use ep::{Comp, Done, EpId, Iov};
+pub use error::OpenError;
 pub use iface::{
-    Amo64, Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, OpenIface, PerfEstimate,
-    UmrCost,
+    Amo64, Handler, Iface, IfaceAttr, IfaceFlags, MemCaps, OpLimits, PerfEstimate, UmrCost,
 };
 pub use md::{Md, MemH, MemTypes, MemoryType, RemoteKey};

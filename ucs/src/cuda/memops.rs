@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys as cu;
 
-use super::{check, driver, DevPtr};
+use super::driver::{check, check_ready, driver, DevPtr, Event, Stream};
 use crate::{Status, UcsResult};
 
 /// A CUDA stream the application owns (`CUstream` / `cudaStream_t`), used without owning
@@ -168,8 +168,8 @@ impl StreamRef {
         })
     }
 
-    /// A stream Rucx made ([`super::Stream`]).
-    pub fn of(s: &super::Stream) -> StreamRef {
+    /// A stream Rucx made ([`Stream`]).
+    pub fn of(s: &Stream) -> StreamRef {
         StreamRef {
             raw: s.stream,
             dev: s.dev,
@@ -315,7 +315,7 @@ impl StreamRef {
     }
 
     /// Records `ev` on the stream: it reports done once everything queued before has run.
-    pub fn record(&self, ev: &super::Event) -> UcsResult<()> {
+    pub fn record(&self, ev: &Event) -> UcsResult<()> {
         let d = driver().ok_or(Status::Unsupported)?;
         let _b = d.bind(self.dev)?;
         // SAFETY: a live event of this device and a live stream.
@@ -359,11 +359,7 @@ impl StreamRef {
     /// Whether everything queued on the stream has finished.
     pub fn idle(&self) -> UcsResult<bool> {
         // SAFETY: a live stream.
-        match check(unsafe { cu::cuStreamQuery(self.raw) }) {
-            Ok(()) => Ok(true),
-            Err(Status::InProgress) => Ok(false),
-            Err(e) => Err(e),
-        }
+        check_ready(unsafe { cu::cuStreamQuery(self.raw) })
     }
 
     /// Waits until the stream is idle.

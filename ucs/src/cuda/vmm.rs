@@ -15,7 +15,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys as cu;
 
-use super::{check, driver, DevPtr, Driver};
+use super::driver::{check, driver, DevPtr, Driver};
 use crate::{Status, UcsResult};
 
 const FD: cu::CUmemAllocationHandleType =

@@ -12,8 +12,8 @@ use slab::Slab;
 use ucs::config::AutoSize;
 use ucs::{Config, Status, UcsResult};
 
-use crate::component::OpenError;
 use crate::ep::{iov_total, Comp, Done, EpId, Iov};
+use crate::error::OpenError;
 use crate::iface::{Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{BoundsMd, Md, RemoteKey};
 use ucs::wire::{Reader, Writer};

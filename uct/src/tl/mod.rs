@@ -1,5 +1,10 @@
 //! The transports. Each module is one transport, complete in itself; the smallest,
 //! [`self_`], is the place to start reading.
+//!
+//! The functions here are the transports' shared pieces (iov copies, cutting two lists of
+//! segments into common pieces): on the bottom floor of `uct`, they name no transport.
+//! What the transports share with the registry (discovery, opening by name) is in
+//! [`crate::component`], above them (`docs/layers.md`).
 
 pub mod cma;
 #[cfg(feature = "cuda")]
@@ -15,43 +20,6 @@ pub mod self_;
 pub mod tcp;
 pub mod verbs;
 pub mod xpmem;
-
-use std::path::Path;
-
-/// Transports whose hardware, kernel module or library is missing here, with the reason;
-/// discovery lists them as absent so `rucx-info -d` can say why.
-pub(crate) fn absent_hardware() -> Vec<(&'static str, String)> {
-    let mut v = Vec::new();
-    // libfabric is loaded only where a Slingshot NIC exists: listing its providers costs
-    // ~0.3 s, too much for every process that opens a context (`rucx-info -d` asks it
-    // anyway, `uct::trigger::cxi_presence`).
-    v.push((
-        "cxi",
-        if !Path::new("/dev/cxi0").exists() {
-            "no Slingshot NIC (/dev/cxi0 not found)".to_string()
-        } else {
-            match crate::trigger::cxi_presence() {
-                Ok(found) => format!(
-                    "{found}: deferred work can run in its queue (uct::tl::ofi), but no \
-                     interface carries ucp's traffic over it; ucp queues use the software \
-                     trigger engine"
-                ),
-                Err(why) => why,
-            }
-        },
-    ));
-    #[cfg(not(feature = "cuda"))]
-    for tl in ["cuda_copy", "cuda_ipc"] {
-        v.push((tl, "built without the `cuda` feature".to_string()));
-    }
-    #[cfg(feature = "cuda")]
-    if let Some(why) = ucs::cuda::gdr::absent_reason() {
-        v.push(("gdr_copy", why));
-    }
-    #[cfg(not(feature = "cuda"))]
-    v.push(("gdr_copy", "built without the `cuda` feature".to_string()));
-    v
-}
 
 /// Copies between the local iov list and this process's range at `remote_addr`, entry
 /// after entry, through `ucs::memtype::copy` (any memory types, the driver where needed):

@@ -13,8 +13,8 @@ use slab::Slab;
 use ucs::wakeup::EventFd;
 use ucs::{Config, Status, UcsResult};
 
-use crate::component::OpenError;
 use crate::ep::{Comp, Done, EpId};
+use crate::error::OpenError;
 use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{BoundsMd, Md};
 use fifo::{Fifo, FifoView};

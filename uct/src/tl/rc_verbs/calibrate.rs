@@ -1,24 +1,26 @@
 //! Measuring what UMR transfers and their packed alternative cost on a provider
 //! (`Iface::umr_cost`), between two QPs of the provider's own.
 
-use super::{ACCESS_ALL, SEG};
 use crate::iface::UmrCost;
-use crate::tl::verbs::{Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge, WcStatus};
+use crate::tl::verbs::{
+    Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge, WcStatus, ACCESS_ALL,
+};
 
 /// Measures the costs of [`UmrCost`] on provider `p`, between two QPs of its own (on a CQ
 /// of their own): RDMA WRITEs through indirect keys of `n = min(max_klm, 63)` 8-byte
-/// entries a page apart, of one `8n`-byte entry and of one `n` pages, and SENDs of `SEG`
-/// bytes. A few milliseconds on the model; the two CQs stay allocated (the provider has
-/// no verb to destroy one).
+/// entries a page apart, of one `8n`-byte entry and of one `n` pages, and SENDs of `seg`
+/// bytes (the transport's bounce segment). A few milliseconds on the model; the two CQs
+/// stay allocated (the provider has no verb to destroy one).
 pub(super) fn calibrate(
     p: &mut dyn Provider,
     max_klm: usize,
+    seg: usize,
 ) -> crate::tl::verbs::VResult<UmrCost> {
     use crate::tl::verbs::{Klm, VerbsError};
     const REPS: usize = 64;
     const STRIDE: u64 = 4160;
     let n = max_klm.clamp(2, 63);
-    let len = STRIDE as usize * n + SEG;
+    let len = STRIDE as usize * n + seg;
     let (mut src, mut dst) = (vec![1u8; len], vec![0u8; len]);
     let (sa, da) = (src.as_mut_ptr() as u64, dst.as_mut_ptr() as u64);
     let sk = p.reg_mr(sa, len as u64, ACCESS_ALL)?;
@@ -96,7 +98,7 @@ pub(super) fn calibrate(
                 wr_id: i as u64,
                 sges: smallvec::smallvec![Sge {
                     addr: da,
-                    len: SEG as u32,
+                    len: seg as u32,
                     lkey: dk,
                 }],
             };
@@ -104,7 +106,7 @@ pub(super) fn calibrate(
         }
         let send = Sge {
             addr: sa,
-            len: SEG as u32,
+            len: seg as u32,
             lkey: sk,
         };
         let t_send = time(p, send, 0, Opcode::Send)?;
@@ -115,7 +117,7 @@ pub(super) fn calibrate(
             entry_ns: ((t_scattered - t_one) / extra).max(0.0),
             byte_ns: ((t_pages - t_one) / big).max(0.0),
             send_ns: t_send,
-            seg: SEG,
+            seg,
         })
     })();
     for k in keys {

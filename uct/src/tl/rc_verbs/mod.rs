@@ -62,8 +62,8 @@ use smallvec::SmallVec;
 use ucs::wire::{Reader, Writer};
 use ucs::{Config, Status, UcsResult};
 
-use crate::component::OpenError;
 use crate::ep::{iov_total, Comp, Done, EpId, Iov};
+use crate::error::OpenError;
 use crate::iface::{
     check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate, UmrCost,
 };
@@ -72,7 +72,7 @@ mod calibrate;
 
 use crate::tl::verbs::{
     model::SoftHca, Access, CmKind, CmMsg, Opcode, Provider, QpAddr, QpState, RecvWr, SendWr, Sge,
-    Wc, WcOpcode, WcStatus,
+    Wc, WcOpcode, WcStatus, ACCESS_ALL,
 };
 use calibrate::calibrate;
 
@@ -93,10 +93,6 @@ const UMR_CACHE_MAX: usize = 64;
 /// sets go (beyond that, they are destroyed).
 const POOL_INIT: usize = 64;
 const POOL_MAX: usize = 1024;
-const ACCESS_ALL: Access = Access::LOCAL_WRITE
-    .union(Access::REMOTE_WRITE)
-    .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
 
 /// A work request of an operation is signalled at least this often: an unsignalled one
 /// holds its send-queue slot until a later signalled one completes (as on an HCA).
@@ -1813,7 +1809,7 @@ impl Iface for RcIface {
 
     fn umr_cost(&mut self) -> Option<UmrCost> {
         if self.umr_cost.is_none() {
-            let c = calibrate(lock(&self.hca).as_mut(), self.max_klm);
+            let c = calibrate(lock(&self.hca).as_mut(), self.max_klm, SEG);
             match c {
                 Ok(c) => {
                     log::debug!("rc_verbs: UMR costs measured: {c:?}");

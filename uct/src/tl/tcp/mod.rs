@@ -72,8 +72,8 @@ use ucs::log::RateLimit;
 use ucs::wakeup::Epoll;
 use ucs::{Config, Status, UcsResult};
 
-use crate::component::OpenError;
 use crate::ep::{iov_total, Comp, Done, EpId, Iov, IovVec};
+use crate::error::OpenError;
 use crate::iface::{check_am_id, Handler, Iface, IfaceAttr, IfaceFlags, OpLimits, PerfEstimate};
 use crate::md::{Md, RemoteKey};
 use ucs::wire::{Reader, Writer};

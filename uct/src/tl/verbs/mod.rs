@@ -35,6 +35,12 @@ bitflags! {
     }
 }
 
+/// Every access right: what `rc_verbs` registers its regions and builds its keys with.
+pub const ACCESS_ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
 /// An RC queue pair's state (`IBV_QPS_*`; SQD and SQE are not modelled).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
