@@ -212,10 +212,145 @@ static void legacy_beside_nbx(void)
     ct_pair_fini(&p);
 }
 
+/* What UCXX does with a rendezvous active message: inside the receive callback it posts
+ * ucp_am_recv_data_nbx (callback, user data, UCP_OP_ATTR_FLAG_NO_IMM_CMPL) into a buffer
+ * of its own and returns UCS_INPROGRESS; the receive's callback later reports the whole
+ * message. Sizes around and well above the rendezvous threshold. */
+struct rndv_rec {
+    int calls, done, rndv, hdr_ok;
+    size_t length;
+    ucs_status_t status;
+    char *buf;
+    ucp_worker_h w;
+};
+
+static void am_data_done(void *req, ucs_status_t status, size_t length, void *user_data)
+{
+    struct rndv_rec *r = user_data;
+    r->done++;
+    r->status = status;
+    r->length = length;
+    ucp_request_free(req);
+}
+
+static ucs_status_t rndv_cb(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
+{
+    struct rndv_rec *r = arg;
+    r->calls++;
+    r->hdr_ok = header_length == 24 && header != NULL && ct_pattern_ok(header, 24, 3);
+    r->length = length;
+    r->buf = malloc(length ? length : 1);
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        memcpy(r->buf, data, length);
+        r->done++;
+        r->status = UCS_OK;
+        return UCS_OK;
+    }
+    r->rndv++;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv_am = am_data_done;
+    p.user_data = r;
+    void *q = ucp_am_recv_data_nbx(r->w, data, r->buf, length, &p);
+    if (UCS_PTR_IS_ERR(q)) {
+        r->status = UCS_PTR_STATUS(q);
+        r->done++;
+        return r->status;
+    }
+    return UCS_INPROGRESS;
+}
+
+static void send_done(void *req, ucs_status_t status, void *user_data)
+{
+    (void)req;
+    int *d = user_data;
+    *d = status == UCS_OK ? 1 : -1;
+}
+
+/* Sends from `ep` (to `w`, possibly its own worker) and checks as below. */
+static void rndv_to(struct ct_pair *p, ucp_ep_h ep, ucp_worker_h w)
+{
+    struct rndv_rec rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.w = w;
+    ucp_am_handler_param_t hp;
+    memset(&hp, 0, sizeof(hp));
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = 5;
+    hp.cb = rndv_cb;
+    hp.arg = &rec;
+    CT_OK(ucp_worker_set_am_recv_handler(w, &hp));
+    size_t sizes[] = {4096, 65536, 1 << 20, CT_LARGE};
+    int rndv_seen = 0;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        char *src = ct_pattern(n, 90 + (unsigned)k);
+        /* As UCXX sends: a callback, and the request checked once the call returned. */
+        int sent = 0;
+        ucp_request_param_t sp;
+        memset(&sp, 0, sizeof(sp));
+        sp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                          UCP_OP_ATTR_FIELD_USER_DATA;
+        sp.cb.send = send_done;
+        sp.user_data = &sent;
+        sp.flags = UCP_AM_SEND_FLAG_RNDV | UCP_AM_SEND_FLAG_REPLY;
+        rec.calls = rec.done = rec.rndv = 0;
+        char *hdr = ct_pattern(24, 3);
+        void *sr = ucp_am_send_nbx(ep, 5, hdr, 24, src, n, &sp);
+        CT_CHECK(!UCS_PTR_IS_ERR(sr), "am send");
+        /* ucp.h: a request returned has not called its callback yet. */
+        CT_CHECK(sr == NULL || sent == 0, "%zu bytes: the send's callback ran before the call "
+                 "returned its request", n);
+        for (int i = 0; i < 2000000 && (rec.done == 0 || (sr != NULL && ucp_request_check_status(sr) == UCS_INPROGRESS)); i++)
+            ct_progress(p);
+        CT_CHECK(rec.calls == 1 && rec.done == 1, "%zu bytes: %d calls, %d completions", n,
+                 rec.calls, rec.done);
+        CT_CHECK(rec.status == UCS_OK && rec.length == n, "%zu bytes: status %d, length %zu", n,
+                 (int)rec.status, rec.length);
+        CT_CHECK(ct_pattern_ok(rec.buf, n, 90 + (unsigned)k), "%zu bytes: data", n);
+        CT_CHECK(rec.hdr_ok, "%zu bytes: the header", n);
+        free(hdr);
+        rndv_seen += rec.rndv;
+        CT_OK(ct_wait(p, sr));
+        free(rec.buf);
+        free(src);
+    }
+    CT_CHECK(rndv_seen > 0, "no message came as a rendezvous (UCP_AM_SEND_FLAG_RNDV)");
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+    hp.cb = NULL;
+    CT_OK(ucp_worker_set_am_recv_handler(w, &hp));
+}
+
+static void rndv_data_received_in_callback(void)
+{
+    struct ct_pair p;
+    ct_pair_init(&p, 0);
+    rndv_to(&p, p.ep[0], p.w[1]);
+    /* To the sender's own worker (UCXX's client and server share one). */
+    ucp_address_t *a;
+    size_t alen;
+    CT_OK(ucp_worker_get_address(p.w[0], &a, &alen));
+    ucp_ep_h self_ep = ct_ep(p.w[0], a, 0, NULL);
+    ucp_worker_release_address(p.w[0], a);
+    rndv_to(&p, self_ep, p.w[0]);
+    ucp_request_param_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void *r = ucp_ep_close_nbx(self_ep, &cp);
+    if (!UCS_PTR_IS_ERR(r)) ct_wait(&p, r);
+    ct_pair_fini(&p);
+}
+
 const struct ct_test ct_am[] = {
     {"legacy_whole_messages", "a ucp_worker_set_am_handler handler gets each ucp_am_send_nb message whole, small and large, with a working reply endpoint only where the sender asked for one", legacy_whole_messages},
     {"legacy_kept_data", "data a deprecated AM handler keeps (UCS_INPROGRESS) stays valid until ucp_am_data_release", legacy_kept_data},
     {"legacy_remove", "a NULL handler removes it; setting it again restores it", legacy_remove},
     {"legacy_beside_nbx", "a deprecated AM handler and an nbx one on one worker each get their own messages", legacy_beside_nbx},
+    {"rndv_data_received_in_callback", "a rendezvous AM received with ucp_am_recv_data_nbx (NO_IMM_CMPL) from inside its callback, which returns UCS_INPROGRESS, completes with the whole message", rndv_data_received_in_callback},
     {0},
 };

@@ -1,18 +1,19 @@
 //! Tag schemes, tag generators and channels in C (`ucpx_tag_*`, `ucpx_channel_*`;
-//! `include/rucx.h`): thin layers over `ucp::tag::scheme` and `ucp/src/worker/channel.rs`,
+//! `include/rucx.h`): thin layers over `ucp::tag::scheme` and `ucp/src/channel/`,
 //! which say what each call does. Channel sends and receives report as `ucp_tag_send_nbx`
 //! and `ucp_tag_recv_nbx` do (request, callback, immediate completion).
 
 use std::ffi::c_void;
 use std::sync::Mutex;
 
+use ucp::channel::{ChannelHandle, ChannelOpts};
 use ucp::tag::scheme::{Match, TagGen, TagScheme, WrapPolicy};
-use ucp::worker::channel::{ChannelHandle, ChannelOpts};
 use ucp::{RecvParams, SendParams};
 use ucs::Status;
 
 use crate::ep::CEp;
-use crate::ops::{CbKind, Post};
+use crate::ops::Post;
+use crate::request::CbKind;
 use crate::types::*;
 use crate::worker::CWorker;
 use crate::{code, guard, status_ptr};

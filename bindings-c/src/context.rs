@@ -1,6 +1,9 @@
 //! Configuration, context and memory mapping: `ucp_config_*`, `ucp_init_version`,
 //! `ucp_cleanup`, `ucp_context_query`, `ucp_mem_map` and friends, `ucp_rkey_pack`.
 //!
+//! Module cycle: a context lists its workers and maps its memory on each of them, and a
+//! worker knows its context (its request pool, its regions); see `worker`.
+//!
 //! UCX maps memory on the context, which every worker of it can then use; a Rucx region
 //! belongs to one worker. So a `ucp_mem_h` is mapped on every worker of the context (and
 //! on workers created later), and its packed key carries one key per worker, tagged with
@@ -680,7 +683,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             (addr as u64, false)
         };
         if flags & UCP_MEM_MAP_LOCK != 0 {
-            crate::memh::lock_pages(base, len, owned || shm.is_some());
+            lock_pages(base, len, owned || shm.is_some());
         }
         let mem = Box::new(CMem {
             magic: MEM_MAGIC,
@@ -943,4 +946,39 @@ pub unsafe extern "C" fn ucp_mem_print_info(
             &format!("# Rucx maps {s} of host memory on every worker of the context\n"),
         );
     })
+}
+
+/// `UCP_MEM_MAP_LOCK`: the pages of `[base, base + len)` present from now on. Memory the
+/// library allocated (`ours`) is also pinned with `mlock`, best effort (`RLIMIT_MEMLOCK`
+/// may refuse; its `munmap` unlocks it). The application's memory is populated only: an
+/// `munlock` at unmap could undo the application's own `mlock` of the same pages, and
+/// Rucx's host-memory transports need no pinning (verbs registration pins by itself).
+fn lock_pages(base: u64, len: usize, ours: bool) {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1);
+    let start = (base as usize) & !(page - 1);
+    let end = (base as usize).saturating_add(len).saturating_add(page - 1) & !(page - 1);
+    let (p, n) = (start as *mut c_void, end - start);
+    // SAFETY: the range is memory the caller maps (ucp_mem_map's contract) or we
+    // allocated; madvise and mlock change no contents.
+    let populated = unsafe {
+        libc::madvise(p, n, libc::MADV_POPULATE_WRITE) == 0
+            || libc::madvise(p, n, libc::MADV_POPULATE_READ) == 0
+    };
+    if !populated {
+        // Kernels before 5.14: read one byte per page.
+        for a in (start..end).step_by(page) {
+            // SAFETY: inside the mapped range (see above).
+            unsafe { std::ptr::read_volatile(a.max(base as usize) as *const u8) };
+        }
+    }
+    // SAFETY: as above.
+    if ours && unsafe { libc::mlock(p, n) } != 0 {
+        log::debug!(
+            "ucp_mem_map: mlock of {n} bytes refused ({}); the pages are populated",
+            std::io::Error::last_os_error()
+        );
+    }
 }

@@ -1,6 +1,10 @@
-//! Endpoints, listeners and remote keys: `ucp_ep_create`, `ucp_ep_close_nb(x)`,
-//! `ucp_ep_flush*`, `ucp_ep_query`, `ucp_listener_*`, `ucp_conn_request_query`,
-//! `ucp_ep_rkey_unpack`, `ucp_rkey_compare`, `ucp_rkey_destroy`.
+//! Endpoints, listeners and remote keys: `ucp_ep_create`, `ucp_ep_query`,
+//! `ucp_ep_modify_nb`, `ucp_listener_*`, `ucp_conn_request_query`, `ucp_ep_rkey_unpack`,
+//! `ucp_rkey_compare`, `ucp_rkey_destroy`. Flushing and closing an endpoint post requests
+//! and are operations (`ops`).
+//!
+//! Module cycle: an endpoint handle knows its worker, which owns the handle (`worker`
+//! makes reply endpoints' handles and frees them all when destroyed); see `worker`.
 
 use std::cmp::Ordering;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -10,11 +14,9 @@ use std::sync::Mutex;
 use ucp::{ConnRequest, EpHandle, Rkey};
 use ucs::Status;
 
-use crate::context::{write_name, RKEY_BLOB_MAGIC};
-use crate::ops::{CbKind, Post};
-use crate::request::Cb;
+use crate::context::{fput, write_name, RKEY_BLOB_MAGIC};
 use crate::types::*;
-use crate::worker::{read_blob, wait_id, CWorker, ConnH, ADDR_MAGIC};
+use crate::worker::{read_blob, CWorker, ConnH, ADDR_MAGIC};
 use crate::{code, guard, status_ptr};
 
 const EP_MAGIC: u64 = 0x5275_6378_4570_2121;
@@ -314,162 +316,6 @@ pub unsafe extern "C" fn ucp_ep_create(
     })
 }
 
-/// Closes `ep`: removes the handle and posts the close.
-fn close(e: &CEp, w: &CWorker, post: Post, force: bool) -> ucs_status_ptr_t {
-    let h = e.h;
-    let p = w.with_inner(|i| i.eps.remove(&h.0));
-    let r = if force {
-        // Completes at once; what was outstanding reports UCS_ERR_CANCELED from the next
-        // progress.
-        status_ptr(
-            w.with(|wk| wk.ep_close_force(h))
-                .err()
-                .unwrap_or(Status::Ok),
-        )
-    } else {
-        post.run(w, |wk| wk.ep_close(h).map(Some))
-    };
-    if let Some(p) = p {
-        // SAFETY: removed from the map, so freed once; the application may not use the
-        // handle after closing it.
-        unsafe { CEp::free(p as *mut CEp) };
-    }
-    r
-}
-
-/// # Safety
-/// `ep` ours, not used after.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut c_void, mode: c_uint) -> ucs_status_ptr_t {
-    guard(status_ptr(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
-            return status_ptr(Status::InvalidParam);
-        };
-        if mode != UCP_EP_CLOSE_MODE_FORCE && mode != UCP_EP_CLOSE_MODE_FLUSH {
-            return status_ptr(Status::InvalidParam);
-        }
-        close(
-            e,
-            w,
-            Post::legacy(Cb::None),
-            mode == UCP_EP_CLOSE_MODE_FORCE,
-        )
-    })
-}
-
-/// # Safety
-/// `ep` ours; `param` readable.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_ep_close_nbx(
-    ep: *mut c_void,
-    param: *const ucp_request_param_t,
-) -> ucs_status_ptr_t {
-    guard(status_ptr(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
-            return status_ptr(Status::InvalidParam);
-        };
-        // SAFETY: forwarded contract.
-        match unsafe { Post::nbx(param, CbKind::Send) } {
-            Ok(p) if p.flags & !UCP_EP_CLOSE_FLAG_FORCE != 0 => status_ptr(Status::InvalidParam),
-            Ok(p) => {
-                let force = p.flags & UCP_EP_CLOSE_FLAG_FORCE != 0;
-                close(e, w, p, force)
-            }
-            Err(s) => status_ptr(s),
-        }
-    })
-}
-
-/// # Safety
-/// `ep` ours, not used after.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_disconnect_nb(ep: *mut c_void) -> ucs_status_ptr_t {
-    // SAFETY: forwarded.
-    unsafe { ucp_ep_close_nb(ep, UCP_EP_CLOSE_MODE_FLUSH) }
-}
-
-/// # Safety
-/// `ep` ours, not used after.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_ep_destroy(ep: *mut c_void) {
-    guard((), || {
-        // SAFETY: forwarded contract.
-        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
-            return;
-        };
-        let h = e.h;
-        let p = w.with_inner(|i| i.eps.remove(&h.0));
-        if let Ok(id) = w.with(|wk| wk.ep_close(h)) {
-            wait_id(w, id);
-        }
-        if let Some(p) = p {
-            // SAFETY: removed from the map: freed once.
-            unsafe { CEp::free(p as *mut CEp) };
-        }
-    })
-}
-
-/// # Safety
-/// `ep` ours.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_ep_flush(ep: *mut c_void) -> ucs_status_t {
-    guard(code(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
-            return code(Status::InvalidParam);
-        };
-        match w.with(|wk| wk.flush(Some(e.h))) {
-            Ok(id) => code(wait_id(w, id)),
-            Err(s) => code(s),
-        }
-    })
-}
-
-/// # Safety
-/// `ep` ours.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_ep_flush_nb(
-    ep: *mut c_void,
-    _flags: c_uint,
-    cb: ucp_send_callback_t,
-) -> ucs_status_ptr_t {
-    guard(status_ptr(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
-            return status_ptr(Status::InvalidParam);
-        };
-        // Nothing in flight (`MPI_Win_flush` after puts into a mapped window): NULL, as
-        // the general path would return, without building its report.
-        if w.with(|wk| wk.flush_idle(Some(e.h))) == Ok(true) {
-            return std::ptr::null_mut();
-        }
-        // Something was in flight: the flush request itself (without asking again).
-        Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush(Some(e.h)).map(Some))
-    })
-}
-
-/// # Safety
-/// `ep` ours; `param` readable.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_ep_flush_nbx(
-    ep: *mut c_void,
-    param: *const ucp_request_param_t,
-) -> ucs_status_ptr_t {
-    guard(status_ptr(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
-            return status_ptr(Status::InvalidParam);
-        };
-        // SAFETY: forwarded contract.
-        match unsafe { Post::nbx(param, CbKind::Send) } {
-            Ok(p) => p.run(w, |wk| wk.flush_nb(Some(e.h))),
-            Err(s) => status_ptr(s),
-        }
-    })
-}
-
 /// The name, the transports (one `{transport, device}` entry per lane) and the user data of
 /// an endpoint. The struct is reached through raw pointers, field by field: a caller built
 /// against UCX 1.13's headers passes only the fields up to `remote_sockaddr`, and sets
@@ -562,7 +408,7 @@ pub unsafe extern "C" fn ucp_ep_print_info(ep: *mut c_void, stream: *mut c_void)
             let s = w
                 .with(|wk| wk.ep_proto_info(e.h))
                 .unwrap_or_else(|| format!("ep {}: closed\n", e.h.0));
-            crate::context::fput(stream, &s);
+            fput(stream, &s);
         }
     })
 }
@@ -861,7 +707,7 @@ pub unsafe extern "C" fn ucp_listener_create(
             cb: p.conn_handler.cb,
             arg: p.conn_handler.arg,
         };
-        w.with_inner(|i| i.listeners.push((l as usize, h)));
+        w.with_inner(|i| i.listeners.push((l as usize, h, bound)));
         // SAFETY: writable (checked non-NULL).
         unsafe { *listener_p = l };
         code(Status::Ok)

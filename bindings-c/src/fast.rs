@@ -15,7 +15,7 @@ use ucp::{Buf, HostBuf, SendParams};
 use ucs::Status;
 
 use crate::ep::CEp;
-use crate::request::{self, user_ptr, Cb, ReqHdr};
+use crate::request::{self, user_ptr, Cb, CbKind, ReqHdr};
 use crate::status_ptr;
 use crate::types::*;
 use crate::worker::{info_of, CWorker};
@@ -67,9 +67,15 @@ pub(crate) unsafe fn plain(param: *const ucp_request_param_t) -> Option<Plain> {
 }
 
 impl Plain {
+    /// Whether any of `bits` is set.
+    #[inline(always)]
+    pub(crate) fn has(&self, bits: u32) -> bool {
+        self.mask & bits != 0
+    }
+
     /// `NO_IMM_CMPL`: a request is returned even when the operation finished in the call.
     #[inline(always)]
-    fn no_imm(&self) -> bool {
+    pub(crate) fn no_imm(&self) -> bool {
         self.mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0
     }
 
@@ -88,7 +94,7 @@ impl Plain {
 
     /// `UCP_OP_ATTR_FIELD_USER_DATA`, or NULL.
     #[inline(always)]
-    fn user_data(&self) -> *mut c_void {
+    pub(crate) fn user_data(&self) -> *mut c_void {
         if self.mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
             self.fields().user_data
         } else {
@@ -106,6 +112,16 @@ impl Plain {
         }
     }
 
+    /// The bytes of `count` elements at `buffer`, or `None` (overflow, NULL with data).
+    #[inline(always)]
+    pub(crate) fn bytes(&self, buffer: *const c_void, count: usize) -> Option<usize> {
+        let len = count.checked_mul(self.elem)?;
+        if len > 0 && buffer.is_null() {
+            return None;
+        }
+        Some(len)
+    }
+
     /// The contiguous host buffer of `count` elements at `buffer`, or `None` (overflow,
     /// NULL with data, device or managed memory: the general path reports or handles it,
     /// and records the request's memory type). Where a CUDA driver is loaded, host memory
@@ -117,15 +133,13 @@ impl Plain {
     /// ucp.h's contract: the buffer stays valid until the operation completes.
     #[inline(always)]
     unsafe fn buf(&self, buffer: *const c_void, count: usize) -> Option<HostBuf> {
-        let len = count.checked_mul(self.elem)?;
-        if len > 0 && buffer.is_null() {
-            return None;
-        }
+        let len = self.bytes(buffer, count)?;
         // SAFETY: per the contract.
         HostBuf::host_only(unsafe { Buf::from_raw(buffer.cast_mut().cast(), len) })
     }
 
-    fn cb(&self, kind: crate::ops::CbKind) -> Cb {
+    /// The callback, of the type `kind` names, or `Cb::None`.
+    pub(crate) fn cb(&self, kind: CbKind) -> Cb {
         if self.mask & UCP_OP_ATTR_FIELD_CALLBACK == 0 || self.fields().cb.is_null() {
             Cb::None
         } else {
@@ -175,7 +189,7 @@ pub(crate) unsafe fn tag_send(
         Err(s) => return Some(status_ptr(s)),
         Ok(Some(id)) => id,
     };
-    Some(subscribe(w, id, p.cb(crate::ops::CbKind::Send), p, false))
+    Some(subscribe(w, id, p.cb(CbKind::Send), p, false))
 }
 
 /// `ucp_tag_recv_nbx` with plain parameters, or `None` (nothing done) for the general path.
@@ -197,10 +211,10 @@ pub(crate) unsafe fn tag_recv(
     let w = unsafe { CWorker::from_ptr(worker.cast()) }?;
     // A receive usually waits: its request header is made first, so that posting and
     // subscribing take the worker once.
-    let cb = p.cb(crate::ops::CbKind::TagRecv);
+    let cb = p.cb(CbKind::TagRecv);
     // SAFETY: the pool's memory, or the application's by UCP_OP_ATTR_FIELD_REQUEST's
     // contract.
-    let Some(h) = (unsafe { request::alloc(w, p.user_req(), cb, p.user_data()) }) else {
+    let Some(h) = (unsafe { request::alloc(&w.reqs, p.user_req(), cb, p.user_data()) }) else {
         return Some(status_ptr(Status::NoMemory));
     };
     let r = w.with(|wk| {
@@ -223,7 +237,7 @@ pub(crate) unsafe fn tag_recv(
 fn subscribe(w: &CWorker, id: ucp::ReqId, cb: Cb, p: &Plain, recv: bool) -> ucs_status_ptr_t {
     // SAFETY: the pool's memory, or the application's by UCP_OP_ATTR_FIELD_REQUEST's
     // contract.
-    let Some(h) = (unsafe { request::alloc(w, p.user_req(), cb, p.user_data()) }) else {
+    let Some(h) = (unsafe { request::alloc(&w.reqs, p.user_req(), cb, p.user_data()) }) else {
         w.with(|wk| wk.request_free(id));
         return status_ptr(Status::NoMemory);
     };
@@ -277,7 +291,7 @@ fn finished(
 /// application's memory is left as it was given (it never held a live request).
 fn discard(w: &CWorker, h: *mut ReqHdr, p: &Plain) {
     // SAFETY: h came from `alloc` on this worker and nobody else has seen it.
-    unsafe { request::discard(w, h, !p.user_req().is_null()) };
+    unsafe { request::discard(&w.reqs, h, !p.user_req().is_null()) };
 }
 
 /// `ucp_put_nbi` / `ucp_get_nbi` (`get`) of host memory into or out of a peer's region

@@ -8,6 +8,10 @@
 //!
 //! Every export runs inside [`guard`] (no panic crosses the boundary), checks its pointers
 //! and validates `field_mask` bits before reading a field.
+//!
+//! The modules form floors (`docs/layers.md`): types and datatypes at the bottom, then
+//! the request (`request`), then the handles (`context`, `worker`, `ep`), then the exported
+//! operations (`ops`, `fast`, `am`, `channel`, `queue`, `memh`, `request_api`).
 
 pub mod types;
 
@@ -22,6 +26,7 @@ mod memh;
 mod ops;
 mod queue;
 mod request;
+mod request_api;
 mod ucs_log;
 mod ucs_ucm;
 mod worker;

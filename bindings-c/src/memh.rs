@@ -1,7 +1,7 @@
 //! Memory handles, UCX 1.14's calls: `ucp_memh_pack` (without `UCP_MEMH_PACK_FLAG_EXPORT`
 //! the bytes `ucp_rkey_pack` gives; exporting a handle to another process is not
-//! supported) and `ucp_memh_buffer_release`; and the pages of `ucp_mem_map` with
-//! `UCP_MEM_MAP_LOCK`.
+//! supported) and `ucp_memh_buffer_release`. The handle itself (`CMem`) and the calls of
+//! UCX 1.13 that map and pack it are the context's (`context`).
 
 use std::ffi::c_void;
 
@@ -77,39 +77,4 @@ pub unsafe extern "C" fn ucp_memh_buffer_release(
         // SAFETY: allocated with malloc by ucp_memh_pack (free(NULL) is a no-op).
         unsafe { libc::free(buffer) }
     })
-}
-
-/// `UCP_MEM_MAP_LOCK`: the pages of `[base, base + len)` present from now on. Memory the
-/// library allocated (`ours`) is also pinned with `mlock`, best effort (`RLIMIT_MEMLOCK`
-/// may refuse; its `munmap` unlocks it). The application's memory is populated only: an
-/// `munlock` at unmap could undo the application's own `mlock` of the same pages, and
-/// Rucx's host-memory transports need no pinning (verbs registration pins by itself).
-pub(crate) fn lock_pages(base: u64, len: usize, ours: bool) {
-    // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .unwrap_or(4096)
-        .max(1);
-    let start = (base as usize) & !(page - 1);
-    let end = (base as usize).saturating_add(len).saturating_add(page - 1) & !(page - 1);
-    let (p, n) = (start as *mut c_void, end - start);
-    // SAFETY: the range is memory the caller maps (ucp_mem_map's contract) or we
-    // allocated; madvise and mlock change no contents.
-    let populated = unsafe {
-        libc::madvise(p, n, libc::MADV_POPULATE_WRITE) == 0
-            || libc::madvise(p, n, libc::MADV_POPULATE_READ) == 0
-    };
-    if !populated {
-        // Kernels before 5.14: read one byte per page.
-        for a in (start..end).step_by(page) {
-            // SAFETY: inside the mapped range (see above).
-            unsafe { std::ptr::read_volatile(a.max(base as usize) as *const u8) };
-        }
-    }
-    // SAFETY: as above.
-    if ours && unsafe { libc::mlock(p, n) } != 0 {
-        log::debug!(
-            "ucp_mem_map: mlock of {n} bytes refused ({}); the pages are populated",
-            std::io::Error::last_os_error()
-        );
-    }
 }

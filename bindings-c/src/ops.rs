@@ -1,27 +1,20 @@
 //! Communication calls: tag, stream, RMA and atomics, in their `_nb`, `_nbi` and `_nbx`
-//! forms, all through [`Post`], which turns a `ucp` result into UCX's return convention:
-//! NULL for immediate success, an error code cast to a pointer, or a request.
+//! forms, and the flushes of workers and endpoints and the closing of endpoints, all
+//! through [`Post`], which turns a `ucp` result into UCX's return convention: NULL for
+//! immediate success, an error code cast to a pointer, or a request.
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use ucp::{AtomicOp, Buf, Data, RecvParams, ReqId, SendParams, StreamRecv, Worker};
+use ucp::{AtomicOp, Buf, Data, EpHandle, RecvParams, ReqId, SendParams, StreamRecv, Worker};
 use ucs::{Status, UcsResult};
 
 use crate::dt::{contig_size, data};
 use crate::ep::{CEp, CRkey};
-use crate::request::{self, user_ptr, Cb};
+use crate::request::{self, user_ptr, Cb, CbKind};
+use crate::request_api::{ucp_request_check_status, ucp_request_free};
 use crate::types::*;
-use crate::worker::{info_of, CWorker};
+use crate::worker::{info_of, CWorker, Outcome, Posted};
 use crate::{code, fast, guard, status_ptr};
-
-/// Which member of `ucp_request_param_t::cb` an operation uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CbKind {
-    Send,
-    TagRecv,
-    /// Stream receive and AM data receive: `(req, status, length, user_data)`.
-    Len,
-}
 
 /// Where an immediately completed receive reports.
 #[derive(Clone, Copy, Debug)]
@@ -29,15 +22,6 @@ enum RecvInfo {
     None,
     Tag(*mut ucp_tag_recv_info_t),
     Len(*mut usize),
-}
-
-/// What posting an operation gave.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// Completed at once, with this info (receives).
-    Done(ucp_tag_recv_info_t),
-    /// Running.
-    Req(ReqId),
 }
 
 /// How to report one posted operation.
@@ -79,15 +63,6 @@ impl Post {
             reply_buffer: std::ptr::null_mut(),
             mem: UCS_MEMORY_TYPE_HOST,
             defer_imm: false,
-        }
-    }
-
-    /// An operation the library posts for itself, reported to `cb` with `user_data` (the
-    /// nbx callbacks' last argument).
-    pub(crate) fn internal(cb: Cb, user_data: *mut c_void) -> Post {
-        Post {
-            user_data,
-            ..Post::legacy(cb)
         }
     }
 
@@ -201,44 +176,18 @@ impl Post {
         count: usize,
     ) -> Option<(Post, Data)> {
         // (OpenMPI's pml ucx receives with CALLBACK | NO_IMM_CMPL, and MULTI_SEND, a
-        // hint, when built against UCX 1.15 or later.)
-        const PLAIN: u32 = UCP_OP_ATTR_FIELD_CALLBACK
-            | UCP_OP_ATTR_FIELD_USER_DATA
-            | UCP_OP_ATTR_FIELD_DATATYPE
-            | UCP_OP_ATTR_FLAG_NO_IMM_CMPL
-            | UCP_OP_ATTR_FLAG_MULTI_SEND;
-        if param.is_null() {
+        // hint, when built against UCX 1.15 or later.) The small-message path's plain
+        // parameters, less request memory and FAST_CMPL, which the general parsing takes.
+        // SAFETY: per the contract.
+        let p = unsafe { fast::plain(param) }?;
+        if p.has(UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FLAG_FAST_CMPL) {
             return None;
         }
-        // SAFETY: readable by contract; op_attr_mask read first.
-        let p = unsafe { &*param };
-        let m = p.op_attr_mask;
-        if m & !PLAIN != 0 {
-            return None;
-        }
-        let elem = if m & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
-            contig_size(p.datatype)?
-        } else {
-            1
-        };
-        let len = count.checked_mul(elem)?;
-        if len > 0 && buffer.is_null() {
-            return None;
-        }
-        let cb = if m & UCP_OP_ATTR_FIELD_CALLBACK != 0 && !p.cb.is_null() {
-            // SAFETY: the union member the operation uses, a function pointer of that type.
-            unsafe { Cb::from_param(kind, p.cb) }
-        } else {
-            Cb::None
-        };
+        let len = p.bytes(buffer, count)?;
         let post = Post {
-            cb,
-            user_data: if m & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
-                p.user_data
-            } else {
-                std::ptr::null_mut()
-            },
-            no_imm: m & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0,
+            cb: p.cb(kind),
+            user_data: p.user_data(),
+            no_imm: p.no_imm(),
             ..Post::legacy(Cb::None)
         };
         // SAFETY: per the contract.
@@ -276,42 +225,12 @@ impl Post {
         w: &CWorker,
         f: impl FnOnce(&mut Worker) -> UcsResult<Outcome>,
     ) -> ucs_status_ptr_t {
-        let imm = w.with(|wk| -> Result<(Status, ucp_tag_recv_info_t), *mut c_void> {
-            let id = match f(wk) {
-                Err(s) => return Ok((s, ucp_tag_recv_info_t::default())),
-                Ok(Outcome::Done(info)) => return Ok((Status::Ok, info)),
-                Ok(Outcome::Req(id)) => id,
-            };
-            let s = wk.request_status(id);
-            if s != Status::InProgress {
-                let info = info_of(wk.request_info(id));
-                wk.request_free(id);
-                return Ok((s, info));
-            }
-            // SAFETY: user_req, when set, is the application's request memory with our
-            // header's room in front (UCP_OP_ATTR_FIELD_REQUEST's contract).
-            let Some(h) = (unsafe { request::alloc(w, self.user_req, self.cb, self.user_data) })
-            else {
-                wk.request_free(id);
-                return Ok((Status::NoMemory, ucp_tag_recv_info_t::default()));
-            };
-            // SAFETY: h is ours and not yet visible to anyone.
-            unsafe {
-                (*h).id = id.0;
-                (*h).mem_type = self.mem;
-            }
-            match wk.request_subscribe(id, h as u64) {
-                Status::InProgress => Err(user_ptr(h)),
-                s => {
-                    // Cannot happen (checked above under the same lock); report it anyway.
-                    wk.request_free(id);
-                    Ok((s, ucp_tag_recv_info_t::default()))
-                }
-            }
-        });
-        let (s, info) = match imm {
-            Err(req) => return req,
-            Ok(x) => x,
+        // SAFETY: user_req, when set, is the application's request memory with our header's
+        // room in front (UCP_OP_ATTR_FIELD_REQUEST's contract).
+        let posted = unsafe { w.post(self.user_req, self.cb, self.user_data, self.mem, f) };
+        let (s, info) = match posted {
+            Posted::Running(req) => return req,
+            Posted::Ended(s, info) => (s, info),
         };
         if s != Status::Ok && s != Status::MessageTruncated {
             return status_ptr(s);
@@ -324,8 +243,10 @@ impl Post {
             RecvInfo::None => {}
         }
         if self.defer_imm {
-            // SAFETY: as below.
-            let Some(h) = (unsafe { request::alloc(w, self.user_req, self.cb, self.user_data) })
+            // SAFETY: user_req, when set, is the application's request memory with our
+            // header's room in front (UCP_OP_ATTR_FIELD_REQUEST's contract).
+            let Some(h) =
+                (unsafe { request::alloc(&w.reqs, self.user_req, self.cb, self.user_data) })
             else {
                 return status_ptr(Status::NoMemory);
             };
@@ -344,7 +265,8 @@ impl Post {
         // A request that is complete already: its callback runs now (without the lock).
         let cb = if want_req { self.cb } else { Cb::None };
         // SAFETY: as above.
-        let Some(h) = (unsafe { request::alloc(w, self.user_req, cb, self.user_data) }) else {
+        let Some(h) = (unsafe { request::alloc(&w.reqs, self.user_req, cb, self.user_data) })
+        else {
             return status_ptr(Status::NoMemory);
         };
         // SAFETY: h is live and completed once, here.
@@ -989,7 +911,7 @@ fn nbi(r: ucs_status_ptr_t) -> ucs_status_t {
         return r as isize as ucs_status_t;
     }
     // SAFETY: a request we just returned.
-    unsafe { crate::request::ucp_request_free(r) };
+    unsafe { ucp_request_free(r) };
     code(Status::InProgress)
 }
 
@@ -1166,14 +1088,14 @@ fn block(ep: *mut c_void, r: ucs_status_ptr_t) -> ucs_status_t {
     // SAFETY: an endpoint of ours (checked by the call that returned r).
     if let Some((_, w)) = unsafe { CEp::from_ptr(ep) } {
         // SAFETY: r is our live request.
-        while unsafe { crate::request::ucp_request_check_status(r) } == code(Status::InProgress) {
+        while unsafe { ucp_request_check_status(r) } == code(Status::InProgress) {
             w.progress();
         }
     }
     // SAFETY: r is our request.
-    let s = unsafe { crate::request::ucp_request_check_status(r) };
+    let s = unsafe { ucp_request_check_status(r) };
     // SAFETY: as above; freed once.
-    unsafe { crate::request::ucp_request_free(r) };
+    unsafe { ucp_request_free(r) };
     s
 }
 
@@ -1607,5 +1529,227 @@ pub unsafe extern "C" fn ucp_atomic_cswap64(
     guard(code(Status::InvalidParam), || {
         let (op, r) = (AtomicOp::Cswap, result.cast());
         fetch_blocking(ep, op, 8, swap, compare, remote_addr, rkey, r)
+    })
+}
+
+// ---- flush ----
+
+/// Blocks until a `ucp` request finishes, progressing (and dispatching) meanwhile.
+fn wait_id(w: &CWorker, id: ReqId) -> Status {
+    loop {
+        let s = w.with(|wk| wk.request_status(id));
+        if s != Status::InProgress {
+            w.with(|wk| wk.request_free(id));
+            return s;
+        }
+        w.progress();
+    }
+}
+
+/// `ucp_worker_flush` (`ep` `None`) and `ucp_ep_flush`: the flush, waited for.
+fn flush(w: &CWorker, ep: Option<EpHandle>) -> ucs_status_t {
+    match w.with(|wk| wk.flush(ep)) {
+        Ok(id) => code(wait_id(w, id)),
+        Err(s) => code(s),
+    }
+}
+
+/// `ucp_worker_flush_nb` (`ep` `None`) and `ucp_ep_flush_nb`.
+fn flush_nb(w: &CWorker, ep: Option<EpHandle>, cb: ucp_send_callback_t) -> ucs_status_ptr_t {
+    // Nothing in flight (`MPI_Win_flush` after puts into a mapped window): NULL, as the
+    // general path would return, without building its report.
+    if w.with(|wk| wk.flush_idle(ep)) == Ok(true) {
+        return std::ptr::null_mut();
+    }
+    // Something was in flight: the flush request itself (without asking again).
+    Post::legacy(Cb::Send(cb)).run(w, |wk| wk.flush(ep).map(Some))
+}
+
+/// `ucp_worker_flush_nbx` (`ep` `None`) and `ucp_ep_flush_nbx`.
+fn flush_nbx(
+    w: &CWorker,
+    ep: Option<EpHandle>,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    let p = nbx_or_ret!(param, CbKind::Send);
+    p.run(w, |wk| wk.flush_nb(ep))
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush(worker: *mut CWorker) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
+            return code(Status::InvalidParam);
+        };
+        flush(w, None)
+    })
+}
+
+/// # Safety
+/// `worker` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush_nb(
+    worker: *mut CWorker,
+    _flags: c_uint,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let w = worker_or_ret!(worker);
+        flush_nb(w, None, cb)
+    })
+}
+
+/// # Safety
+/// `worker` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_worker_flush_nbx(
+    worker: *mut CWorker,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let w = worker_or_ret!(worker);
+        flush_nbx(w, None, param)
+    })
+}
+
+/// # Safety
+/// `ep` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush(ep: *mut c_void) -> ucs_status_t {
+    guard(code(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return code(Status::InvalidParam);
+        };
+        flush(w, Some(e.h))
+    })
+}
+
+/// # Safety
+/// `ep` ours.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nb(
+    ep: *mut c_void,
+    _flags: c_uint,
+    cb: ucp_send_callback_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let (e, w) = ep_or_ret!(ep);
+        flush_nb(w, Some(e.h), cb)
+    })
+}
+
+/// # Safety
+/// `ep` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nbx(
+    ep: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        let (e, w) = ep_or_ret!(ep);
+        flush_nbx(w, Some(e.h), param)
+    })
+}
+
+// ---- closing an endpoint ----
+
+/// Closes `ep`: removes the handle and posts the close.
+fn close(e: &CEp, w: &CWorker, post: Post, force: bool) -> ucs_status_ptr_t {
+    let h = e.h;
+    let p = w.with_inner(|i| i.eps.remove(&h.0));
+    let r = if force {
+        // Completes at once; what was outstanding reports UCS_ERR_CANCELED from the next
+        // progress.
+        status_ptr(
+            w.with(|wk| wk.ep_close_force(h))
+                .err()
+                .unwrap_or(Status::Ok),
+        )
+    } else {
+        post.run(w, |wk| wk.ep_close(h).map(Some))
+    };
+    if let Some(p) = p {
+        // SAFETY: removed from the map, so freed once; the application may not use the
+        // handle after closing it.
+        unsafe { CEp::free(p as *mut CEp) };
+    }
+    r
+}
+
+/// # Safety
+/// `ep` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut c_void, mode: c_uint) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        if mode != UCP_EP_CLOSE_MODE_FORCE && mode != UCP_EP_CLOSE_MODE_FLUSH {
+            return status_ptr(Status::InvalidParam);
+        }
+        close(
+            e,
+            w,
+            Post::legacy(Cb::None),
+            mode == UCP_EP_CLOSE_MODE_FORCE,
+        )
+    })
+}
+
+/// # Safety
+/// `ep` ours; `param` readable.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nbx(
+    ep: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard(status_ptr(Status::InvalidParam), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return status_ptr(Status::InvalidParam);
+        };
+        // SAFETY: forwarded contract.
+        match unsafe { Post::nbx(param, CbKind::Send) } {
+            Ok(p) if p.flags & !UCP_EP_CLOSE_FLAG_FORCE != 0 => status_ptr(Status::InvalidParam),
+            Ok(p) => {
+                let force = p.flags & UCP_EP_CLOSE_FLAG_FORCE != 0;
+                close(e, w, p, force)
+            }
+            Err(s) => status_ptr(s),
+        }
+    })
+}
+
+/// # Safety
+/// `ep` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_disconnect_nb(ep: *mut c_void) -> ucs_status_ptr_t {
+    // SAFETY: forwarded.
+    unsafe { ucp_ep_close_nb(ep, UCP_EP_CLOSE_MODE_FLUSH) }
+}
+
+/// # Safety
+/// `ep` ours, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_destroy(ep: *mut c_void) {
+    guard((), || {
+        // SAFETY: forwarded contract.
+        let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+            return;
+        };
+        let h = e.h;
+        let p = w.with_inner(|i| i.eps.remove(&h.0));
+        if let Ok(id) = w.with(|wk| wk.ep_close(h)) {
+            wait_id(w, id);
+        }
+        if let Some(p) = p {
+            // SAFETY: removed from the map: freed once.
+            unsafe { CEp::free(p as *mut CEp) };
+        }
     })
 }

@@ -1,5 +1,5 @@
 //! Stream-triggered queues in C (`ucpx_queue_*`, `ucpx_enqueue_*`; `include/rucx.h`): a
-//! thin layer over `ucp`'s queues (`ucp/src/worker/queue.rs`), which say what each call
+//! thin layer over `ucp`'s queues (`ucp/src/queue/`), which say what each call
 //! does. A queue handle is a box holding its worker and its `ucp` queue id.
 //!
 //! `stream` is a `CUstream` / `cudaStream_t`, or NULL for a queue with no stream (starts

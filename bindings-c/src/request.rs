@@ -7,37 +7,42 @@
 //!
 //! The state word is atomic: the thread that completes a request (inside
 //! `ucp_worker_progress`) and the thread that frees or tests it may differ.
+//!
+//! The floor below the handles (`docs/layers.md`): it names none of them. The request
+//! memory of a worker is a [`ReqSource`] that the worker holds (its context's pool, and
+//! its own free list in front of it); a header keeps the address of the source it came
+//! from, so that [`complete`] and [`free`] give its memory back without knowing the
+//! worker. The exported `ucp_request_*` calls are in `request_api`.
 
 use std::alloc::Layout;
-use std::ffi::{c_char, c_void};
+use std::cell::Cell;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use ucp::ReqId;
 use ucs::Status;
 
+use crate::code;
 use crate::types::*;
-use crate::worker::CWorker;
-use crate::{code, guard};
 
 const MAGIC_LIVE: u64 = 0x5275_6378_5265_7121;
 const MAGIC_FREE: u64 = 0x5275_6378_4672_6565;
 
 /// Completed: status and info are final.
-pub(crate) const F_DONE: u32 = 1;
+const F_DONE: u32 = 1;
 /// The application freed it (`ucp_request_free`); release once completed.
-pub(crate) const F_RELEASED: u32 = 2;
+const F_RELEASED: u32 = 2;
 /// Its callback is running.
-pub(crate) const F_IN_CB: u32 = 4;
+const F_IN_CB: u32 = 4;
 /// Memory owned by the application.
-pub(crate) const F_USER: u32 = 8;
+const F_USER: u32 = 8;
 /// Released with the deprecated `ucp_request_release`, which keeps the callback.
-pub(crate) const F_KEEP_CB: u32 = 16;
+const F_KEEP_CB: u32 = 16;
 /// Its worker is not in `UCS_THREAD_MODE_MULTI`: the application serializes every call on
 /// the worker and its requests, so the flags change with plain loads and stores (as UCX's
 /// request flags do) instead of locked read-modify-writes, three of which every request
 /// otherwise pays.
-pub(crate) const F_SERIAL: u32 = 32;
+const F_SERIAL: u32 = 32;
 
 impl ReqHdr {
     /// Sets `bits` in the flags; returns the flags before.
@@ -63,6 +68,28 @@ impl ReqHdr {
             self.flags.fetch_and(!bits, Ordering::AcqRel)
         }
     }
+
+    /// Completed: the status and info are final (acquire: they are visible).
+    #[inline(always)]
+    pub(crate) fn is_done(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & F_DONE != 0
+    }
+
+    /// The `ucs_status_t` that [`complete`] stored; meaningful once [`is_done`](Self::is_done)
+    /// said so (its acquire orders this load).
+    #[inline(always)]
+    pub(crate) fn status_code(&self) -> ucs_status_t {
+        self.status.load(Ordering::Relaxed)
+    }
+}
+
+/// Which member of `ucp_request_param_t::cb` an operation uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CbKind {
+    Send,
+    TagRecv,
+    /// Stream receive and AM data receive: `(req, status, length, user_data)`.
+    Len,
 }
 
 /// What to call on completion.
@@ -84,8 +111,7 @@ impl Cb {
     /// # Safety
     /// `f` is a non-NULL function pointer of the type `kind` names (the union member the
     /// operation uses).
-    pub(crate) unsafe fn from_param(kind: crate::ops::CbKind, f: *const c_void) -> Cb {
-        use crate::ops::CbKind;
+    pub(crate) unsafe fn from_param(kind: CbKind, f: *const c_void) -> Cb {
         // SAFETY: per the contract.
         unsafe {
             match kind {
@@ -115,7 +141,8 @@ pub(crate) struct ReqHdr {
     pub(crate) id: u64,
     pub(crate) cb: Cb,
     pub(crate) user_data: *mut c_void,
-    pub(crate) worker: *const CWorker,
+    /// The request memory of the worker it was posted on, for [`release`].
+    source: *const ReqSource,
     pub(crate) info: ucp_tag_recv_info_t,
     /// `ucs_memory_type_t` of the operation's buffer (`ucp_request_query`).
     pub(crate) mem_type: std::ffi::c_int,
@@ -200,6 +227,105 @@ impl Drop for Pool {
     }
 }
 
+/// The request memory of one worker: its context's pool and, in front of it for a worker
+/// whose application serializes its calls (any thread mode but `UCS_THREAD_MODE_MULTI`), a
+/// free list of its own. Every header keeps the address of the source it came from, for
+/// [`release`]. A struct the worker holds, not a trait it implements: rustc exports from
+/// the rlib whatever the `#[inline]` methods of a trait impl call, and the small-message
+/// path then reached the pool's out-of-line path through the GOT.
+#[derive(Debug)]
+pub(crate) struct ReqSource {
+    /// The worker is not in `UCS_THREAD_MODE_MULTI`: its requests get [`F_SERIAL`], and
+    /// memory released on it goes on `free`.
+    serial: bool,
+    /// Request memory freed on this worker, reused by its next operations without the
+    /// context pool's lock (serial mode only, where the application makes one call on the
+    /// worker at a time; UCX too keeps its requests per worker). Handed back to the pool
+    /// when the worker is destroyed ([`give_back`](Self::give_back)). A list threaded
+    /// through the freed headers themselves (`ReqHdr::id` holds the next), so that taking
+    /// and giving back is two loads and a store.
+    free: Cell<*mut ReqHdr>,
+    /// The context's pool.
+    pool: *const Pool,
+}
+
+impl ReqSource {
+    /// The request memory of a worker of the context whose pool is `pool`.
+    ///
+    /// # Safety
+    /// `pool` outlives the source (a context outlives its workers: `ucp_cleanup` comes
+    /// after `ucp_worker_destroy`).
+    pub(crate) unsafe fn new(pool: &Pool, serial: bool) -> ReqSource {
+        ReqSource {
+            serial,
+            free: Cell::new(std::ptr::null_mut()),
+            pool,
+        }
+    }
+
+    fn pool(&self) -> &Pool {
+        // SAFETY: `new`'s contract.
+        unsafe { &*self.pool }
+    }
+
+    /// Request memory for an operation on this worker: its own free list first. Inlined
+    /// with [`alloc`] into each post (a receive in an MPI window: 234 -> 218 instructions,
+    /// callgrind, 2026-11-27); the pool's lock stays out of line.
+    #[inline(always)]
+    fn get(&self) -> Option<*mut ReqHdr> {
+        if self.serial {
+            if let Some(h) = self.take_listed() {
+                return Some(h);
+            }
+        }
+        self.get_pool()
+    }
+
+    /// [`get`](Self::get) from the context's pool (its lock), out of line.
+    #[inline(never)]
+    fn get_pool(&self) -> Option<*mut ReqHdr> {
+        self.pool().get()
+    }
+
+    /// The next header of the free list, if any.
+    #[inline(always)]
+    fn take_listed(&self) -> Option<*mut ReqHdr> {
+        let h = self.free.get();
+        if h.is_null() {
+            return None;
+        }
+        // SAFETY: the list holds only released headers of this source's pool, each put
+        // there once by `put`, which wrote the next one's address into its `id`; nothing
+        // else touches a released header.
+        self.free.set(unsafe { (*h).id } as *mut ReqHdr);
+        Some(h)
+    }
+
+    /// Takes back request memory released on this worker.
+    ///
+    /// # Safety
+    /// `h` came from this source's `get`, is released, and is not used again until handed
+    /// out anew.
+    #[inline]
+    unsafe fn put(&self, h: *mut ReqHdr) {
+        if self.serial {
+            // SAFETY: per the contract, the header's memory is ours and unused until `get`
+            // hands it out again.
+            unsafe { (*h).id = self.free.get() as u64 };
+            self.free.set(h);
+        } else {
+            self.pool().put(h);
+        }
+    }
+
+    /// Hands the free list back to the pool (its worker is being destroyed).
+    pub(crate) fn give_back(&self) {
+        while let Some(h) = self.take_listed() {
+            self.pool().put(h);
+        }
+    }
+}
+
 /// The header of a request pointer the application passes, or `None` when it is not a
 /// live request of ours (NULL, an error code, a freed request).
 ///
@@ -223,26 +349,22 @@ pub(crate) fn user_ptr(h: *mut ReqHdr) -> *mut c_void {
     unsafe { h.cast::<u8>().add(HDR).cast() }
 }
 
-/// A new request for an operation posted on `w`: from the application's memory when it
-/// passed some, else from the context's pool.
+/// A new request for an operation posted on the worker whose request memory is `src`: in
+/// the application's memory when it passed some, else in the worker's.
 ///
 /// # Safety
 /// `user_req`, when not NULL, points `HDR` bytes past writable memory the application
 /// reserved for the request header.
 #[inline(always)]
 pub(crate) unsafe fn alloc(
-    w: &CWorker,
+    src: &ReqSource,
     user_req: *mut c_void,
     cb: Cb,
     user_data: *mut c_void,
 ) -> Option<*mut ReqHdr> {
-    let serial = if w.thread_mode != UCS_THREAD_MODE_MULTI {
-        F_SERIAL
-    } else {
-        0
-    };
+    let serial = if src.serial { F_SERIAL } else { 0 };
     let (h, flags) = if user_req.is_null() {
-        (w.req_get()?, serial)
+        (src.get()?, serial)
     } else {
         // SAFETY: per the contract.
         (
@@ -260,7 +382,7 @@ pub(crate) unsafe fn alloc(
             id: 0,
             cb,
             user_data,
-            worker: w as *const CWorker,
+            source: src,
             info: ucp_tag_recv_info_t::default(),
             mem_type: UCS_MEMORY_TYPE_HOST,
         })
@@ -272,14 +394,14 @@ pub(crate) unsafe fn alloc(
 /// memory (`user` false) returned to the pool.
 ///
 /// # Safety
-/// `h` came from `alloc` on `w` (with application memory exactly when `user`) and nobody
+/// `h` came from `alloc` on `src` (with application memory exactly when `user`) and nobody
 /// else has seen it.
-pub(crate) unsafe fn discard(w: &CWorker, h: *mut ReqHdr, user: bool) {
+pub(crate) unsafe fn discard(src: &ReqSource, h: *mut ReqHdr, user: bool) {
     // SAFETY: per the contract.
     unsafe { (*h).magic.store(MAGIC_FREE, Ordering::Release) };
     if !user {
-        // SAFETY: per the contract, pool memory of `w` that nobody else has seen.
-        unsafe { w.req_put(h) };
+        // SAFETY: per the contract, memory of `src` that nobody else has seen.
+        unsafe { src.put(h) };
     }
 }
 
@@ -341,15 +463,19 @@ unsafe fn release(h: *mut ReqHdr) {
     let hd = unsafe { &*h };
     hd.magic.store(MAGIC_FREE, Ordering::Release);
     if hd.flags.load(Ordering::Acquire) & F_USER == 0 {
-        // SAFETY: a request is released before its worker is destroyed (as in UCX, whose
-        // requests are memory of their worker's pool).
-        unsafe { (*hd.worker).req_put(h) };
+        // SAFETY: a request is released before its worker, which holds its source, is
+        // destroyed (as in UCX, whose requests are memory of their worker's pool); the
+        // memory came from that source (`alloc`).
+        unsafe { (*hd.source).put(h) };
     }
 }
 
-/// The status a live request reports.
-fn status_of(h: *mut ReqHdr) -> (Status, ucp_tag_recv_info_t) {
-    // SAFETY: callers pass live headers.
+/// The status a live request reports, and its info once completed.
+///
+/// # Safety
+/// `h` is a live header.
+pub(crate) unsafe fn status_of(h: *mut ReqHdr) -> (Status, ucp_tag_recv_info_t) {
+    // SAFETY: per the contract.
     let hd = unsafe { &*h };
     if hd.flags.load(Ordering::Acquire) & F_DONE == 0 {
         return (Status::InProgress, ucp_tag_recv_info_t::default());
@@ -359,8 +485,11 @@ fn status_of(h: *mut ReqHdr) -> (Status, ucp_tag_recv_info_t) {
 }
 
 /// `ucp_request_free` (`keep_cb` false) / `ucp_request_release` (true).
-fn free(req: *mut c_void, keep_cb: bool) {
-    // SAFETY: the application passes a request pointer of ours (checked by magic).
+///
+/// # Safety
+/// `req` is NULL, an error code or a request pointer of this library (checked by magic).
+pub(crate) unsafe fn free(req: *mut c_void, keep_cb: bool) {
+    // SAFETY: per the contract.
     let Some(h) = (unsafe { hdr_of(req) }) else {
         return;
     };
@@ -378,192 +507,4 @@ fn free(req: *mut c_void, keep_cb: bool) {
         // SAFETY: completed, not in its callback, released now by us only.
         unsafe { release(h) };
     }
-}
-
-/// # Safety
-/// `request` is NULL or a request pointer this library returned.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> ucs_status_t {
-    // Nothing here can panic (no guard); a request still running is a few loads, as in
-    // `ucp_request_test`.
-    // SAFETY: forwarded contract.
-    let Some(h) = (unsafe { hdr_of(request) }) else {
-        return code(Status::InvalidParam);
-    };
-    // SAFETY: a live header (hdr_of checked the magic).
-    let hd = unsafe { &*h };
-    if hd.flags.load(Ordering::Acquire) & F_DONE == 0 {
-        return code(Status::InProgress);
-    }
-    // The code `complete` stored (from a `Status`), ordered by the acquire above.
-    hd.status.load(Ordering::Relaxed)
-}
-
-/// # Safety
-/// `request` as for [`ucp_request_check_status`]; `info` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_test(
-    request: *mut c_void,
-    info: *mut ucp_tag_recv_info_t,
-) -> ucs_status_t {
-    // Nothing here can panic (no guard). An MPI library tests its request once per poll:
-    // the test of one still in progress is a few loads (17 -> 13 instructions, 2026-11-28).
-    // SAFETY: forwarded contract.
-    let Some(h) = (unsafe { hdr_of(request) }) else {
-        return code(Status::InvalidParam);
-    };
-    // SAFETY: a live header (hdr_of checked the magic).
-    if unsafe { (*h).flags.load(Ordering::Acquire) } & F_DONE == 0 {
-        return code(Status::InProgress);
-    }
-    test_done(h, info)
-}
-
-/// [`ucp_request_test`] of a finished request: its status, and `info` filled in.
-#[inline(never)]
-fn test_done(h: *mut ReqHdr, info: *mut ucp_tag_recv_info_t) -> ucs_status_t {
-    let (s, i) = status_of(h);
-    if !info.is_null() {
-        // SAFETY: the caller's writable info.
-        unsafe { *info = i };
-    }
-    code(s)
-}
-
-/// # Safety
-/// As for [`ucp_request_test`].
-#[no_mangle]
-pub unsafe extern "C" fn ucp_tag_recv_request_test(
-    request: *mut c_void,
-    info: *mut ucp_tag_recv_info_t,
-) -> ucs_status_t {
-    // SAFETY: forwarded.
-    unsafe { ucp_request_test(request, info) }
-}
-
-/// # Safety
-/// `request` as for [`ucp_request_check_status`]; `length_p` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_stream_recv_request_test(
-    request: *mut c_void,
-    length_p: *mut usize,
-) -> ucs_status_t {
-    guard(code(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some(h) = (unsafe { hdr_of(request) }) else {
-            return code(Status::InvalidParam);
-        };
-        let (s, i) = status_of(h);
-        if s != Status::InProgress && !length_p.is_null() {
-            // SAFETY: the caller's writable length.
-            unsafe { *length_p = i.length };
-        }
-        code(s)
-    })
-}
-
-/// # Safety
-/// As for [`ucp_request_check_status`].
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> std::ffi::c_int {
-    // SAFETY: forwarded.
-    let s = unsafe { ucp_request_check_status(request) };
-    std::ffi::c_int::from(s != code(Status::InProgress))
-}
-
-/// # Safety
-/// `request` is NULL or a request pointer of this library not freed before.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
-    guard((), || free(request, false))
-}
-
-/// # Safety
-/// As for [`ucp_request_free`].
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_release(request: *mut c_void) {
-    guard((), || free(request, true))
-}
-
-/// # Safety
-/// `worker` a worker of ours; `request` a request of ours.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_cancel(worker: *mut c_void, request: *mut c_void) {
-    guard((), || {
-        // SAFETY: forwarded contract.
-        let Some(h) = (unsafe { hdr_of(request) }) else {
-            return;
-        };
-        // SAFETY: live header.
-        let hd = unsafe { &*h };
-        if hd.flags.load(Ordering::Acquire) & F_DONE != 0 {
-            return;
-        }
-        // SAFETY: the worker pointer is checked by magic.
-        let Some(w) = (unsafe { CWorker::from_ptr(worker) }) else {
-            return;
-        };
-        let id = ReqId(hd.id);
-        w.with(|wk| wk.request_cancel(id));
-        // A cancelled receive completes now: report it at once, as UCX does.
-        w.drain_and_dispatch();
-    })
-}
-
-/// # Safety
-/// `request` a request of ours; `attr` NULL or a writable `ucp_request_attr_t`.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_query(
-    request: *mut c_void,
-    attr: *mut ucp_request_attr_t,
-) -> ucs_status_t {
-    guard(code(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let (Some(h), false) = (unsafe { hdr_of(request) }, attr.is_null()) else {
-            return code(Status::InvalidParam);
-        };
-        // SAFETY: attr is non-NULL and writable by contract; field_mask read first.
-        let a = unsafe { &mut *attr };
-        if a.field_mask & !UCP_REQUEST_ATTR_FIELDS != 0 {
-            return code(Status::InvalidParam);
-        }
-        let (s, _) = status_of(h);
-        if a.field_mask & UCP_REQUEST_ATTR_FIELD_STATUS != 0 {
-            a.status = code(s);
-        }
-        if a.field_mask & UCP_REQUEST_ATTR_FIELD_MEM_TYPE != 0 {
-            // SAFETY: live header.
-            a.mem_type = unsafe { (*h).mem_type };
-        }
-        if a.field_mask & UCP_REQUEST_ATTR_FIELD_INFO_STRING != 0
-            && !a.debug_string.is_null()
-            && a.debug_string_size > 0
-        {
-            // SAFETY: live header.
-            let id = unsafe { (*h).id };
-            let text = format!("rucx request {id:#x} {}", s.name());
-            let n = text.len().min(a.debug_string_size - 1);
-            // SAFETY: the application's buffer holds debug_string_size bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(text.as_ptr(), a.debug_string.cast::<u8>(), n);
-                *a.debug_string.add(n) = 0 as c_char;
-            }
-        }
-        if a.field_mask & UCP_REQUEST_ATTR_FIELD_INFO_STRING_SIZE != 0 {
-            a.debug_string_size = 64;
-        }
-        code(Status::Ok)
-    })
-}
-
-/// Returns NULL, as UCX 1.19's does (its implementation is that one line): a program
-/// allocates the memory of an application-owned request itself, with
-/// `ucp_context_attr_t::request_size` bytes in front, for `UCP_OP_ATTR_FIELD_REQUEST` and
-/// the `_nbr` calls.
-///
-/// # Safety
-/// `worker` a worker of ours.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_request_alloc(_worker: *mut c_void) -> *mut c_void {
-    std::ptr::null_mut()
 }

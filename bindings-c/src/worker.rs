@@ -1,23 +1,35 @@
 //! `ucp_worker_h`: the Rust [`Worker`] behind a mutex, and the dispatch of everything that
 //! calls back into the application.
 //!
+//! Module cycle: `context`, `worker` and `ep` are the three handles of the C API and
+//! name each other as their objects do: a context lists its workers and maps its memory
+//! on each, a worker knows its context and owns its endpoints' handles, an endpoint
+//! knows its worker.
+//!
 //! The mutex is taken by every export that touches the worker and is never held while
 //! application code runs: `ucp_worker_progress` progresses the worker, moves the finished
 //! requests, endpoint errors, connection requests and arrived active messages out of it,
 //! unlocks, and only then calls the callbacks. A callback may therefore call any export,
 //! on the same worker too (post, free, receive AM data, even progress).
+//!
+//! Active messages reach the application's handlers here too ([`dispatch_am`]): the `ucp`
+//! handler that `am` installs only queues the event. Eager data is passed in place; with
+//! `UCP_AM_FLAG_PERSISTENT_DATA` and a callback returning `UCS_INPROGRESS`, the buffer is
+//! kept until `ucp_am_data_release`. Rendezvous data is passed as a descriptor
+//! ([`AmDesc`]) for `ucp_am_recv_data_nbx`; one the callback neither receives nor keeps
+//! (`UCS_INPROGRESS`) is released when it returns.
 
 use std::cell::{RefCell, RefMut};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ucp::{AmRndv, ConnRequest, EpHandle, Worker};
-use ucs::Status;
+use ucp::{AmRndv, ConnRequest, EpHandle, ReqId, Worker};
+use ucs::{Status, UcsResult};
 
 use crate::context::{fput, malloc_copy, write_name, CContext};
-use crate::ep::CEp;
-use crate::request::{self, ReqHdr};
+use crate::ep::{handle_of, CEp};
+use crate::request::{self, user_ptr, Cb, ReqHdr, ReqSource};
 use crate::types::*;
 use crate::{code, guard};
 
@@ -39,27 +51,24 @@ pub(crate) struct AmH {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum AmCb {
     /// `ucp_worker_set_am_recv_handler`'s `ucp_am_recv_callback_t`.
-    Recv(
-        unsafe extern "C" fn(
-            *mut c_void,
-            *const c_void,
-            usize,
-            *mut c_void,
-            usize,
-            *const ucp_am_recv_param_t,
-        ) -> ucs_status_ret_t,
-    ),
+    Recv(RecvCb),
     /// The deprecated `ucp_worker_set_am_handler`'s `ucp_am_callback_t`.
-    Legacy(
-        unsafe extern "C" fn(
-            *mut c_void,
-            *mut c_void,
-            usize,
-            *mut c_void,
-            c_uint,
-        ) -> ucs_status_ret_t,
-    ),
+    Legacy(LegacyCb),
 }
+
+/// `ucp_am_recv_callback_t`.
+type RecvCb = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_void,
+    usize,
+    *mut c_void,
+    usize,
+    *const ucp_am_recv_param_t,
+) -> ucs_status_ret_t;
+
+/// `ucp_am_callback_t`.
+type LegacyCb =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void, c_uint) -> ucs_status_ret_t;
 
 /// A listener's connection handler.
 #[derive(Clone, Copy, Debug)]
@@ -76,6 +85,25 @@ pub(crate) enum Event {
     Conn(ConnRequest),
 }
 
+/// What posting an operation gave on `ucp`'s side (the closure of [`CWorker::post`]).
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Completed at once, with this info (receives).
+    Done(ucp_tag_recv_info_t),
+    /// Running.
+    Req(ReqId),
+}
+
+/// What [`CWorker::post`] made of an operation.
+#[derive(Debug)]
+pub(crate) enum Posted {
+    /// Still running: the request pointer for the application, subscribed to the
+    /// operation's completion.
+    Running(*mut c_void),
+    /// Ended in the call, or never started: its status and what a receive got.
+    Ended(Status, ucp_tag_recv_info_t),
+}
+
 /// State behind the worker's lock.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -86,7 +114,8 @@ pub(crate) struct Inner {
     /// Eager AM data the application kept (`UCS_INPROGRESS`), and stream data handed out
     /// by `ucp_stream_recv_data_nb`, by address, until released.
     pub(crate) held: HashMap<usize, Vec<u8>>,
-    pub(crate) listeners: Vec<(usize, ConnH)>,
+    /// Listeners (`*const CListener`), their handlers and bound addresses.
+    pub(crate) listeners: Vec<(usize, ConnH, std::net::SocketAddr)>,
     /// Events collected and not yet dispatched (reused buffer).
     pub(crate) events: Vec<Event>,
     /// Requests that finished inside the call that posted them but report it at the next
@@ -108,13 +137,9 @@ pub struct CWorker {
     pub(crate) name: String,
     /// Active messages queued by the `ucp` handler, dispatched after progress.
     pub(crate) am_queue: Arc<AmQueue>,
-    /// Request memory freed on this worker, reused by its next operations without the
-    /// context pool's lock (SINGLE and SERIALIZED mode only, where the application makes
-    /// one call on the worker at a time; UCX too keeps its requests per worker). Handed
-    /// back to the context pool when the worker is destroyed. A list threaded through the
-    /// freed headers themselves (`ReqHdr::id` holds the next), so that taking and giving
-    /// back is two loads and a store.
-    free_reqs: std::cell::Cell<*mut ReqHdr>,
+    /// Request memory of this worker: its context's pool, and its own free list in front
+    /// of it in SINGLE and SERIALIZED mode.
+    pub(crate) reqs: ReqSource,
     /// Wakes the worker from any thread without its lock (`ucp_worker_signal`).
     signaler: ucp::Signaler,
     /// A panic unwound through the worker's state (caught at the C boundary): whatever it
@@ -234,8 +259,9 @@ impl std::ops::DerefMut for StateGuard<'_> {
 // state is behind a mutex in MULTI mode; in SINGLE and SERIALIZED mode ucp.h makes the
 // application serialize its calls on the worker (as UCX itself, which takes no lock in
 // those modes, relies on), so the `RefCell` is never used by two threads at once. The
-// `Cell`s (`free_reqs`, `idle_first`) are written in those modes only; in MULTI mode they
-// keep their initial values and are only read.
+// `Cell`s (the free list of `reqs`, `idle_first`) are written in those modes only; in
+// MULTI mode they keep their initial values and are only read. `reqs` points at the
+// context's request pool, which is Sync.
 unsafe impl Send for CWorker {}
 // SAFETY: as above.
 unsafe impl Sync for CWorker {}
@@ -302,58 +328,6 @@ impl CWorker {
         unsafe { &*self.ctx }
     }
 
-    /// Request memory for an operation on this worker: its own free list first. Inlined
-    /// with `request::alloc` into each post (a receive in an MPI window: 234 -> 218
-    /// instructions, callgrind, 2026-11-27); the pool's lock stays out of line.
-    #[inline(always)]
-    pub(crate) fn req_get(&self) -> Option<*mut ReqHdr> {
-        if self.thread_mode != UCS_THREAD_MODE_MULTI {
-            let h = self.free_reqs.get();
-            if !h.is_null() {
-                // SAFETY: the list holds only released headers of this worker's context
-                // pool, each put there once by `req_put`, which wrote the next one's
-                // address into its `id`; nothing else touches a released header.
-                self.free_reqs.set(unsafe { (*h).id } as *mut ReqHdr);
-                return Some(h);
-            }
-        }
-        self.req_get_pool()
-    }
-
-    /// [`req_get`](Self::req_get) from the context's pool (its lock), out of line.
-    #[inline(never)]
-    fn req_get_pool(&self) -> Option<*mut ReqHdr> {
-        self.ctx().pool.get()
-    }
-
-    /// The next header of this worker's free list, if any (for its destruction).
-    fn req_get_listed(&self) -> Option<*mut ReqHdr> {
-        let h = self.free_reqs.get();
-        if h.is_null() {
-            return None;
-        }
-        // SAFETY: as in `req_get`.
-        self.free_reqs.set(unsafe { (*h).id } as *mut ReqHdr);
-        Some(h)
-    }
-
-    /// Takes back request memory released on this worker.
-    ///
-    /// # Safety
-    /// `h` came from this worker's `req_get` (or its context's pool), is released, and is
-    /// not used again until handed out anew.
-    #[inline]
-    pub(crate) unsafe fn req_put(&self, h: *mut ReqHdr) {
-        if self.thread_mode != UCS_THREAD_MODE_MULTI {
-            // SAFETY: per the contract, the header's memory is ours and unused until
-            // `req_get` hands it out again.
-            unsafe { (*h).id = self.free_reqs.get() as u64 };
-            self.free_reqs.set(h);
-        } else {
-            self.ctx().pool.put(h);
-        }
-    }
-
     /// Runs `f` on the worker, locked. (Each mode reaches the worker directly, not through
     /// the guard enum, which would match the mode again on every access; `f` is called
     /// from one place, so that it is inlined once rather than judged too big to copy into
@@ -401,6 +375,57 @@ impl CWorker {
     /// Runs `f` on the locked state.
     pub(crate) fn with_inner<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         self.guarded(|| f(&mut self.inner.lock()))
+    }
+
+    /// Posts an operation with `f` under the lock. One still running gets a request header
+    /// (in `user_req`'s memory when it is not NULL, else the pool's) that reports to `cb`
+    /// with `user_data` and records memory type `mem`, subscribed to the completion; one
+    /// that ended in the call is handed back as it ended, with no header (`ops::Post`
+    /// turns either into UCX's return convention).
+    ///
+    /// # Safety
+    /// `user_req` is NULL or points `request::HDR` bytes past writable memory the
+    /// application reserved for the request header (`UCP_OP_ATTR_FIELD_REQUEST`).
+    #[inline(always)]
+    pub(crate) unsafe fn post(
+        &self,
+        user_req: *mut c_void,
+        cb: Cb,
+        user_data: *mut c_void,
+        mem: c_int,
+        f: impl FnOnce(&mut Worker) -> UcsResult<Outcome>,
+    ) -> Posted {
+        self.with(|wk| {
+            let id = match f(wk) {
+                Err(s) => return Posted::Ended(s, ucp_tag_recv_info_t::default()),
+                Ok(Outcome::Done(info)) => return Posted::Ended(Status::Ok, info),
+                Ok(Outcome::Req(id)) => id,
+            };
+            let s = wk.request_status(id);
+            if s != Status::InProgress {
+                let info = info_of(wk.request_info(id));
+                wk.request_free(id);
+                return Posted::Ended(s, info);
+            }
+            // SAFETY: user_req as the contract says.
+            let Some(h) = (unsafe { request::alloc(&self.reqs, user_req, cb, user_data) }) else {
+                wk.request_free(id);
+                return Posted::Ended(Status::NoMemory, ucp_tag_recv_info_t::default());
+            };
+            // SAFETY: h is ours and not yet visible to anyone.
+            unsafe {
+                (*h).id = id.0;
+                (*h).mem_type = mem;
+            }
+            match wk.request_subscribe(id, h as u64) {
+                Status::InProgress => Posted::Running(user_ptr(h)),
+                s => {
+                    // Cannot happen (checked above under the same lock); report it anyway.
+                    wk.request_free(id);
+                    Posted::Ended(s, ucp_tag_recv_info_t::default())
+                }
+            }
+        })
     }
 
     /// `ucp_worker_progress`: progress, then report.
@@ -489,7 +514,7 @@ impl CWorker {
         let am = if self.am_queue.is_empty() {
             0
         } else {
-            crate::am::dispatch(self)
+            dispatch_am(self)
         };
         n + usize::from(busy) + am
     }
@@ -514,8 +539,9 @@ impl CWorker {
             match next {
                 Ok(done) => {
                     busy = true;
-                    // SAFETY: user_data is the header of a live request: it was
-                    // subscribed with its address and is completed once, here.
+                    // SAFETY: user_data is the header of a live request of this
+                    // worker: it was subscribed with its address and is completed once,
+                    // here.
                     unsafe {
                         request::complete(
                             done.user_data as *mut ReqHdr,
@@ -544,8 +570,8 @@ impl CWorker {
         let reports = loop {
             busy |= !done.is_empty();
             for c in &done {
-                // SAFETY: user_data is the header of a live request: it was subscribed
-                // with its address and is completed once, here.
+                // SAFETY: user_data is the header of a live request of this worker: it
+                // was subscribed with its address and is completed once, here.
                 unsafe { request::complete(c.user_data as *mut ReqHdr, c.status, info_of(c.info)) };
             }
             done.clear();
@@ -570,8 +596,8 @@ impl CWorker {
         for e in events.drain(..) {
             match e {
                 Event::Req(h, s, info) => {
-                    // SAFETY: h is the header of a live request: it was subscribed with its
-                    // address and is completed once, here.
+                    // SAFETY: h is the header of a live request of this worker: it was
+                    // subscribed with its address and is completed once, here.
                     unsafe { request::complete(h as *mut ReqHdr, s, info) };
                 }
                 Event::EpErr(ep, s) => {
@@ -595,7 +621,10 @@ impl CWorker {
                     }
                 }
                 Event::Conn(req) => {
-                    let h = self.with_inner(|i| i.listeners.first().map(|l| l.1));
+                    // The handler of the listener that accepted it.
+                    let at = req.listener;
+                    let h =
+                        self.with_inner(|i| i.listeners.iter().find(|l| l.2 == at).map(|l| l.1));
                     match h.and_then(|h| h.cb.map(|cb| (cb, h.arg))) {
                         Some((cb, arg)) => {
                             let b = Box::into_raw(Box::new(crate::ep::CConnReq::new(req)));
@@ -615,6 +644,263 @@ impl CWorker {
             }
         });
     }
+}
+
+// ---- active messages to the application's handlers ----
+
+const DESC_MAGIC: u64 = 0x5275_6378_416d_4421;
+
+/// The descriptor of rendezvous AM data.
+#[derive(Debug)]
+struct AmDesc {
+    magic: u64,
+    rndv: Option<AmRndv>,
+    in_cb: bool,
+}
+
+/// Calls the application's handlers for queued active messages; returns how many.
+fn dispatch_am(w: &CWorker) -> usize {
+    let mut n = 0;
+    loop {
+        let ev = w.am_queue.pop();
+        let Some(ev) = ev else { break };
+        n += 1;
+        let h = w.with_inner(|i| i.am.get(ev.id as usize).copied().flatten());
+        let Some(AmH { cb, arg, flags }) = h else {
+            // No handler: drop the message (and let a rendezvous sender complete).
+            match ev.data {
+                CAmData::Eager(v) => w.with(|wk| wk.am_recycle(v)),
+                CAmData::Rndv(r) => w.with(|wk| wk.am_data_release(r)),
+            }
+            w.with(|wk| wk.am_recycle(ev.header));
+            continue;
+        };
+        let reply_ep = ev
+            .reply_ep
+            .map_or(std::ptr::null_mut(), |r| handle_of(w, r));
+        let hdr = ev.header;
+        match cb {
+            AmCb::Recv(cb) => recv_handler(w, cb, arg, flags, &hdr, ev.data, reply_ep),
+            AmCb::Legacy(cb) => legacy_handler(w, cb, arg, ev.data, reply_ep),
+        }
+        w.with(|wk| wk.am_recycle(hdr));
+    }
+    n
+}
+
+/// A message for a handler of `ucp_worker_set_am_recv_handler`.
+fn recv_handler(
+    w: &CWorker,
+    cb: RecvCb,
+    arg: *mut c_void,
+    flags: u32,
+    hdr: &[u8],
+    data: CAmData,
+    reply_ep: *mut c_void,
+) {
+    let mut param = ucp_am_recv_param_t {
+        recv_attr: 0,
+        reply_ep: std::ptr::null_mut(),
+    };
+    if !reply_ep.is_null() {
+        param.recv_attr |= UCP_AM_RECV_ATTR_FIELD_REPLY_EP;
+        param.reply_ep = reply_ep;
+    }
+    let hdr_ptr = if hdr.is_empty() {
+        std::ptr::null()
+    } else {
+        hdr.as_ptr().cast::<c_void>()
+    };
+    match data {
+        CAmData::Eager(mut v) => {
+            let persistent = flags & UCP_AM_FLAG_PERSISTENT_DATA != 0;
+            if persistent {
+                param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_DATA;
+            }
+            let p = v.as_mut_ptr().cast::<c_void>();
+            // SAFETY: the application's AM callback, called as ucp.h specifies; the
+            // header and data are valid for the call (and the data after it when kept).
+            let s = ucs_status_t::from(unsafe { cb(arg, hdr_ptr, hdr.len(), p, v.len(), &param) });
+            if persistent && s == code(Status::InProgress) {
+                w.with_inner(|i| {
+                    i.held.insert(p as usize, v);
+                });
+            } else {
+                w.with(|wk| wk.am_recycle(v));
+            }
+        }
+        CAmData::Rndv(r) => {
+            param.recv_attr |= UCP_AM_RECV_ATTR_FLAG_RNDV;
+            let len = r.len();
+            let d = Box::into_raw(Box::new(AmDesc {
+                magic: DESC_MAGIC,
+                rndv: Some(r),
+                in_cb: true,
+            }));
+            // SAFETY: as above; the descriptor is ours, for ucp_am_recv_data_nbx.
+            let s =
+                ucs_status_t::from(unsafe { cb(arg, hdr_ptr, hdr.len(), d.cast(), len, &param) });
+            // SAFETY: d is live: only we free it while in_cb is set.
+            let desc = unsafe { &mut *d };
+            desc.in_cb = false;
+            // Kept (`UCS_INPROGRESS`): freed by ucp_am_recv_data_nbx or
+            // ucp_am_data_release.
+            if desc.rndv.is_none() || s != code(Status::InProgress) {
+                if let Some(r) = desc.rndv.take() {
+                    w.with(|wk| wk.am_data_release(r));
+                }
+                // SAFETY: made by Box::into_raw above; not kept, so freed once here.
+                unsafe { free_desc(d) };
+            }
+        }
+    }
+}
+
+/// A message for a handler of the deprecated `ucp_worker_set_am_handler`, which always
+/// gets the whole message: eager data in place, rendezvous data received first into a
+/// buffer of the library's ([`legacy_rndv_done`] then calls the handler). Either may be
+/// kept by returning `UCS_INPROGRESS` (`UCP_CB_PARAM_FLAG_DATA` says so) until
+/// `ucp_am_data_release`.
+fn legacy_handler(
+    w: &CWorker,
+    cb: LegacyCb,
+    arg: *mut c_void,
+    data: CAmData,
+    reply_ep: *mut c_void,
+) {
+    match data {
+        CAmData::Eager(v) => call_legacy(w, cb, arg, v, reply_ep),
+        CAmData::Rndv(r) => {
+            let len = r.len();
+            let mut buf = Vec::new();
+            if buf.try_reserve_exact(len).is_err() {
+                ucs::warn_limited!("ucp: active message of {len} bytes dropped: no memory for it");
+                w.with(|wk| wk.am_data_release(r));
+                return;
+            }
+            buf.resize(len, 0);
+            let ptr = buf.as_mut_ptr();
+            let ctx = Box::into_raw(Box::new(LegacyRndv {
+                w: std::ptr::from_ref(w),
+                cb,
+                arg,
+                buf,
+                reply_ep,
+            }));
+            // SAFETY: the buffer is the context's, alive until the receive completes.
+            let d = ucp::Data::Contig(unsafe { ucp::Buf::from_raw(ptr, len) });
+            let rp = ucp::RecvParams::default();
+            let cb = Cb::LenNbx(Some(legacy_rndv_done));
+            // SAFETY: no application request memory (NULL): the header is the pool's.
+            let posted = unsafe {
+                w.post(
+                    std::ptr::null_mut(),
+                    cb,
+                    ctx.cast(),
+                    UCS_MEMORY_TYPE_HOST,
+                    |wk| wk.am_recv_data(r, &d, rp).map(Outcome::Req),
+                )
+            };
+            match posted {
+                // Its callback takes it from here.
+                Posted::Running(_) => {}
+                Posted::Ended(Status::Ok, _) => {
+                    // SAFETY: finished in the call: the callback will not run, the context
+                    // is ours.
+                    unsafe {
+                        legacy_rndv_done(std::ptr::null_mut(), code(Status::Ok), len, ctx.cast())
+                    };
+                }
+                Posted::Ended(..) => {
+                    ucs::warn_limited!("ucp: active message of {len} bytes lost: receive failed");
+                    // SAFETY: made by Box::into_raw above, and the receive never started.
+                    drop(unsafe { Box::from_raw(ctx) });
+                }
+            }
+        }
+    }
+}
+
+/// Rendezvous data on its way to a deprecated AM handler.
+struct LegacyRndv {
+    w: *const CWorker,
+    cb: LegacyCb,
+    arg: *mut c_void,
+    buf: Vec<u8>,
+    reply_ep: *mut c_void,
+}
+
+/// The receive for a deprecated AM handler finished: the handler gets the data.
+///
+/// # Safety
+/// `ctx` from [`legacy_handler`], passed once; `req` NULL or the receive's request.
+unsafe extern "C" fn legacy_rndv_done(
+    req: *mut c_void,
+    status: ucs_status_t,
+    _len: usize,
+    ctx: *mut c_void,
+) {
+    // SAFETY: per the contract.
+    let c = unsafe { Box::from_raw(ctx.cast::<LegacyRndv>()) };
+    if !req.is_null() {
+        // SAFETY: our own request (from `CWorker::post`), freed once.
+        unsafe { request::free(req, false) };
+    }
+    // SAFETY: the worker outlives its requests (destroying it completes them first).
+    let w = unsafe { &*c.w };
+    if status != code(Status::Ok) {
+        ucs::warn_limited!("ucp: active message lost: its data did not arrive ({status})");
+        return;
+    }
+    call_legacy(w, c.cb, c.arg, c.buf, c.reply_ep);
+}
+
+/// Calls a deprecated AM handler with the whole message in `v`.
+fn call_legacy(w: &CWorker, cb: LegacyCb, arg: *mut c_void, mut v: Vec<u8>, reply_ep: *mut c_void) {
+    let p = v.as_mut_ptr().cast::<c_void>();
+    // SAFETY: the application's callback, called as ucp.h's ucp_am_callback_t; the data
+    // is valid for the call, and after it if kept.
+    let s = ucs_status_t::from(unsafe { cb(arg, p, v.len(), reply_ep, UCP_CB_PARAM_FLAG_DATA) });
+    if s == code(Status::InProgress) {
+        w.with_inner(|i| {
+            i.held.insert(p as usize, v);
+        });
+    } else {
+        w.with(|wk| wk.am_recycle(v));
+    }
+}
+
+/// # Safety
+/// `d` from [`dispatch_am`], freed once.
+unsafe fn free_desc(d: *mut AmDesc) {
+    // SAFETY: per the contract.
+    unsafe {
+        (*d).magic = 0;
+        drop(Box::from_raw(d));
+    }
+}
+
+/// Takes the rendezvous data out of a descriptor; frees the descriptor unless its callback
+/// is still running (then `dispatch_am` frees it).
+///
+/// # Safety
+/// `p` is NULL or a descriptor passed to an AM callback, not yet consumed.
+pub(crate) unsafe fn take_desc(p: *mut c_void) -> Option<AmRndv> {
+    if p.is_null() {
+        return None;
+    }
+    let d = p.cast::<AmDesc>();
+    // SAFETY: per the contract (checked by magic).
+    let desc = unsafe { &mut *d };
+    if desc.magic != DESC_MAGIC {
+        return None;
+    }
+    let r = desc.rndv.take();
+    if !desc.in_cb {
+        // SAFETY: kept past its callback: the application's consumption ends it.
+        unsafe { free_desc(d) };
+    }
+    r
 }
 
 /// A receive's tag and length as `ucp.h` reports them.
@@ -729,7 +1015,9 @@ pub unsafe extern "C" fn ucp_worker_create(
             thread_mode,
             name,
             am_queue: Arc::new(AmQueue::default()),
-            free_reqs: std::cell::Cell::new(std::ptr::null_mut()),
+            // SAFETY: the context outlives its workers (ucp_cleanup comes after
+            // ucp_worker_destroy).
+            reqs: unsafe { ReqSource::new(&c.pool, thread_mode != UCS_THREAD_MODE_MULTI) },
             idle_first: std::cell::Cell::new(false),
             signaler,
             broken: std::sync::atomic::AtomicBool::new(false),
@@ -809,9 +1097,7 @@ pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut CWorker) {
             // SAFETY: as for endpoints.
             unsafe { crate::ep::CListener::free(l as *mut crate::ep::CListener) };
         }
-        while let Some(h) = w.req_get_listed() {
-            c.pool.put(h);
-        }
+        w.reqs.give_back();
         // SAFETY: made by Box::into_raw in ucp_worker_create, unlisted above; the magic is
         // cleared so that a second destroy is refused.
         unsafe {
@@ -1124,77 +1410,6 @@ pub unsafe extern "C" fn ucp_worker_fence(worker: *mut CWorker) -> ucs_status_t 
             Ok(()) => code(Status::Ok),
             Err(s) => code(s),
         }
-    })
-}
-
-/// Blocks until a `ucp` request finishes, progressing (and dispatching) meanwhile.
-pub(crate) fn wait_id(w: &CWorker, id: ucp::ReqId) -> Status {
-    loop {
-        let s = w.with(|wk| wk.request_status(id));
-        if s != Status::InProgress {
-            w.with(|wk| wk.request_free(id));
-            return s;
-        }
-        w.progress();
-    }
-}
-
-/// # Safety
-/// `worker` ours.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_worker_flush(worker: *mut CWorker) -> ucs_status_t {
-    guard(code(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
-            return code(Status::InvalidParam);
-        };
-        match w.with(|wk| wk.flush(None)) {
-            Ok(id) => code(wait_id(w, id)),
-            Err(s) => code(s),
-        }
-    })
-}
-
-/// # Safety
-/// `worker` ours.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_worker_flush_nb(
-    worker: *mut CWorker,
-    _flags: std::ffi::c_uint,
-    cb: ucp_send_callback_t,
-) -> ucs_status_ptr_t {
-    guard(crate::status_ptr(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
-            return crate::status_ptr(Status::InvalidParam);
-        };
-        if w.with(|wk| wk.flush_idle(None)) == Ok(true) {
-            return std::ptr::null_mut();
-        }
-        // Something was in flight: the flush request itself (without asking again).
-        let p = crate::ops::Post::legacy(request::Cb::Send(cb));
-        p.run(w, |wk| wk.flush(None).map(Some))
-    })
-}
-
-/// # Safety
-/// `worker` ours; `param` readable.
-#[no_mangle]
-pub unsafe extern "C" fn ucp_worker_flush_nbx(
-    worker: *mut CWorker,
-    param: *const ucp_request_param_t,
-) -> ucs_status_ptr_t {
-    guard(crate::status_ptr(Status::InvalidParam), || {
-        // SAFETY: forwarded contract.
-        let Some(w) = (unsafe { CWorker::from_ptr(worker.cast()) }) else {
-            return crate::status_ptr(Status::InvalidParam);
-        };
-        // SAFETY: forwarded contract.
-        let p = match unsafe { crate::ops::Post::nbx(param, crate::ops::CbKind::Send) } {
-            Ok(p) => p,
-            Err(s) => return crate::status_ptr(s),
-        };
-        p.run(w, |wk| wk.flush_nb(None))
     })
 }
 

@@ -10,19 +10,22 @@
 //! contract is the same promise, are made here too.
 
 use std::fmt;
+use std::sync::Arc;
 
-use ucs::UcsResult;
+use ucs::{Status, UcsResult};
 use uct::{Comp, Done, EpId, Iface, Iov, Md, MemH, MemoryType, RemoteKey};
 
+use crate::dt::{Canon, Cursor, DtLayout};
+
 /// Pinned host bytes that a copy to or from device memory fills or drains in the
-/// background: a fragment of the staged rendezvous (`worker::stage`). While the copy is in
+/// background: a fragment of the staged rendezvous (`proto::rndv::stage`). While the copy is in
 /// flight nothing else touches the bytes (the accessors say `None`), and dropping waits for
 /// it, so the bounce goes back to its pool only once the copy engine is done with it.
 #[derive(Debug)]
 pub(crate) struct Staged {
     /// Declared before `buf`: dropped first, it waits for the copy.
     copy: Option<Box<dyn ucs::memtype::PendingCopy>>,
-    buf: crate::worker::Bounce,
+    buf: Bounce,
 }
 
 impl Staged {
@@ -30,7 +33,7 @@ impl Staged {
     pub(crate) fn new(len: usize) -> Staged {
         Staged {
             copy: None,
-            buf: crate::worker::Bounce::for_device(len),
+            buf: Bounce::for_device(len),
         }
     }
 
@@ -99,6 +102,47 @@ impl Staged {
             return None;
         }
         Some(self.buf.as_mut_slice())
+    }
+}
+
+/// A receive's bounce buffer: pinned when it is to be copied into device memory (the
+/// driver copies from pinned memory at the bus's speed, from pageable memory at a
+/// fraction of it, and the pool saves allocating it for every message).
+#[derive(Debug)]
+pub(crate) enum Bounce {
+    Heap(Vec<u8>),
+    #[cfg(feature = "cuda")]
+    Pinned(ucs::cuda::PinnedBuf),
+}
+
+impl Bounce {
+    /// `total` bytes to be copied into device memory afterwards.
+    pub(crate) fn for_device(total: usize) -> Bounce {
+        #[cfg(feature = "cuda")]
+        if let Ok(p) = ucs::cuda::PinnedBuf::take(total) {
+            return Bounce::Pinned(p);
+        }
+        Bounce::Heap(vec![0u8; total])
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Bounce::Heap(v) => v,
+            #[cfg(feature = "cuda")]
+            Bounce::Pinned(p) => p.as_slice(),
+        }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Bounce::Heap(v) => v,
+            #[cfg(feature = "cuda")]
+            Bounce::Pinned(p) => p.as_mut_slice(),
+        }
+    }
+
+    pub(crate) fn is_pinned(&self) -> bool {
+        !matches!(self, Bounce::Heap(_))
     }
 }
 
@@ -338,28 +382,80 @@ impl Buf {
     }
 }
 
-impl crate::datatype::LayoutBuf {
+/// A layout applied to a buffer: the origin (MPI's `buf`) and the memory its data spans.
+#[derive(Clone, Debug)]
+pub struct LayoutBuf {
+    pub(crate) dt: Arc<DtLayout>,
+    /// `[origin + lo, origin + hi)`.
+    pub(crate) span: Buf,
+    /// The layout rebased to the span: its offsets count from the span's first byte.
+    pub(crate) local: Arc<Canon>,
+    pub(crate) origin_addr: u64,
+}
+
+impl LayoutBuf {
     /// Describes the data of `dt` laid out from `origin` (the layout's offsets are
     /// relative to it, as MPI's are to `buf`).
     ///
     /// # Safety
     /// As for [`Buf::from_raw`], for every byte the layout touches: `[origin + lo,
     /// origin + hi)` where `(lo, hi)` are the layout's true bounds.
-    pub unsafe fn new(
-        origin: *mut u8,
-        dt: std::sync::Arc<crate::datatype::DtLayout>,
-    ) -> crate::datatype::LayoutBuf {
+    pub unsafe fn new(origin: *mut u8, dt: Arc<DtLayout>) -> LayoutBuf {
         let (lo, hi) = dt.canon().bounds();
         let start = (origin as i64).wrapping_add(lo) as u64;
         // SAFETY: forwarded to the caller.
         let span = unsafe { Buf::from_raw(start as *mut u8, (hi - lo) as usize) };
-        let local = std::sync::Arc::clone(dt.local());
-        crate::datatype::LayoutBuf {
+        let local = Arc::clone(dt.local());
+        LayoutBuf {
             dt,
             span,
             local,
             origin_addr: origin as u64,
         }
+    }
+
+    pub fn layout(&self) -> &Arc<DtLayout> {
+        &self.dt
+    }
+
+    /// Whether the layout's bytes fill its span (no holes): only then is the span viewed
+    /// as one slice. The holes of a layout with gaps (the memory between a vector's blocks,
+    /// or between the entries of an iov list sent as one) were never handed to us, so
+    /// their bytes are reached piece by piece through raw copies instead ([`walk`]).
+    ///
+    /// [`walk`]: LayoutBuf::walk
+    pub(crate) fn dense(&self) -> bool {
+        self.dt.size() == self.span.len()
+    }
+
+    /// Calls `f(offset_in_span, position, len)` for each piece of packed bytes
+    /// `[off, off + n)`, in order (segments generated in batches).
+    pub(crate) fn walk(
+        &self,
+        off: usize,
+        n: usize,
+        mut f: impl FnMut(usize, usize, usize),
+    ) -> Result<(), Status> {
+        let bad = Status::InvalidParam;
+        let mut cur = Cursor::new(&self.local, off as u64).map_err(|_| bad)?;
+        let mut segs = Vec::with_capacity(256);
+        let mut pos = 0;
+        while pos < n {
+            if cur.fill(&mut segs, 256, (n - pos) as u64) == 0 {
+                return Err(bad);
+            }
+            for g in &segs {
+                let at = usize::try_from(g.offset).map_err(|_| bad)?;
+                f(at, pos, g.len as usize);
+                pos += g.len as usize;
+            }
+        }
+        Ok(())
+    }
+
+    /// The origin's address (what a peer adds the layout's offsets to).
+    pub fn origin_addr(&self) -> u64 {
+        self.origin_addr
     }
 }
 
@@ -431,7 +527,7 @@ pub(crate) fn atomic64_fetch(
 
 /// Writes each chunk of the local UMR keys into the peer's chunk keys (`Iface::umr_put`).
 /// The local keys lie over the Bufs of a send that stays alive until this completion is
-/// seen (`worker::umr` builds them from the send's own layout).
+/// seen (`proto::umr` builds them from the send's own layout).
 pub(crate) fn umr_put(
     iface: &mut dyn Iface,
     ep: EpId,
@@ -477,7 +573,7 @@ pub(crate) fn register_span(md: &dyn Md, addr: u64, len: usize) -> UcsResult<Mem
 /// a rendezvous through shared memory, between a live operation's buffer and a same-host
 /// peer's region mapped here.
 ///
-/// Callers (`worker::mapped`) pass only ranges inside a live operation's [`Buf`]s (their
+/// Callers (`proto::rndv::mapped`) pass only ranges inside a live operation's [`Buf`]s (their
 /// contract keeps them valid and, for a receive, untouched by anyone else until it
 /// completes) or inside a peer's window checked against a mapping they hold for the call.
 /// The peer may touch its bytes concurrently, as with any remote access; no reference to
@@ -570,12 +666,9 @@ fn stream_strided(src: u64, src_stride: i64, dst: u64, dst_stride: i64, len: usi
 /// gaps between entries lie inside the layout's span but were never handed to us: a layout
 /// with holes is only ever reached piece by piece (`LayoutBuf::dense` is false for it), so
 /// no slice covers them.
-pub(crate) fn layout_over_iov(
-    origin: u64,
-    dt: std::sync::Arc<crate::datatype::DtLayout>,
-) -> crate::datatype::LayoutBuf {
+pub(crate) fn layout_over_iov(origin: u64, dt: Arc<DtLayout>) -> LayoutBuf {
     // SAFETY: see above: every byte the layout touches is a byte of a live Buf.
-    unsafe { crate::datatype::LayoutBuf::new(origin as *mut u8, dt) }
+    unsafe { LayoutBuf::new(origin as *mut u8, dt) }
 }
 
 /// Copies `src` to address `addr` of this process: the target side of a remote put.
@@ -680,18 +773,41 @@ pub(crate) fn read_raw(addr: u64, dst: &mut [u8]) {
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) }
 }
 
+/// Atomic operations (`ucp_atomic_op_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AtomicOp {
+    Add = 0,
+    And = 1,
+    Or = 2,
+    Xor = 3,
+    Swap = 4,
+    Cswap = 5,
+}
+
+impl AtomicOp {
+    pub(crate) fn from_u8(v: u8) -> Option<AtomicOp> {
+        Some(match v {
+            0 => AtomicOp::Add,
+            1 => AtomicOp::And,
+            2 => AtomicOp::Or,
+            3 => AtomicOp::Xor,
+            4 => AtomicOp::Swap,
+            5 => AtomicOp::Cswap,
+            _ => return None,
+        })
+    }
+}
+
+/// The operand sizes of atomics, in bytes.
+pub const ATOMIC_SIZES: [usize; 4] = [1, 2, 4, 8];
+
 /// Performs an atomic operation on the aligned 1-, 2-, 4- or 8-byte word at `addr`;
 /// returns the previous value, zero-extended. Same contract as [`write_raw`]; the caller
 /// checked alignment and size.
-pub(crate) fn atomic_raw(
-    addr: u64,
-    size: u8,
-    op: crate::worker::rma::AtomicOp,
-    value: u64,
-    compare: u64,
-) -> u64 {
-    use crate::worker::rma::AtomicOp as A;
+pub(crate) fn atomic_raw(addr: u64, size: u8, op: AtomicOp, value: u64, compare: u64) -> u64 {
     use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+    use AtomicOp as A;
     // The operation on an atomic of type `$a` over integers of type `$t`.
     macro_rules! rmw {
         ($a:ty, $t:ty) => {{

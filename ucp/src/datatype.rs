@@ -11,10 +11,12 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
-use uct::Iov;
+use uct::{Iov, MemoryType};
 
-use crate::buf::Buf;
-use crate::dt::{Canon, Cursor, DtError, Layout, Segment};
+pub use crate::buf::LayoutBuf;
+use crate::buf::{self, Buf};
+pub use crate::dt::DtLayout;
+use crate::dt::{Cursor, Layout, Segment};
 
 /// User callbacks of a generic datatype. `start_pack`/`start_unpack` begin an operation
 /// on `count` elements at `addr`; the returned state is dropped when the operation ends
@@ -62,7 +64,7 @@ impl std::fmt::Debug for Data {
         match self {
             Data::Contig(b) => write!(f, "Contig({b:?})"),
             Data::Iov(v) => write!(f, "Iov({} entries)", v.len()),
-            Data::Layout(l) => write!(f, "Layout({} bytes, {:#x})", l.dt.size(), l.dt.hash),
+            Data::Layout(l) => write!(f, "Layout({} bytes, {:#x})", l.dt.size(), l.dt.hash()),
             Data::Generic { addr, count, .. } => write!(f, "Generic({addr:#x}, {count})"),
         }
     }
@@ -162,112 +164,6 @@ pub enum DtClass {
     Generic,
 }
 
-/// A layout compiled for communication: its canonical form, that form's encoding (what a
-/// peer is sent), and the 128-bit hash that names it in memoized exchanges.
-#[derive(Debug)]
-pub struct DtLayout {
-    canon: Canon,
-    /// The canonical form rebased so its data starts at offset 0 (for local packing into
-    /// a slice that starts where the data does).
-    local: Arc<Canon>,
-    encoded: Vec<u8>,
-    hash: u128,
-}
-
-impl DtLayout {
-    /// Compiles `layout` (`ucpx_dt_create_*` then commit).
-    pub fn new(layout: &Layout) -> Result<Arc<DtLayout>, DtError> {
-        DtLayout::from_canon(layout.canonical()?.clone())
-    }
-
-    /// Wraps a canonical form (for example one decoded from a peer).
-    pub fn from_canon(canon: Canon) -> Result<Arc<DtLayout>, DtError> {
-        let encoded = canon.encode()?;
-        let hash = canon.hash128();
-        let local = Arc::new(canon.rebased(canon.bounds().0));
-        Ok(Arc::new(DtLayout {
-            canon,
-            local,
-            encoded,
-            hash,
-        }))
-    }
-
-    pub fn canon(&self) -> &Canon {
-        &self.canon
-    }
-    pub(crate) fn local(&self) -> &Arc<Canon> {
-        &self.local
-    }
-    /// Bytes of data (the packed size).
-    pub fn size(&self) -> usize {
-        self.canon.size() as usize
-    }
-    pub fn hash(&self) -> u128 {
-        self.hash
-    }
-    pub fn encoded(&self) -> &[u8] {
-        &self.encoded
-    }
-}
-
-/// A layout applied to a buffer: the origin (MPI's `buf`) and the memory its data spans.
-#[derive(Clone, Debug)]
-pub struct LayoutBuf {
-    pub(crate) dt: Arc<DtLayout>,
-    /// `[origin + lo, origin + hi)`.
-    pub(crate) span: Buf,
-    /// The layout rebased to the span: its offsets count from the span's first byte.
-    pub(crate) local: Arc<Canon>,
-    pub(crate) origin_addr: u64,
-}
-
-impl LayoutBuf {
-    pub fn layout(&self) -> &Arc<DtLayout> {
-        &self.dt
-    }
-
-    /// Whether the layout's bytes fill its span (no holes): only then is the span viewed
-    /// as one slice. The holes of a layout with gaps (the memory between a vector's blocks,
-    /// or between the entries of an iov list sent as one) were never handed to us, so
-    /// their bytes are reached piece by piece through raw copies instead ([`walk`]).
-    ///
-    /// [`walk`]: LayoutBuf::walk
-    pub(crate) fn dense(&self) -> bool {
-        self.dt.size() == self.span.len()
-    }
-
-    /// Calls `f(offset_in_span, position, len)` for each piece of packed bytes
-    /// `[off, off + n)`, in order (segments generated in batches).
-    pub(crate) fn walk(
-        &self,
-        off: usize,
-        n: usize,
-        mut f: impl FnMut(usize, usize, usize),
-    ) -> Result<(), Status> {
-        let bad = Status::InvalidParam;
-        let mut cur = Cursor::new(&self.local, off as u64).map_err(|_| bad)?;
-        let mut segs = Vec::with_capacity(256);
-        let mut pos = 0;
-        while pos < n {
-            if cur.fill(&mut segs, 256, (n - pos) as u64) == 0 {
-                return Err(bad);
-            }
-            for g in &segs {
-                let at = usize::try_from(g.offset).map_err(|_| bad)?;
-                f(at, pos, g.len as usize);
-                pos += g.len as usize;
-            }
-        }
-        Ok(())
-    }
-
-    /// The origin's address (what a peer adds the layout's offsets to).
-    pub fn origin_addr(&self) -> u64 {
-        self.origin_addr
-    }
-}
-
 /// Fewest entries for which an iov list is checked for a constant shape (below it the
 /// list is cheap to walk as it is).
 pub const REGULAR_IOV_MIN: usize = 16;
@@ -300,6 +196,67 @@ pub fn regular_iov(bufs: &[Buf]) -> Option<(u64, usize, usize, usize)> {
         }
     }
     Some((origin, bufs.len(), len, stride as usize))
+}
+
+/// Compiled vectors of iov lists seen by [`as_vector`], by (count, length, stride).
+pub(crate) type VectorCache = std::collections::HashMap<(usize, usize, usize), Arc<DtLayout>>;
+
+/// `data` as a layout when it is an iov list shaped like a vector ([`regular_iov`]): it
+/// then travels as a compact layout the peer memoizes, and is copied with strided loops
+/// instead of entry by entry. The compiled vector is cached (`cache`, a few dozen shapes).
+#[inline]
+pub(crate) fn as_vector(cache: &mut VectorCache, data: &Data) -> Option<Data> {
+    match data {
+        Data::Iov(v) => iov_as_vector(cache, v),
+        _ => None,
+    }
+}
+
+#[inline(never)]
+fn iov_as_vector(cache: &mut VectorCache, v: &[crate::Buf]) -> Option<Data> {
+    let Some((origin, count, len, stride)) = regular_iov(v) else {
+        return device_iov_layout(v);
+    };
+    let key = (count, len, stride);
+    let dt = match cache.get(&key) {
+        Some(d) => Arc::clone(d),
+        None => {
+            let vector =
+                Layout::hvector(count as u64, 1, stride as i64, &Layout::bytes(len as u64)).ok()?;
+            let d = DtLayout::new(&vector).ok()?;
+            if cache.len() >= 64 {
+                cache.clear();
+            }
+            cache.insert(key, Arc::clone(&d));
+            d
+        }
+    };
+    Some(Data::Layout(buf::layout_over_iov(origin, dt)))
+}
+
+/// An iov list of device memory within one allocation, as a layout (`hindexed` from its
+/// first entry): it then moves by kernels (`proto::rndv::gpu`), not by one copy per entry.
+fn device_iov_layout(v: &[crate::Buf]) -> Option<Data> {
+    if v.len() < 2 || !ucs::memtype::active() || v.iter().any(|b| b.host_accessible()) {
+        return None;
+    }
+    let first = ucs::memtype::detect(v[0].addr() as *const u8);
+    let (lo, hi) = (first.base, first.base.checked_add(first.len)?);
+    if first.mem_type != MemoryType::Cuda
+        || v.iter()
+            .any(|b| b.addr() < lo || b.addr().saturating_add(b.len() as u64) > hi)
+    {
+        return None;
+    }
+    let origin = v[0].addr();
+    let lens: Vec<u64> = v.iter().map(|b| b.len() as u64).collect();
+    let displs: Vec<i64> = v
+        .iter()
+        .map(|b| b.addr().wrapping_sub(origin) as i64)
+        .collect();
+    let l = Layout::hindexed(&lens, &displs, &Layout::bytes(1)).ok()?;
+    let d = DtLayout::new(&l).ok()?;
+    Some(Data::Layout(buf::layout_over_iov(origin, d)))
 }
 
 /// A started operation's data.

@@ -5,16 +5,20 @@
 //!                     ^^^        perftest     (rucx-perftest, rucx-info) }
 //! ```
 //!
-//! What it owns (`docs/ucp.md`):
-//! - [`context`]: the transports a process uses, from `UCX_*` configuration.
-//! - [`worker`]: the worker (progress, wire-up, endpoints, client/server connection), tag
-//!   send and receive with eager and rendezvous protocols, active messages, RMA and
-//!   atomics, the stream API, peer failure, device memory (`docs/ucp.md`, `docs/gpu.md`).
-//! - [`proto`]: protocol selection, the wire formats, the eager/rendezvous tuner.
-//! - [`tag`]: the tag matcher (expected/unexpected queues, wildcards, probe, cancel).
-//! - [`dt`] and [`datatype`]: the datatype engine (MPI-style layout constructors,
-//!   canonical form, pack/unpack) and the data descriptions operations take.
-//! - [`request`], [`address`], [`buf`]: request slots, worker addresses, user memory.
+//! What it owns (`docs/ucp.md`), in floors, each importing only from those below it
+//! (`docs/layers.md`):
+//! - [`buf`], [`dt`] and [`datatype`], [`tag`], [`request`], [`address`], [`context`]: user
+//!   memory (the one room for `unsafe`), the datatype engine (MPI-style layout
+//!   constructors, canonical form, pack/unpack) and the data descriptions operations take,
+//!   the tag matcher, request slots, worker addresses, the transports a process uses.
+//! - [`proto`]'s wire formats, protocol selection and the eager/rendezvous tuner.
+//! - [`worker`]: the engine (progress, endpoints and lanes, wire-up, requests,
+//!   client/server connection, peer failure), whose state the protocols step through.
+//! - [`proto`]'s protocols: tag send and receive with eager and rendezvous protocols
+//!   (device memory included, `docs/gpu.md`), UMR, active messages, RMA and atomics, the
+//!   stream API.
+//! - [`channel`] and [`queue`]: channels and stream-triggered queues, built on the
+//!   worker's API.
 //!
 //! # Example
 //!
@@ -56,24 +60,26 @@
 pub mod address;
 #[allow(unsafe_code)]
 pub mod buf;
+pub mod channel;
 pub mod context;
 pub mod datatype;
 pub mod dt;
 pub mod proto;
+pub mod queue;
 pub mod request;
 pub mod tag;
 pub mod worker;
 
-pub use buf::{Buf, HostBuf};
+pub use buf::{AtomicOp, Buf, HostBuf};
 pub use context::{Context, Error};
 pub use datatype::{Data, DtClass, GenericDt, PackState, UnpackState};
-pub use request::{Completion, ReqId};
+pub use proto::am::{AmData, AmEvent, AmRndv, AmSendParams};
+pub use proto::rma::{MemHandle, Rkey, SharedRegion};
+pub use proto::stream::StreamRecv;
 #[cfg(feature = "cuda")]
-pub use worker::queue::StreamOp;
-pub use worker::queue::{
-    ProgressThread, QueueId, QueueInfo, QueueParams, QueueStream, TriggerKind,
-};
-pub use worker::{
-    AmData, AmEvent, AmHandler, AmRndv, AmSendParams, AtomicOp, ConnRequest, EpHandle, MemHandle,
-    RecvParams, Rkey, SendParams, SharedRegion, Signaler, StreamRecv, Worker, WorkerStats,
-};
+pub use queue::StreamOp;
+pub use queue::{ProgressThread, QueueId, QueueInfo, QueueParams, QueueStream, TriggerKind};
+pub use request::{Completion, EpHandle, ReqId};
+pub use worker::op::{RecvParams, SendParams};
+pub use worker::state::{AmHandler, ConnRequest, Worker, WorkerStats};
+pub use worker::Signaler;

@@ -1,4 +1,5 @@
-//! Requests: the handles of operations that did not complete when they were posted.
+//! Requests: the handles of operations that did not complete when they were posted (and
+//! [`EpHandle`], the handle of an endpoint, which operations and requests name).
 //!
 //! Requests live in a table of slots with a free list and are named by a [`ReqId`] that
 //! carries the slot's generation, so a stale id (the request was freed and the slot reused) is recognised and
@@ -7,12 +8,22 @@
 
 use ucs::Status;
 
-use crate::tag::TagInfo;
+use crate::tag::{advance_head, TagInfo};
 
 /// A request handle. Also the 64-bit id sent to peers (`sreq`/`rreq`) and the transport
 /// completion token of the request's zero-copy operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReqId(pub u64);
+
+/// An endpoint of a worker (`ucp_ep_h`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EpHandle(pub u32);
+
+impl EpHandle {
+    pub(crate) fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// Generations of [`Requests`] and of [`DirectRecvs`] count in 31 bits: the top bit of an
 /// id says which table it names. (Transport completion tokens use the same bit for
@@ -50,22 +61,6 @@ pub struct Completion {
     /// For receives: the sender's tag and the message length.
     pub info: Option<TagInfo>,
     pub user_data: u64,
-}
-
-/// Moves `head`, the index of the oldest element of a queue kept in `v`, past an element
-/// just taken: the vector is emptied when every element is taken, and its taken prefix
-/// dropped once that is at least 64 elements and half of it, so a queue that never
-/// empties does not grow by an element per use.
-#[inline(always)]
-pub(crate) fn advance_head<T>(v: &mut Vec<T>, head: &mut usize) {
-    *head += 1;
-    if *head == v.len() {
-        v.clear();
-        *head = 0;
-    } else if *head >= 64 && *head * 2 >= v.len() {
-        v.drain(..*head);
-        *head = 0;
-    }
 }
 
 /// The completions waiting to be taken, first in first out: a vector and the index of the

@@ -1,10 +1,11 @@
 //! The canonical IR (TEMPI's `DenseData`/`StreamData`, plus an explicit block list), the
-//! lowering from [`Layout`], the transformations to a fixed point, the compressor that
-//! makes small and irregular layouts a function of their bytes, and the unordered form.
-//! See the [module docs](super) for the rules and what they guarantee.
+//! transformations to a fixed point, and the compressor that makes small and irregular
+//! layouts a function of their bytes. The lowering from a [`Layout`](super::Layout) is in
+//! `layout.rs`, the unordered form in `unordered.rs`. See the [module docs](super) for the
+//! rules and what they guarantee.
 
-use super::layout::{groups, Kind, Layout};
-use super::{merge_segments, DtError, Segment, MAX_ABS_OFFSET, MAX_SIZE};
+use super::error::DtError;
+use super::segment::{merge_segments, Segment, MAX_ABS_OFFSET, MAX_SIZE};
 
 /// Layouts of at most this many pieces (after structural simplification) that are not a
 /// clean chain are canonicalized from their merged segment list, which makes the result
@@ -33,7 +34,7 @@ pub enum Node {
 /// position of each entry precomputed (for seeking).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Blocks {
-    entries: Vec<(i64, Node)>,
+    pub(super) entries: Vec<(i64, Node)>,
     /// `ends[i]`: packed bytes up to and including entry `i`.
     ends: Vec<u64>,
 }
@@ -303,17 +304,6 @@ impl Canon {
         }
         Ok(out)
     }
-
-    /// The unordered ("sorted") form: the same bytes as a multiset, with every nest of
-    /// streams sorted by stride (largest outermost, negative strides flipped) and `Blocks`
-    /// entries sorted by offset. Not valid for packing; for footprint questions only.
-    pub fn unordered(&self) -> Canon {
-        if self.size == 0 || !self.ordered {
-            return self.clone();
-        }
-        let (o, n) = unorder(&self.root);
-        Canon::from_parts(self.offset + o, n, false).unwrap_or_else(|_| self.clone())
-    }
 }
 
 /// The memoization key of an encoding: XXH3-128 (seed 0). Peers trust it to name a layout
@@ -327,8 +317,10 @@ pub(crate) fn layout_hash(bytes: &[u8]) -> u128 {
 // ---------------------------------------------------------------------------------------
 // Lowering and simplification
 
-pub(crate) fn canonicalize(l: &Layout) -> Result<Canon, DtError> {
-    let Some((o, n)) = lower(l)? else {
+/// The canonical form of a lowered layout (`layout.rs`'s structural lowering: the offset
+/// and node of its data, `None` when it has none).
+pub(crate) fn canonicalize(lowered: Option<(i64, Node)>) -> Result<Canon, DtError> {
+    let Some((o, n)) = lowered else {
         return Ok(Canon::empty());
     };
     let Some((o2, n)) = simplify(n) else {
@@ -343,56 +335,6 @@ pub(crate) fn canonicalize(l: &Layout) -> Result<Canon, DtError> {
         (o, n)
     };
     Canon::from_parts(o, n, true)
-}
-
-fn off64(v: i128) -> Result<i64, DtError> {
-    i64::try_from(v).map_err(|_| DtError::Overflow)
-}
-
-/// Structural lowering: streams for progressions, a `Blocks` for several groups. Offsets
-/// are not normalized yet (that is [`simplify`]'s job).
-fn lower(l: &Layout) -> Result<Option<(i64, Node)>, DtError> {
-    if l.size() == 0 {
-        return Ok(None);
-    }
-    match l.kind() {
-        Kind::Bytes(n) => return Ok(Some((0, Node::Dense { len: *n }))),
-        Kind::Resized { child, .. } => return lower(child),
-        _ => {}
-    }
-    let gs = groups(l.kind())?;
-    // Lower each distinct child once (all groups share one child except in a struct).
-    let mut cache: Option<(&Layout, Option<(i64, Node)>)> = None;
-    let mut entries = Vec::new();
-    for g in gs {
-        if g.child.size() == 0 || g.prog.iter().any(|&(c, _)| c == 0) {
-            continue;
-        }
-        let lowered = match &cache {
-            Some((k, v)) if k.same(g.child) => v.clone(),
-            _ => {
-                let v = lower(g.child)?;
-                cache = Some((g.child, v.clone()));
-                v
-            }
-        };
-        let Some((co, mut node)) = lowered else {
-            continue;
-        };
-        for &(c, s) in g.prog.iter().rev() {
-            node = Node::Stream {
-                count: c,
-                stride: off64(s)?,
-                child: Box::new(node),
-            };
-        }
-        entries.push((off64(g.disp + co as i128)?, node));
-    }
-    Ok(match entries.len() {
-        0 => None,
-        1 => entries.pop(),
-        _ => Some((0, Node::Blocks(Blocks::new(entries)))),
-    })
 }
 
 /// Bottom-up rewrite to the fixed point of the rules; returns the node with its first byte
@@ -418,7 +360,7 @@ fn simplify(n: Node) -> Option<(i64, Node)> {
 
 /// `Stream{count, stride, child}` for a simplified `child`, with elision, dense folding
 /// and stream flattening applied.
-fn make_stream(count: u64, stride: i64, child: Node) -> Node {
+pub(super) fn make_stream(count: u64, stride: i64, child: Node) -> Node {
     if count == 1 {
         return child;
     }
@@ -438,7 +380,7 @@ fn make_stream(count: u64, stride: i64, child: Node) -> Node {
 }
 
 /// Appends an entry, fusing it with the previous one when both are dense and touch.
-fn push_entry(out: &mut Vec<(i64, Node)>, off: i64, n: Node) {
+pub(super) fn push_entry(out: &mut Vec<(i64, Node)>, off: i64, n: Node) {
     if let (Some((lo, Node::Dense { len: a })), Node::Dense { len: b }) = (out.last_mut(), &n) {
         if *lo + *a as i64 == off {
             *a += *b;
@@ -486,7 +428,7 @@ fn simplify_blocks(entries: Vec<(i64, Node)>) -> Option<(i64, Node)> {
 }
 
 /// A one-entry list is its entry; otherwise a `Blocks` whose first entry is at 0.
-fn finish(mut items: Vec<(i64, Node)>) -> Option<(i64, Node)> {
+pub(super) fn finish(mut items: Vec<(i64, Node)>) -> Option<(i64, Node)> {
     match items.len() {
         0 => None,
         1 => items.pop(),
@@ -682,69 +624,6 @@ fn period_pass(items: &mut Vec<(i64, Node)>) -> bool {
     }
     *items = out;
     changed
-}
-
-// ---------------------------------------------------------------------------------------
-// The unordered form
-
-/// Sorts every nest of streams by stride (flipping negative strides) and `Blocks` entries
-/// by offset; the origin of each result node is the lowest data offset.
-fn unorder(n: &Node) -> (i64, Node) {
-    match n {
-        Node::Dense { .. } => (0, n.clone()),
-        Node::Stream { .. } => {
-            let mut levels = Vec::new();
-            let mut cur = n;
-            while let Node::Stream {
-                count,
-                stride,
-                child,
-            } = cur
-            {
-                levels.push((*count, *stride));
-                cur = child;
-            }
-            let (mut shift, inner) = unorder(cur);
-            for l in levels.iter_mut() {
-                if l.1 < 0 {
-                    shift += (l.0 as i64 - 1) * l.1;
-                    l.1 = -l.1;
-                }
-            }
-            levels.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
-            let mut node = inner;
-            for &(c, s) in levels.iter().rev() {
-                node = make_stream(c, s, node);
-            }
-            (shift, node)
-        }
-        Node::Blocks(b) => {
-            let mut v: Vec<(i64, Node, Vec<u8>)> = b
-                .entries
-                .iter()
-                .map(|(o, e)| {
-                    let (s, m) = unorder(e);
-                    let mut key = Vec::new();
-                    super::wire::write_node(&m, &mut key);
-                    (o + s, m, key)
-                })
-                .collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
-            let mut out = Vec::with_capacity(v.len());
-            for (o, m, _) in v {
-                match m {
-                    Node::Blocks(inner) => {
-                        for (eo, en) in inner.entries {
-                            push_entry(&mut out, o + eo, en);
-                        }
-                    }
-                    m => push_entry(&mut out, o, m),
-                }
-            }
-            let (o0, node) = finish(out).unwrap_or((0, Node::Dense { len: 0 }));
-            (o0, node)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Lazy segment generation from a canonical form, resumable at any packed byte offset.
 
 use super::canon::{Canon, Node};
-use super::{DtError, Segment};
+use super::error::DtError;
+use super::segment::Segment;
 
 /// One level of the walk: the node, where this instance of it starts in the buffer, and
 /// which copy (stream) or entry (blocks) is current.

@@ -3,8 +3,9 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use super::canon::{self, Canon};
-use super::{DtError, Segment, MAX_ABS_OFFSET, MAX_SIZE};
+use super::canon::{self, Blocks, Canon, Node};
+use super::error::DtError;
+use super::segment::{merge_segments, Segment, MAX_ABS_OFFSET, MAX_SIZE};
 
 /// Array order of a [`Layout::subarray`]: C (last dimension fastest) or Fortran (first
 /// dimension fastest).
@@ -423,7 +424,7 @@ impl Layout {
     pub fn canonical(&self) -> Result<&Canon, DtError> {
         self.0
             .canon
-            .get_or_init(|| canon::canonicalize(self))
+            .get_or_init(|| lower(self).and_then(canon::canonicalize))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -439,7 +440,7 @@ impl Layout {
 
     /// [`type_map`](Self::type_map) with adjacent pieces merged.
     pub fn type_map_merged(&self, limit: usize) -> Result<Vec<Segment>, DtError> {
-        Ok(super::merge_segments(&self.type_map(limit)?))
+        Ok(merge_segments(&self.type_map(limit)?))
     }
 }
 
@@ -725,6 +726,59 @@ fn walk(l: &Layout, base: i128, out: &mut Vec<Segment>, limit: usize) -> Result<
         Kind::Resized { child, .. } => walk(child, base, out, limit)?,
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Lowering to the canonical IR
+
+fn off64(v: i128) -> Result<i64, DtError> {
+    i64::try_from(v).map_err(|_| DtError::Overflow)
+}
+
+/// Structural lowering: streams for progressions, a `Blocks` for several groups. Offsets
+/// are not normalized yet (that is `canon::canonicalize`'s job).
+fn lower(l: &Layout) -> Result<Option<(i64, Node)>, DtError> {
+    if l.size() == 0 {
+        return Ok(None);
+    }
+    match l.kind() {
+        Kind::Bytes(n) => return Ok(Some((0, Node::Dense { len: *n }))),
+        Kind::Resized { child, .. } => return lower(child),
+        _ => {}
+    }
+    let gs = groups(l.kind())?;
+    // Lower each distinct child once (all groups share one child except in a struct).
+    let mut cache: Option<(&Layout, Option<(i64, Node)>)> = None;
+    let mut entries = Vec::new();
+    for g in gs {
+        if g.child.size() == 0 || g.prog.iter().any(|&(c, _)| c == 0) {
+            continue;
+        }
+        let lowered = match &cache {
+            Some((k, v)) if k.same(g.child) => v.clone(),
+            _ => {
+                let v = lower(g.child)?;
+                cache = Some((g.child, v.clone()));
+                v
+            }
+        };
+        let Some((co, mut node)) = lowered else {
+            continue;
+        };
+        for &(c, s) in g.prog.iter().rev() {
+            node = Node::Stream {
+                count: c,
+                stride: off64(s)?,
+                child: Box::new(node),
+            };
+        }
+        entries.push((off64(g.disp + co as i128)?, node));
+    }
+    Ok(match entries.len() {
+        0 => None,
+        1 => entries.pop(),
+        _ => Some((0, Node::Blocks(Blocks::new(entries)))),
+    })
 }
 
 #[cfg(test)]

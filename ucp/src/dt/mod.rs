@@ -108,101 +108,24 @@
 
 pub mod apps;
 mod canon;
+mod compiled;
+mod error;
 pub mod gpu;
 mod iter;
 mod layout;
 mod pack;
+mod segment;
+mod unordered;
 mod wire;
 
 #[cfg(test)]
 mod testgen;
 
-use std::fmt;
-
 pub use canon::{Blocks, Canon, Node, COMPRESS_LIMIT};
+pub use compiled::DtLayout;
+pub use error::DtError;
 pub use iter::Cursor;
 pub use layout::{Layout, Order};
 pub use pack::{pack, pack_range, unpack, unpack_range};
+pub use segment::{merge_segments, Segment, MAX_ABS_OFFSET, MAX_SIZE};
 pub use wire::{MAX_WIRE_DEPTH, WIRE_VERSION};
-
-/// Largest absolute byte offset (of data or of an lb/ub marker) a layout may have: `2^61`.
-/// Keeping offsets this small lets every stride, span and difference of offsets fit an `i64`.
-pub const MAX_ABS_OFFSET: i64 = 1 << 61;
-
-/// Largest `size` (bytes of data) a layout may have: `2^61`.
-pub const MAX_SIZE: u64 = 1 << 61;
-
-/// One contiguous piece of a layout: `len` bytes at `offset` bytes from the buffer origin
-/// (MPI's `buf` pointer; offsets may be negative, as in MPI).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Segment {
-    pub offset: i64,
-    pub len: u64,
-}
-
-impl Segment {
-    pub const fn new(offset: i64, len: u64) -> Self {
-        Segment { offset, len }
-    }
-
-    /// First offset past the segment.
-    pub const fn end(&self) -> i64 {
-        self.offset + self.len as i64
-    }
-}
-
-/// Merges adjacent pieces (one ends where the next, in order, begins) and drops empty ones.
-/// Order is kept: pieces that touch only out of order are not merged.
-pub fn merge_segments(pieces: &[Segment]) -> Vec<Segment> {
-    let mut out: Vec<Segment> = Vec::with_capacity(pieces.len());
-    for p in pieces.iter().filter(|p| p.len > 0) {
-        match out.last_mut() {
-            Some(last) if last.end() == p.offset => last.len += p.len,
-            _ => out.push(*p),
-        }
-    }
-    out
-}
-
-/// Errors of layout construction, canonicalization and descriptor decoding (control path).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DtError {
-    /// A constructor argument is invalid (mismatched array lengths, subarray out of range).
-    InvalidArgument(&'static str),
-    /// A size, offset or extent leaves the supported range ([`MAX_SIZE`], [`MAX_ABS_OFFSET`]).
-    Overflow,
-    /// Materializing the type map would exceed the caller's limit.
-    TooManyPieces { limit: usize },
-    /// The form is nested deeper than the wire format allows ([`MAX_WIRE_DEPTH`]).
-    TooDeep { depth: usize },
-    /// A layout descriptor received from a peer is malformed.
-    Malformed(&'static str),
-}
-
-impl fmt::Display for DtError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DtError::InvalidArgument(what) => write!(f, "invalid layout argument: {what}"),
-            DtError::Overflow => write!(f, "layout size or offset out of range"),
-            DtError::TooManyPieces { limit } => write!(f, "type map has more than {limit} pieces"),
-            DtError::TooDeep { depth } => {
-                write!(f, "layout nested {depth} deep, wire limit exceeded")
-            }
-            DtError::Malformed(what) => write!(f, "malformed layout descriptor: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for DtError {}
-
-impl From<DtError> for ucs::Status {
-    fn from(e: DtError) -> Self {
-        match e {
-            DtError::InvalidArgument(_) | DtError::Malformed(_) => ucs::Status::InvalidParam,
-            DtError::Overflow | DtError::TooManyPieces { .. } | DtError::TooDeep { .. } => {
-                ucs::Status::ExceedsLimit
-            }
-        }
-    }
-}

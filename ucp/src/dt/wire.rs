@@ -20,7 +20,8 @@
 //! most in proportion to its input.
 
 use super::canon::{Blocks, Canon, Node};
-use super::{DtError, MAX_ABS_OFFSET, MAX_SIZE};
+use super::error::DtError;
+use super::segment::{MAX_ABS_OFFSET, MAX_SIZE};
 
 /// Version byte of the encoding.
 pub const WIRE_VERSION: u8 = 1;

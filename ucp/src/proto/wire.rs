@@ -30,7 +30,7 @@
 //! An RTS of mode GET_HELP (5) is a GET whose sender offers to write part of the data
 //! itself: the receiver may answer RTR_SPLIT with its segments for the bytes from `offset`
 //! on, read the bytes before `offset` as in GET, and send ACK when its reads are done; the
-//! sender writes the tail and sends FIN (see `worker::tag`, "split rendezvous").
+//! sender writes the tail and sends FIN (see `proto::rndv`, `start_split`).
 //!
 //! An RTS of mode GET_LAYOUT (4) carries, instead of a segment list, `rkey_len:u16 rkey
 //! origin:u64 hash:u128 has:u8 [len:u32 layout]`: the sender's structured layout by its
@@ -83,6 +83,33 @@ pub const AM_RTR_SPLIT: u8 = 21;
 pub const AM_RTR_SPLIT_LAYOUT: u8 = 22;
 pub const AM_LAYOUT_PART: u8 = 24;
 pub const AM_RTR_UMR: u8 = 25;
+
+// The ids of the active-message, RMA and stream protocols, whose headers are described in
+// `proto::am`, `proto::rma` and `proto::stream`.
+pub const AM_USER: u8 = 12;
+pub const AM_USER_RTS: u8 = 13;
+pub const AM_USER_SHORT: u8 = 23;
+pub const AM_RMA_PUT: u8 = 14;
+pub const AM_RMA_GET: u8 = 15;
+pub const AM_RMA_ATOMIC: u8 = 16;
+pub const AM_RMA_REPLY: u8 = 17;
+pub const AM_RMA_PUT_ACK: u8 = 26;
+pub const AM_STREAM: u8 = 18;
+
+/// Bytes of the AM_USER header before the user header.
+pub const AM_USER_HDR: usize = 2 + 1 + 4 + 4;
+
+/// `flags` bit of AM_USER: the sender asks for a reply endpoint (`UCP_AM_SEND_FLAG_REPLY`).
+pub const AM_FLAG_REPLY: u8 = 1;
+
+/// Largest user header of an active message.
+pub const MAX_AM_HEADER: usize = 4096;
+
+/// Bytes of the RMA_REPLY header before its data.
+pub const REPLY_HDR: usize = 4 + 8 + 8 + 1;
+
+/// Bytes of the STREAM header before its data.
+pub const STREAM_HDR: usize = 4;
 
 /// Header bytes of a LAYOUT_PART.
 pub const LAYOUT_PART_HDR: usize = 4 + 16 + 4 + 4;
@@ -772,6 +799,24 @@ pub fn decode_ack(buf: &[u8]) -> Option<(u32, u64, i8)> {
 }
 
 /// Wire-up message kinds.
+/// Writes an RMA_REPLY into `buf` (a transport's buffer, checked by the caller to hold
+/// `REPLY_HDR + data.len()` bytes); returns its length.
+pub fn write_reply(
+    buf: &mut [u8],
+    ep: u32,
+    req: u64,
+    offset: u64,
+    status: i8,
+    data: &[u8],
+) -> usize {
+    buf[..4].copy_from_slice(&ep.to_le_bytes());
+    buf[4..12].copy_from_slice(&req.to_le_bytes());
+    buf[12..20].copy_from_slice(&offset.to_le_bytes());
+    buf[20] = status as u8;
+    buf[REPLY_HDR..REPLY_HDR + data.len()].copy_from_slice(data);
+    REPLY_HDR + data.len()
+}
+
 pub const WIREUP_REQ: u8 = 1;
 pub const WIREUP_REP: u8 = 2;
 /// The sender closed its endpoint `src_ep` (paired with our `dst_ep`): a clean close, not

@@ -83,3 +83,19 @@ impl List {
         *links(&mut slab[key]) = Links::UNLINKED;
     }
 }
+
+/// Moves `head`, the index of the oldest element of a queue kept in `v`, past an element
+/// just taken: the vector is emptied when every element is taken, and its taken prefix
+/// dropped once that is at least 64 elements and half of it, so a queue that never
+/// empties does not grow by an element per use.
+#[inline(always)]
+pub(crate) fn advance_head<T>(v: &mut Vec<T>, head: &mut usize) {
+    *head += 1;
+    if *head == v.len() {
+        v.clear();
+        *head = 0;
+    } else if *head >= 64 && *head * 2 >= v.len() {
+        v.drain(..*head);
+        *head = 0;
+    }
+}

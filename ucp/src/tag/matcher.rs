@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 
 use slab::Slab;
 
-use super::list::{Links, List, NIL};
+use super::list::{advance_head, Links, List, NIL};
 use super::table::TagTable;
-use super::{tag_matches, SenderId, Tag, TagInfo, TagMask, TAG_MASK_FULL};
+use super::types::{tag_matches, SenderId, Tag, TagInfo, TagMask, TAG_MASK_FULL};
 
 /// A posted receive that has not matched yet; given back by [`TagMatcher::post_recv`] and
 /// taken by [`TagMatcher::cancel`]. Stale handles (receive already matched or cancelled)
@@ -127,7 +127,7 @@ impl<R> Run<R> {
     fn pop_front(&mut self) -> Option<Lone<R>> {
         let l = self.v.get_mut(self.head)?.take();
         // A run that never empties (receives reposted as they match) keeps its size.
-        crate::request::advance_head(&mut self.v, &mut self.head);
+        advance_head(&mut self.v, &mut self.head);
         l
     }
 

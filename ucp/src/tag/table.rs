@@ -20,7 +20,7 @@ use std::hash::BuildHasher;
 use slab::Slab;
 
 use super::list::{Links, List, NIL};
-use super::Tag;
+use super::types::Tag;
 
 const MIN_SLOTS: usize = 16;
 

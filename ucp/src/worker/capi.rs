@@ -4,7 +4,8 @@
 
 use ucs::Status;
 
-use super::{Op, Worker};
+use super::op::Op;
+use super::state::Worker;
 use crate::request::ReqId;
 use crate::tag::TagInfo;
 

@@ -25,7 +25,6 @@
 //! for the server's address progresses this worker's own listeners meanwhile, so a client
 //! and a server on one worker connect.
 
-use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -33,9 +32,10 @@ use std::time::Duration;
 
 use ucs::{Status, UcsResult};
 
+use super::state::{ConnRequest, Handshake, Worker, SOCKET_EVENT};
 use super::wireup::{fail_ep, new_ep, Failure};
-use super::{EpHandle, Worker, SOCKET_EVENT};
 use crate::address::WorkerAddress;
+use crate::request::EpHandle;
 
 const HELLO: &[u8; 8] = b"RUCXCONN";
 const REPLY: &[u8; 8] = b"RUCXACPT";
@@ -44,46 +44,6 @@ const MAX_ADDR: usize = 64 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Listeners are polled once every this many progress calls.
 const POLL_EVERY: u32 = 64;
-
-/// A connection request waiting for the application's `accept` or `reject`.
-#[derive(Debug)]
-pub struct ConnRequest {
-    /// The client's socket address.
-    pub client: SocketAddr,
-    worker_addr: Vec<u8>,
-    stream: TcpStream,
-}
-
-#[derive(Debug)]
-struct Handshake {
-    stream: TcpStream,
-    client: SocketAddr,
-    buf: Vec<u8>,
-}
-
-/// The socket-level state of a worker.
-#[derive(Debug, Default)]
-pub(crate) struct Sockets {
-    listeners: Vec<TcpListener>,
-    handshakes: Vec<Handshake>,
-    requests: VecDeque<ConnRequest>,
-    /// Client endpoints waiting for the server's decision.
-    pending: Vec<(usize, TcpStream)>,
-    tick: u32,
-    /// A socket became readable: look at them at the next progress call.
-    pub(crate) due: bool,
-}
-
-impl Sockets {
-    pub(crate) fn active(&self) -> bool {
-        !self.listeners.is_empty() || !self.pending.is_empty()
-    }
-
-    /// Connection requests received (complete handshakes) and not yet taken.
-    pub(crate) fn has_conn_requests(&self) -> bool {
-        !self.requests.is_empty()
-    }
-}
 
 /// Reads a complete `magic len addr` message from the front of `buf`, if there.
 fn parse(buf: &[u8], magic: &[u8; 8]) -> Result<Option<Vec<u8>>, ()> {
@@ -226,7 +186,7 @@ fn watch(w: &Worker, fd: RawFd) {
 }
 
 /// Accepts new sockets, advances handshakes, and watches clients' pending decisions.
-pub(super) fn poll_sockets(w: &mut Worker) {
+pub(crate) fn poll_sockets(w: &mut Worker) {
     w.sock.tick = w.sock.tick.wrapping_add(1);
     if !w.sock.due && !w.sock.tick.is_multiple_of(POLL_EVERY) {
         return;
@@ -241,6 +201,9 @@ fn poll_listeners(w: &mut Worker) {
         sock, epoll, core, ..
     } = w;
     for l in &sock.listeners {
+        let at = l
+            .local_addr()
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
         loop {
             match l.accept() {
                 Ok((stream, client)) => {
@@ -254,6 +217,7 @@ fn poll_listeners(w: &mut Worker) {
                         sock.handshakes.push(Handshake {
                             stream,
                             client,
+                            listener: at,
                             buf: Vec::new(),
                         });
                     }
@@ -297,6 +261,7 @@ fn poll_listeners(w: &mut Worker) {
                 }
                 sock.requests.push_back(ConnRequest {
                     client: h.client,
+                    listener: h.listener,
                     worker_addr: addr,
                     stream: h.stream,
                 });

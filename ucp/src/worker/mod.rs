@@ -1,5 +1,6 @@
-//! The worker (`ucp_worker_h`): the transport interfaces of one context, the endpoints,
-//! the requests, the tag matcher, and the progress engine that drives them.
+//! The worker (`ucp_worker_h`): `ucp`'s engine. It owns the transport interfaces of one
+//! context, the endpoints and their lanes, the requests and the tag matcher, and the
+//! progress engine that drives them; the protocols (`crate::proto`) are steps it runs.
 //!
 //! # Structure
 //!
@@ -10,10 +11,22 @@
 //! acknowledgement, a rendezvous RTR, a wire-up reply, the next fragments of a stalled
 //! send — is queued as an action and run after the interfaces return (`run_actions`).
 //!
-//! * `tag`: tag send/receive, probe, cancel, and the protocols behind them.
-//! * `handler`: what each protocol message does on arrival.
-//! * `wireup`: endpoint creation, lanes, wire-up, failure.
-//! * `listener`: client/server connection through a socket address.
+//! The files are floors (docs/layers.md): below the protocols,
+//! * `state`: the worker, its core, the endpoints and lanes, the control messages;
+//! * `op`: the state of each operation (send, receive, flush) and of unexpected messages;
+//! * `wireup`: endpoint creation, lanes, wire-up, control messages, flush, failure;
+//! * `listener`: client/server connection through a socket address;
+//! * `requests`, `capi`: the request API (status, test, free, cancel, completions);
+//!
+//! and above them, the driver:
+//! * this file: creation, `progress`, `run_actions` (the protocols' steps, in order),
+//!   sleeping and waking, and `wait`;
+//! * `handler`: the interfaces' event handler, which hands each arrived message to its
+//!   protocol and each completion to its operation.
+//!
+//! A protocol's call that must run the driver's actions before it returns goes through
+//! the `RunActions` trait (`Worker::answer_now`); the stream-triggered queues, a feature
+//! above the driver, get their turn in `progress` through the hooks they register.
 //!
 //! # Endpoints and wire-up
 //!
@@ -26,25 +39,16 @@
 //! for us that is not paired yet, so two sides that connect to each other pair up). Sends
 //! posted before the reply wait in the endpoint's queue, in order.
 
-pub mod am;
 mod capi;
-pub mod channel;
-#[cfg(feature = "cuda")]
-mod gpu_dt;
-mod handler;
+pub(crate) mod handler;
 mod listener;
-mod mapped;
-pub mod queue;
-pub mod rma;
-mod rndv;
-mod stage;
-pub mod stream;
-pub(crate) mod tag;
+pub(crate) mod op;
+mod requests;
+pub(crate) mod state;
 #[cfg(test)]
 #[allow(unsafe_code)] // tests describe their buffers as user code does
 mod tests;
-mod umr;
-mod wireup;
+pub(crate) mod wireup;
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
@@ -53,790 +57,29 @@ use std::sync::Arc;
 use slab::Slab;
 use smallvec::SmallVec;
 use ucs::{Status, UcsResult};
-use uct::component::DeviceKind;
-use uct::{EpId, IfaceAttr, MemH, OpenIface};
+use uct::OpenIface;
 
 use crate::address::{TlAddress, WorkerAddress};
 use crate::context::{Context, Error};
-use crate::datatype::DataState;
-use crate::proto::select::{Proto, Thresholds};
-use crate::request::{Completion, ReqId, Requests};
+use crate::proto::{eager, rndv};
+use crate::request::{ReqId, Requests};
 use crate::tag::{TagInfo, TagMatcher};
+use op::UnexpPool;
+use state::{Core, IfaceInfo, Lane, RunActions, Sockets, NO_IFACE, SOCKET_EVENT};
 
-pub use am::{AmData, AmEvent, AmHandler, AmRndv, AmSendParams};
-pub use listener::ConnRequest;
-pub use rma::{AtomicOp, MemHandle, Rkey, SharedRegion};
-pub use stream::StreamRecv;
-pub use tag::{RecvParams, SendParams};
-
-/// An endpoint of a worker (`ucp_ep_h`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EpHandle(pub u32);
-
-impl EpHandle {
-    fn idx(self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// Counters a test or tool can read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerStats {
-    /// Messages that arrived before a matching receive was posted.
-    pub unexpected: u64,
-    /// Messages by protocol, as sent.
-    pub eager_short: u64,
-    pub eager_bcopy: u64,
-    pub eager_zcopy: u64,
-    pub eager_multi: u64,
-    pub rndv_get: u64,
-    pub rndv_put: u64,
-    pub rndv_am: u64,
-    /// Get-rendezvous receives whose copy was shared with the sender (RTR_SPLIT: this side
-    /// read the head, the sender wrote the tail), counted by the receiver.
-    pub rndv_split: u64,
-    /// Rendezvous copies done with loads and stores through a mapping of the peer's
-    /// worker-allocated shared memory (reads by receivers, tail or put writes by senders),
-    /// instead of the memory lane.
-    pub rndv_mapped: u64,
-    /// Get rendezvous whose sender found its memory lane out of keys, sent by the
-    /// active-message pipeline instead.
-    pub rndv_no_keys: u64,
-    /// Active messages sent eagerly / by rendezvous.
-    pub am_eager: u64,
-    pub am_rndv: u64,
-    /// Eager active messages whose handler ran on the bytes where they arrived, in the
-    /// transport's receive buffer (no copy, no queue), counted by the receiver.
-    pub am_in_place: u64,
-    /// Bytes of structured-layout descriptions sent, and layouts found (or not) in the
-    /// receiver's memo cache.
-    pub layout_bytes_sent: u64,
-    pub layout_hits: u64,
-    pub layout_misses: u64,
-    /// Puts and gets done as copies into a same-host peer's mapped memory.
-    pub rma_mapped: u64,
-    /// Atomics executed by the network device (`UCX_ATOMIC_MODE=device`).
-    pub amo_device: u64,
-    /// Protocol messages refused as malformed.
-    pub malformed: u64,
-    /// Rendezvous whose data was read through the memory lane for device memory (counted
-    /// by the receiver), and device data staged through host buffers by the driver (counted
-    /// by the side that copied: sender packing, receiver unpacking).
-    pub rndv_device: u64,
-    /// Device transfers with a layout on either side moved by one kernel (or 2D copy)
-    /// through a mapping of the peer's memory, counted by the side that ran it.
-    pub rndv_device_direct: u64,
-    /// Protocol messages dropped because their endpoint was closed or had failed (they
-    /// crossed the close).
-    pub late: u64,
-    /// Layout rendezvous moved by UMR writes (counted by the receiver, which asks), the
-    /// bytes of chunk-key lists it sent, and the requests whose list the sender already
-    /// had (the per-peer remote key cache: no list sent).
-    pub rndv_umr: u64,
-    pub umr_list_bytes: u64,
-    pub umr_list_hits: u64,
-    /// Layout rendezvous over a UMR lane that the receiver asked to have packed (the
-    /// hybrid's other half).
-    pub rndv_pack: u64,
-    /// Fragments of device data staged through pinned host buffers by the rendezvous
-    /// pipeline (`UCX_RNDV_FRAG_SIZE`), counted by each side: sent by the sender, copied
-    /// into the device by the receiver.
-    pub rndv_staged: u64,
-}
-
-impl WorkerStats {
-    /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 28] {
-        [
-            ("unexpected", self.unexpected),
-            ("eager short", self.eager_short),
-            ("eager bcopy", self.eager_bcopy),
-            ("eager zcopy", self.eager_zcopy),
-            ("eager multi-fragment", self.eager_multi),
-            ("rendezvous get", self.rndv_get),
-            ("rendezvous put", self.rndv_put),
-            ("rendezvous am", self.rndv_am),
-            ("rendezvous split", self.rndv_split),
-            ("rendezvous mapped", self.rndv_mapped),
-            ("rendezvous without keys", self.rndv_no_keys),
-            ("am eager", self.am_eager),
-            ("am rendezvous", self.am_rndv),
-            ("am in place", self.am_in_place),
-            ("layout bytes sent", self.layout_bytes_sent),
-            ("layout hits", self.layout_hits),
-            ("layout misses", self.layout_misses),
-            ("rma mapped", self.rma_mapped),
-            ("atomics on the device", self.amo_device),
-            ("malformed", self.malformed),
-            ("rendezvous device", self.rndv_device),
-            ("rendezvous device direct", self.rndv_device_direct),
-            ("late", self.late),
-            ("rendezvous umr", self.rndv_umr),
-            ("umr list bytes", self.umr_list_bytes),
-            ("umr list hits", self.umr_list_hits),
-            ("rendezvous packed", self.rndv_pack),
-            ("rendezvous staged fragments", self.rndv_staged),
-        ]
-    }
-}
-
-/// The counters that are not zero, "eager short 1000, unexpected 3" ("nothing counted"
-/// when all are).
-impl std::fmt::Display for WorkerStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut first = true;
-        for (name, v) in self.counters() {
-            if v != 0 {
-                write!(f, "{}{name} {v}", if first { "" } else { ", " })?;
-                first = false;
-            }
-        }
-        if first {
-            f.write_str("nothing counted")?;
-        }
-        Ok(())
-    }
-}
-
-/// A transport interface as the core knows it.
-#[derive(Debug)]
-pub(crate) struct IfaceInfo {
-    pub(crate) tl: &'static str,
-    pub(crate) device: String,
-    pub(crate) kind: DeviceKind,
-    pub(crate) attr: IfaceAttr,
-}
-
-/// A lane: an interface and the transport endpoint on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Lane {
-    pub(crate) iface: usize,
-    pub(crate) ep: EpId,
-}
-
-#[derive(Debug)]
-pub(crate) struct Ep {
-    pub(crate) remote_uuid: u64,
-    /// The peer's endpoint id for us, from wire-up.
-    pub(crate) remote_id: Option<u32>,
-    pub(crate) am: Lane,
-    /// The memory lane for host-accessible memory (zero-copy rendezvous, RMA).
-    pub(crate) rma: Option<Lane>,
-    /// The memory lane for device memory: a transport whose put/get reach a peer's device
-    /// memory and take device buffers locally (same-host GPUs).
-    pub(crate) rma_dev: Option<Lane>,
-    pub(crate) thresh: Thresholds,
-    /// Sends in posting order that could not go out yet (wire-up, no resources, stream).
-    pub(crate) queue: VecDeque<ReqId>,
-    pub(crate) failed: Option<Status>,
-    /// The failure was the peer's orderly close (its close notice), not an error: closing
-    /// this endpoint then completes with `Ok`, as when both sides close at once.
-    pub(crate) peer_closed: bool,
-    /// Send requests not yet complete.
-    pub(crate) outstanding: u32,
-    /// Replies still due for puts carried by messages that completed when their messages
-    /// were out (the data was copied into them); a flush waits for them.
-    pub(crate) puts_unacked: u32,
-    /// The first error such a reply reported, for the next flush of the endpoint.
-    pub(crate) put_error: Option<Status>,
-    /// RMA operations of this endpoint not yet complete, and those of them carried by
-    /// messages.
-    pub(crate) rma_ops: u32,
-    pub(crate) rma_carried: u32,
-    /// `rma_carried + puts_unacked`, readable without the worker: while it is not zero,
-    /// puts and gets that would reach the target at once (a mapped copy, the memory lane)
-    /// go by messages behind the earlier ones instead (`rma::Order`).
-    pub(crate) rma_order: rma::Order,
-    /// In `Core::ready`.
-    pub(crate) in_ready: bool,
-    /// Control messages waiting for the AM lane, in order, and whether the endpoint is in
-    /// `Core::ctrl_eps`.
-    pub(crate) ctrl: VecDeque<Ctrl>,
-    pub(crate) in_ctrl: bool,
-    /// The peer's puts handled here since the last RMA_PUT_ACK, and the first error among
-    /// them (`rma::send_put_acks`).
-    pub(crate) put_acks: u32,
-    pub(crate) put_ack_status: Status,
-    /// Stream bytes received and not yet taken (and the offset into the first chunk), and
-    /// the stream receives waiting for bytes.
-    pub(crate) stream_rx: VecDeque<Vec<u8>>,
-    pub(crate) stream_off: usize,
-    pub(crate) stream_recvs: VecDeque<ReqId>,
-    /// In `Core::stream_ready` (reported once per arrival of data to an idle stream).
-    pub(crate) stream_queued: bool,
-    /// Structured layouts already sent to the peer (by hash), and those the peer sent us,
-    /// most recent first (an LRU of `Core::layout_cache_size`).
-    pub(crate) layouts_sent: std::collections::HashSet<u128>,
-    pub(crate) layout_cache: VecDeque<(u128, Arc<crate::datatype::DtLayout>)>,
-    /// A layout arriving in LAYOUT_PART messages: its hash, total bytes, and the bytes so
-    /// far.
-    pub(crate) layout_in: Option<Box<(u128, usize, Vec<u8>)>>,
-    /// UMR chunk-key lists, kept in step on both sides (`worker::umr`): the ids this side
-    /// sent with their lists as a receiver, and the lists it was sent as a sender.
-    pub(crate) umr_taught: VecDeque<u64>,
-    pub(crate) umr_known: VecDeque<(u64, Vec<u32>)>,
-    /// Measured eager-versus-rendezvous choice (same-host endpoints with an automatic
-    /// rendezvous threshold, see `proto::tune`).
-    pub(crate) tuner: Option<Box<crate::proto::tune::Tuner>>,
-}
-
-/// A protocol message to send from `run_actions`.
-#[derive(Debug)]
-pub(crate) enum Ctrl {
-    Ack {
-        sreq: u64,
-        status: Status,
-    },
-    Rtr {
-        sreq: u64,
-        rreq: u64,
-    },
-    RtrPut {
-        sreq: u64,
-        rreq: u64,
-        rkey: crate::proto::wire::KeyBytes,
-        segs: crate::proto::wire::Segs,
-    },
-    /// Split rendezvous: the receiver reads the bytes before `offset`, the sender writes
-    /// the rest into `segs`.
-    RtrSplit {
-        sreq: u64,
-        rreq: u64,
-        offset: u64,
-        rkey: crate::proto::wire::KeyBytes,
-        segs: crate::proto::wire::Segs,
-    },
-    /// Split rendezvous of a receiver whose data is a layout: the sender writes the bytes
-    /// from `offset` on into that layout (`layout`, encoded, placed at `origin`).
-    /// A layout too large for one message goes first in LAYOUT_PART messages, and the
-    /// request names it by `hash`.
-    RtrSplitLayout {
-        sreq: u64,
-        rreq: u64,
-        offset: u64,
-        rkey: crate::proto::wire::KeyBytes,
-        origin: u64,
-        layout: Vec<u8>,
-        hash: u128,
-    },
-    /// Layout rendezvous by UMR: the sender writes each chunk into the receiver's chunk
-    /// key (`keys` empty when the sender has the list `kid` already).
-    RtrUmr {
-        sreq: u64,
-        rreq: u64,
-        chunk: u64,
-        kid: u64,
-        keys: Vec<u32>,
-    },
-    RmaReply {
-        req: u64,
-        offset: u64,
-        status: Status,
-        data: Vec<u8>,
-    },
-    PutAck {
-        count: u32,
-        status: Status,
-    },
-    Fin {
-        rreq: u64,
-        status: Status,
-    },
-    LayoutMiss {
-        sreq: u64,
-        rreq: u64,
-    },
-    /// A layout resent after the peer's miss (in LAYOUT_PART messages first when it is
-    /// too large for one).
-    Layout {
-        rreq: u64,
-        hash: u128,
-        bytes: Vec<u8>,
-    },
-    WireupRep {
-        dst: u32,
-    },
-    WireupReq,
-}
-
-/// The payload of an unexpected eager message: a buffer from `Core::unexp_bufs`, given
-/// back when the message is received.
-pub(crate) type UnexpData = Vec<u8>;
-
-/// Payload buffers `Core::unexp_bufs` keeps for reuse, the largest one it keeps, and the
-/// bytes it keeps in all: an unexpected eager message (one cell, or several fragments)
-/// then allocates nothing once a run is warm, and a burst of large ones is not held for the
-/// rest of the run. When only buffers of up to 16 KiB were kept, every unexpected 32 KiB
-/// message (one posix cell) allocated and freed its buffer, and a window of them both ways
-/// ran at half speed whenever the two processes fell out of step (MPI `bibw` 32 KiB on the
-/// VM: 11.7 or 22 GB/s by run, 2026-11-27).
-const UNEXP_BUFS_KEEP: usize = 256;
-const UNEXP_BUF_KEEP_MAX: usize = 256 << 10;
-const UNEXP_BUFS_KEEP_BYTES: usize = 4 << 20;
-
-/// Payload buffers of received unexpected eager messages, kept for the next ones (within
-/// the bounds above).
-#[derive(Debug, Default)]
-pub(crate) struct UnexpPool {
-    bufs: Vec<UnexpData>,
-    /// Their capacity, in bytes.
-    bytes: usize,
-}
-
-impl UnexpPool {
-    /// A buffer holding `payload`: the last one given back, else a new one.
-    #[inline]
-    pub(crate) fn take(&mut self, payload: &[u8]) -> UnexpData {
-        let mut v = match self.bufs.pop() {
-            Some(v) => {
-                self.bytes -= v.capacity();
-                v
-            }
-            None => Vec::new(),
-        };
-        v.extend_from_slice(payload);
-        v
-    }
-
-    /// Takes back a buffer, or drops it when it is too large or the pool is full.
-    #[inline]
-    pub(crate) fn give(&mut self, mut v: UnexpData) {
-        let cap = v.capacity();
-        if self.bufs.len() < UNEXP_BUFS_KEEP
-            && cap <= UNEXP_BUF_KEEP_MAX
-            && self.bytes + cap <= UNEXP_BUFS_KEEP_BYTES
-        {
-            v.clear();
-            self.bytes += cap;
-            self.bufs.push(v);
-        }
-    }
-
-    /// Buffers kept and their bytes.
-    #[cfg(test)]
-    pub(crate) fn kept(&self) -> (usize, usize) {
-        (self.bufs.len(), self.bytes)
-    }
-}
-
-/// An unexpected message, stored in the matcher until a receive takes it.
-#[derive(Debug)]
-pub(crate) enum Unexp {
-    Eager {
-        /// The small messages of `MPI_Sendrecv` and bidirectional windows mostly arrive
-        /// before their receive. Their bytes are kept in a pooled buffer rather than in
-        /// the enum: a message is moved into the matcher and out again, and an enum with
-        /// 128 bytes inline cost a `memcpy` call at each move (callgrind,
-        /// 2026-11-27).
-        data: UnexpData,
-        /// `(ep, sreq)` to acknowledge on match (synchronous send).
-        sync: Option<(usize, u64)>,
-    },
-    /// A multi-fragment eager message, in `Core::unexp_frags`.
-    Frag(usize),
-    Rts {
-        ep: usize,
-        sreq: u64,
-        /// Boxed: the description is large and rarely unexpected (one allocation per
-        /// unexpected rendezvous).
-        rts: Box<crate::proto::wire::RtsData>,
-    },
-}
-
-/// The fragments of a multi-fragment message received before its receive was posted.
-#[derive(Debug)]
-pub(crate) struct FragBuf {
-    /// The bytes received so far, in order (grown as fragments arrive, so a header that
-    /// announces a large message costs nothing until its bytes come).
-    pub(crate) buf: Vec<u8>,
-    /// The message's announced length.
-    pub(crate) total: usize,
-    pub(crate) ep: usize,
-    pub(crate) sreq: u64,
-    pub(crate) sync: bool,
-}
-
-impl FragBuf {
-    pub(crate) fn received(&self) -> usize {
-        self.buf.len()
-    }
-
-    pub(crate) fn whole(&self) -> bool {
-        self.buf.len() == self.total
-    }
-}
-
-/// Where the later fragments of a multi-fragment message go.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum FragTarget {
-    Unexpected(usize),
-    Recv(ReqId),
-}
-
-/// The state of one operation.
-#[derive(Debug)]
-pub(crate) enum Op {
-    Send(SendOp),
-    Recv(RecvOp),
-    Flush(FlushOp),
-    Rma(rma::RmaOp),
-    Done {
-        status: Status,
-        info: Option<TagInfo>,
-    },
-}
-
-#[derive(Debug)]
-pub(crate) struct SendOp {
-    pub(crate) ep: usize,
-    pub(crate) tag: u64,
-    pub(crate) data: DataState,
-    pub(crate) total: usize,
-    pub(crate) proto: Proto,
-    pub(crate) flags: u8,
-    /// The first message (single eager, FIRST or RTS) went out.
-    pub(crate) started: bool,
-    /// Bytes of data sent so far.
-    pub(crate) offset: usize,
-    /// RndvAm: the receiver's request, from its RTR.
-    pub(crate) rreq: Option<u64>,
-    /// Waiting for an ACK (synchronous send, rendezvous get).
-    pub(crate) wait_ack: bool,
-    /// Zero-copy operations not yet completed by the transport.
-    pub(crate) wait_comp: u32,
-    /// The registration behind a rendezvous get, and its interface.
-    pub(crate) memh: Option<Box<(usize, MemH)>>,
-    /// UMR rendezvous: the use of this side's chunk keys, ended when the send completes.
-    pub(crate) umr_use: Option<Box<UmrUse>>,
-    /// In the endpoint's queue.
-    pub(crate) queued: bool,
-    /// Put rendezvous (RTR_PUT) or the tail of a split one (RTR_SPLIT): where to write.
-    pub(crate) put: Option<Box<PutTarget>>,
-    /// Get rendezvous: the RTS offered to write a tail of the data (mode GET_HELP).
-    pub(crate) split_offered: bool,
-    /// Split rendezvous: a failure the receiver's ACK reported, kept until this side's
-    /// writes of the tail and its FIN are done (the receiver waits for that FIN).
-    pub(crate) ack_status: Status,
-    /// Put rendezvous: the writes are posted; FIN goes once they complete.
-    pub(crate) fin_pending: bool,
-    /// An active message's id and header (None: a tag message).
-    pub(crate) am: Option<Box<am::AmHdr>>,
-    /// Bytes of the endpoint's stream (no tag, no message boundary).
-    pub(crate) stream: bool,
-    /// Timed for the endpoint's eager/rendezvous tuner (`proto::tune`; posted while no
-    /// other send of the endpoint was in flight), and when it started (TSC cycles).
-    pub(crate) timed: bool,
-    pub(crate) t0: u64,
-    /// The staged pipeline of device data (`stage`), once begun.
-    pub(crate) stage: Option<Box<stage::SendStage>>,
-}
-
-impl SendOp {
-    /// Whether everything this side does for the send is done and only the peer's answer
-    /// is awaited (a synchronous send's ACK, a rendezvous's RTR, the receiver's reads):
-    /// a flush does not wait for such a send, as in UCX, and a close cancels it.
-    pub(crate) fn awaits_peer_only(&self) -> bool {
-        let rndv = matches!(self.proto, Proto::RndvGet | Proto::RndvPut | Proto::RndvAm);
-        self.started
-            && !self.queued
-            && self.wait_comp == 0
-            && !self.fin_pending
-            && self.put.is_none()
-            && (self.offset >= self.total || (rndv && self.rreq.is_none()))
-    }
-}
-
-/// Where the sender of a put rendezvous, or of a split rendezvous's tail, writes.
-#[derive(Debug)]
-pub(crate) struct PutTarget {
-    /// The receiver's packed key and segments, or its layout placed at an origin (RTR_SPLIT_LAYOUT;
-    /// `segs` is then empty).
-    pub(crate) rkey: crate::proto::wire::KeyBytes,
-    pub(crate) segs: crate::proto::wire::Segs,
-    pub(crate) layout: Option<(u64, crate::dt::Canon)>,
-    /// The message offset of the first byte still to write (0 for a put rendezvous not
-    /// yet begun).
-    pub(crate) offset: usize,
-    /// UMR: the chunk and the receiver's chunk keys (`rkey` and `segs` are then empty).
-    pub(crate) umr: Option<(u64, Vec<u32>)>,
-}
-
-#[derive(Debug)]
-pub(crate) struct RecvOp {
-    pub(crate) data: DataState,
-    pub(crate) handle: Option<crate::tag::RecvHandle>,
-    pub(crate) info: Option<TagInfo>,
-    pub(crate) received: usize,
-    /// Bytes that will arrive (the message length clipped to the capacity).
-    pub(crate) expect: usize,
-    pub(crate) status: Status,
-    /// The rendezvous sender to acknowledge or the fragment stream's source, `(ep, sreq)`.
-    pub(crate) peer: Option<(usize, u64)>,
-    pub(crate) ack_sync: bool,
-    /// A stream receive, and whether it waits until full.
-    pub(crate) stream: StreamMode,
-    /// Rendezvous state; `None` for eager receives (see [`RecvRndv`]).
-    pub(crate) rndv: Option<Box<RecvRndv>>,
-}
-
-/// Whether a receive is a stream receive, and of which kind. Zero is "not one", so that a
-/// new receive's fields past its data are all zero: the compiler then writes them straight
-/// into the request slot (an `Option<bool>`, whose `None` is 2, had them built on the stack
-/// and copied over, with a stalled load per receive).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum StreamMode {
-    #[default]
-    No = 0,
-    /// Completes with whatever arrived.
-    Any,
-    /// Waits until the buffer is full (`UCP_STREAM_RECV_FLAG_WAITALL`).
-    WaitAll,
-}
-
-impl RecvOp {
-    /// The rendezvous state, created on first use.
-    pub(crate) fn rndv(&mut self) -> &mut RecvRndv {
-        self.rndv.get_or_insert_with(Box::default)
-    }
-}
-
-/// A receive's bounce buffer: pinned when it is to be copied into device memory (the
-/// driver copies from pinned memory at the bus's speed, from pageable memory at a
-/// fraction of it, and the pool saves allocating it for every message).
-#[derive(Debug)]
-pub(crate) enum Bounce {
-    Heap(Vec<u8>),
-    #[cfg(feature = "cuda")]
-    Pinned(ucs::cuda::PinnedBuf),
-}
-
-impl Bounce {
-    /// `total` bytes to be copied into device memory afterwards.
-    pub(crate) fn for_device(total: usize) -> Bounce {
-        #[cfg(feature = "cuda")]
-        if let Ok(p) = ucs::cuda::PinnedBuf::take(total) {
-            return Bounce::Pinned(p);
-        }
-        Bounce::Heap(vec![0u8; total])
-    }
-
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            Bounce::Heap(v) => v,
-            #[cfg(feature = "cuda")]
-            Bounce::Pinned(p) => p.as_slice(),
-        }
-    }
-
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        match self {
-            Bounce::Heap(v) => v,
-            #[cfg(feature = "cuda")]
-            Bounce::Pinned(p) => p.as_mut_slice(),
-        }
-    }
-
-    pub(crate) fn is_pinned(&self) -> bool {
-        !matches!(self, Bounce::Heap(_))
-    }
-}
-
-/// The part of a receive that only rendezvous uses. Boxed, so that an eager receive's
-/// request stays small (posting moves it into the request table) and completing one
-/// drops nothing but this empty `Option`.
-#[derive(Debug, Default)]
-pub(crate) struct RecvRndv {
-    /// Outstanding get operations, and the RTS to read for a pending get.
-    pub(crate) gets: u32,
-    pub(crate) rts: Option<crate::proto::wire::RtsData>,
-    /// Bounce buffer for a get into data without addresses (generic datatypes), or into
-    /// device memory the lane cannot write.
-    pub(crate) bounce: Option<Bounce>,
-    /// The bounce is being copied into device memory by the memory-type copy engine.
-    pub(crate) unpacking: bool,
-    /// Put rendezvous: the registration the sender writes into, and its interface.
-    pub(crate) memh: Option<(usize, MemH)>,
-    /// Split rendezvous: the sender's FIN for the tail it writes has not come yet, and
-    /// whether this side's reads of the head are already done (then FIN completes).
-    pub(crate) wait_fin: bool,
-    pub(crate) reads_done: bool,
-    /// UMR rendezvous: the sender writes into our chunk keys (a use of the keys of
-    /// `(interface, name, chunk)`, ended when the receive completes); its FIN completes.
-    pub(crate) umr: Option<UmrUse>,
-    /// The staged pipeline into device memory (`stage`), once data arrived.
-    pub(crate) stage: Option<Box<stage::RecvStage>>,
-}
-
-/// A use of the UMR keys an interface built for `(name, chunk)`: `(interface, name, chunk)`.
-pub(crate) type UmrUse = (usize, (u128, u64, u64), u64);
-
-#[derive(Debug)]
-pub(crate) struct FlushOp {
-    pub(crate) ep: Option<usize>,
-    /// Transport flushes issued and not yet complete; `None` until issued.
-    pub(crate) uct: Option<u32>,
-    /// Destroy the endpoint when done (close).
-    pub(crate) close: bool,
-}
+pub use crate::proto::am::{AmData, AmEvent, AmHandler, AmRndv, AmSendParams};
+pub use crate::proto::rma::{AtomicOp, MemHandle, Rkey, SharedRegion};
+pub use crate::proto::stream::StreamRecv;
+/// The protocols that were modules of the worker, under their old paths.
+pub use crate::proto::{am, rma, stream};
+pub use crate::request::EpHandle;
+pub use op::{RecvParams, SendParams};
+pub use state::{ConnRequest, Worker, WorkerStats};
 
 /// Interfaces no endpoint uses as its AM lane are progressed once every this many
 /// `progress` calls (an idle tcp interface costs an `epoll_wait` system call; cma only
 /// checks its peers' liveness). At ~0.1 µs per call that is every ~50 µs.
 const IDLE_POLL_EVERY: u32 = 512;
-
-/// `Core::poll_one` when not exactly one interface is active (`Worker::new` refuses more
-/// than 255 interfaces, so no index is this).
-const NO_IFACE: u8 = u8::MAX;
-
-/// Completion tokens of transport flushes carry this bit; the rest is the request id.
-pub(crate) const COMP_FLUSH: u64 = 1 << 63;
-
-/// All protocol state of a worker; the interfaces' event handler.
-pub(crate) struct Core {
-    pub(crate) uuid: u64,
-    pub(crate) address: Vec<u8>,
-    pub(crate) info: Vec<IfaceInfo>,
-    pub(crate) rndv_cfg: ucs::config::AutoSize,
-    pub(crate) zcopy_cfg: ucs::config::AutoSize,
-    pub(crate) rndv_scheme: ucs::config::RndvScheme,
-    /// `UCX_ATOMIC_MODE=device`: 8-byte fetch-add and compare-and-swap go to transports
-    /// with device atomics.
-    pub(crate) atomic_device: bool,
-    pub(crate) layout_cache_size: usize,
-    /// Smallest same-host get rendezvous shared between receiver and sender
-    /// (`UCX_RNDV_SPLIT_THRESH`; `usize::MAX`: never, also while `cpu` finds this
-    /// thread sharing its CPU).
-    pub(crate) split_thresh: usize,
-    split_cfg: usize,
-    /// Whether the progressing thread waits for a CPU (`Worker::watch_cpu_share`; `None`
-    /// with `UCX_SHARED_CPU_ADAPT=n`).
-    cpu: Option<ucs::sched::CpuShare>,
-    /// While `cpu` finds the CPU shared, the largest size sent eagerly where endpoints
-    /// would measure (`proto::tune::Tuner::choose_shared`); 0: they measure.
-    pub(crate) shared_eager_max: usize,
-    /// `UCX_RNDV_LAYOUT_PARTS` (`None`: auto, device layouts only; off by default).
-    pub(crate) layout_parts: Option<bool>,
-    pub(crate) proto_info: bool,
-    pub(crate) eps: Slab<Ep>,
-    pub(crate) uct_eps: HashMap<(usize, EpId), usize>,
-    pub(crate) reqs: Requests<Op>,
-    /// Receives posted by `tag_recv_host` that wait in the matcher without a request.
-    pub(crate) direct: crate::request::DirectRecvs,
-    pub(crate) matcher: TagMatcher<Unexp, ReqId>,
-    pub(crate) frags: HashMap<(usize, u64), FragTarget>,
-    pub(crate) unexp_frags: Slab<FragBuf>,
-    /// Payload buffers of received unexpected eager messages, for the next ones.
-    pub(crate) unexp_bufs: UnexpPool,
-    /// Endpoints with control messages waiting (`Ep::ctrl`), each once.
-    pub(crate) ctrl_eps: VecDeque<usize>,
-    /// Endpoints whose peer's puts await an acknowledgement (`Ep::put_acks`).
-    pub(crate) put_ack_eps: Vec<usize>,
-    /// Wire-up requests from peers, to answer (their decoded message and address).
-    pub(crate) accepts: VecDeque<(crate::proto::wire::Wireup, WorkerAddress)>,
-    /// Endpoints whose queue may move.
-    pub(crate) ready: VecDeque<usize>,
-    /// Receives that matched a get rendezvous and must issue their gets.
-    pub(crate) gets: VecDeque<ReqId>,
-    /// Receives that matched a put rendezvous and must expose their buffer (RTR_PUT).
-    pub(crate) puts: VecDeque<ReqId>,
-    /// Registrations to release.
-    pub(crate) deregs: Vec<(usize, MemH)>,
-    /// UMR key uses that ended, for their interfaces (`Iface::umr_release`).
-    pub(crate) umr_releases: Vec<UmrUse>,
-    pub(crate) flushes: Vec<ReqId>,
-    /// Wire-up requests held back (endpoint, time to send), see `wireup::ep_create`.
-    pub(crate) deferred_reqs: Vec<(usize, u64)>,
-    /// Sends that may be complete (an ACK or transport completion arrived).
-    pub(crate) finished: Vec<ReqId>,
-    /// Pinned bounces to be copied into the device memory of their receives by `mt_copy`.
-    pub(crate) unpacks: Vec<(ReqId, Bounce)>,
-    /// Bounces being copied, kept here until the copy's completion whatever becomes of
-    /// their receive (the copy engine reads them until then), and the gets that wait for
-    /// their bytes to fall under `STAGE_BUDGET` before they take a bounce of their own.
-    pub(crate) staging: Vec<(ReqId, Bounce)>,
-    pub(crate) waiting_gets: VecDeque<ReqId>,
-    /// The memory-type copy engine (an interface with `MEMTYPE_COPY`) and its endpoint to
-    /// itself, where one opened.
-    pub(crate) mt_copy: Option<Lane>,
-    /// The staged rendezvous pipeline's fragment size and depth, and the receives whose
-    /// data has all arrived while their last fragments are being copied into the device.
-    pub(crate) stage_cfg: stage::StageCfg,
-    pub(crate) stage_recvs: Vec<ReqId>,
-    /// Endpoint failures a lane other than the endpoint's AM lane found, failed once that
-    /// lane has delivered what it holds (`Worker::fail_after_drain`).
-    pub(crate) lane_errors: Vec<(usize, Status)>,
-    /// Endpoints whose peer closed (`WIREUP_CLOSE`), failed once what arrived before the
-    /// notice is done with (an ACK's send completes first).
-    pub(crate) peer_closes: Vec<usize>,
-    pub(crate) completions: crate::request::CompletionQueue,
-    /// Active messages waiting for their handlers, and buffers to reuse for them.
-    pub(crate) am_events: VecDeque<am::QueuedAm>,
-    pub(crate) am_pool: Vec<Vec<u8>>,
-    /// Endpoints whose stream has bytes no receive took yet, for `ucp_stream_worker_poll`.
-    pub(crate) stream_ready: VecDeque<usize>,
-    /// The active message an interface kept in place during this `progress` call.
-    pub(crate) kept: Option<am::KeptAm>,
-    /// The interface whose kept message's handler has returned: released at the start of
-    /// the next `progress` (or `arm`), off the path from a message to the reply it causes.
-    pub(crate) release_owed: u8,
-    /// How many AM handlers of this worker are running (nested when a handler progresses).
-    pub(crate) am_depth: u32,
-    /// Mapped regions, and RMA operations waiting to send their messages.
-    pub(crate) mems: Slab<rma::MemReg>,
-    /// Vectors compiled for iov lists of that shape (`tag::as_vector`).
-    pub(crate) vectors: tag::VectorCache,
-    /// How many of `mems` are worker-allocated shared memory.
-    pub(crate) shm_regions: usize,
-    /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
-    pub(crate) mappings: rma::MappingCache,
-    pub(crate) rma_queue: VecDeque<ReqId>,
-    pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
-    /// Receives bound to the endpoint they expect a message from (`Worker::bind_recv`):
-    /// when it fails, those not matched yet end with its error.
-    pub(crate) bound_recvs: Vec<(usize, ReqId)>,
-    /// Set when any of the queues above may hold work for `run_actions`.
-    pub(crate) work: bool,
-    /// The interface being progressed (for the handler).
-    pub(crate) cur_iface: usize,
-    /// Indices of the interfaces some endpoint uses, or that delivered something:
-    /// progressed on every call. The others (a tcp interface nobody talks to costs an
-    /// `epoll_wait` per call) are looked at once every `IDLE_POLL_EVERY` calls, so a first
-    /// message still arrives.
-    pub(crate) active: SmallVec<[u8; 4]>,
-    /// The one interface in `active`, or `NO_IFACE` when there are none or several.
-    pub(crate) poll_one: u8,
-    /// Interfaces in use that need polling only while they have work
-    /// (`IfaceFlags::ON_DEMAND`: `self`): not in `active`, so that a worker with one
-    /// other interface keeps its one-interface path.
-    pub(crate) on_demand: Vec<u8>,
-    pub(crate) tick: u32,
-    pub(crate) stats: WorkerStats,
-    /// Some stream-triggered queue has a released operation to fire or one running
-    /// (`queue.rs`); keeps `work` set.
-    pub(crate) queues_armed: bool,
-}
-
-/// A worker. Driven by one thread at a time (`&mut self`); wrap it in a mutex for the
-/// serialized thread mode.
-pub struct Worker {
-    ctx: Arc<Context>,
-    ifaces: Vec<OpenIface>,
-    core: Core,
-    epoll: ucs::wakeup::Epoll,
-    /// Wakes a sleeper from any thread (`ucp_worker_signal`); in the epoll set.
-    signal: Arc<ucs::wakeup::EventFd>,
-    sock: listener::Sockets,
-    am_handlers: Vec<Option<am::AmHandler>>,
-    queues: Slab<queue::Queue>,
-    channels: Slab<channel::Channel>,
-    /// The generation of the last channel opened (`ChannelHandle`).
-    channel_gen: u32,
-    /// Wakes the queues' progress thread, when there is one, on `enqueue_start`.
-    queue_kick: Option<Arc<queue::Kick>>,
-    /// The generation of the last queue made (`QueueId`).
-    queue_gen: u32,
-}
 
 /// Wakes a worker sleeping in [`Worker::wait_event`] (or makes its next [`Worker::arm`]
 /// report work), from any thread, without the worker (`ucp_worker_signal`).
@@ -851,9 +94,6 @@ impl Signaler {
 
 /// The epoll data of the signal descriptor (interfaces use their index).
 const SIGNAL_EVENT: u64 = u64::MAX;
-/// The epoll data of the worker's client/server sockets (`listener`).
-pub(crate) const SOCKET_EVENT: u64 = u64::MAX - 1;
-
 impl Drop for Worker {
     fn drop(&mut self) {
         if self.core.am_depth > 0 {
@@ -863,7 +103,9 @@ impl Drop for Worker {
             std::mem::forget(std::mem::take(&mut self.ifaces));
             return;
         }
-        self.queues_drop_all();
+        if let Some(h) = self.queue_hooks {
+            (h.drop)(self);
+        }
         // Endpoints the application left open are closed as `ep_close` would: their peers
         // learn of it and end theirs without a failure.
         let open: Vec<usize> = self.core.eps.iter().map(|(i, _)| i).collect();
@@ -1017,7 +259,7 @@ impl Worker {
             staging: Vec::new(),
             waiting_gets: VecDeque::new(),
             mt_copy,
-            stage_cfg: stage::StageCfg {
+            stage_cfg: crate::proto::rndv::stage::StageCfg {
                 frag: ctx.config.rndv_frag_size,
                 depth: ctx.config.rndv_pipeline_depth,
             },
@@ -1053,12 +295,13 @@ impl Worker {
             core,
             epoll,
             signal,
-            sock: listener::Sockets::default(),
+            sock: Sockets::default(),
             am_handlers: Vec::new(),
             queues: Slab::new(),
             channels: Slab::new(),
             channel_gen: 0,
             queue_kick: None,
+            queue_hooks: None,
             queue_gen: 0,
         })
     }
@@ -1309,23 +552,6 @@ impl Worker {
         n
     }
 
-    /// Lets the interface whose kept message was handled, if any, reuse its memory.
-    #[inline(always)]
-    fn release_if_owed(&mut self) {
-        if self.core.release_owed != NO_IFACE {
-            self.release_owed();
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn release_owed(&mut self) {
-        let i = std::mem::replace(&mut self.core.release_owed, NO_IFACE);
-        if let Some(iface) = self.ifaces.get_mut(usize::from(i)) {
-            iface.am_release();
-        }
-    }
-
     /// Progresses every interface, the idle ones too; one that delivered something joins
     /// the active ones.
     #[inline(never)]
@@ -1363,7 +589,9 @@ impl Worker {
             listener::poll_sockets(self);
         }
         if self.core.queues_armed {
-            n += self.progress_queues();
+            if let Some(h) = self.queue_hooks {
+                n += (h.progress)(self);
+            }
             self.core.work |= self.core.queues_armed;
         }
         n
@@ -1395,106 +623,6 @@ impl Worker {
             .map(|(i, info)| (info.tl, i.counters()))
             .filter(|(_, c)| !c.is_empty())
             .collect()
-    }
-
-    /// Takes the next completion of a request posted with `notify`.
-    pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.core.completions.pop_front()
-    }
-
-    /// [`poll_completion`](Self::poll_completion) and [`request_free`](Self::request_free)
-    /// of the completed request in one step, for a caller that reports each completion once
-    /// and never asks about the request again.
-    #[inline(always)]
-    pub fn take_completion(&mut self) -> Option<Completion> {
-        let c = self.core.completions.pop_front()?;
-        // A finished request holds a status and a tag: nothing to drop. (A direct
-        // receive left its table when it matched.)
-        if !c.req.is_direct() {
-            self.core
-                .reqs
-                .remove_plain(c.req, |s| matches!(s, Op::Done { .. }));
-        }
-        Some(c)
-    }
-
-    /// [`take_completion`](Self::take_completion) of every waiting completion, into `out`
-    /// (empty on entry; it and the worker's queue trade buffers, so a caller that keeps
-    /// handing the same vector back allocates nothing once both have grown).
-    #[inline]
-    pub fn take_completions(&mut self, out: &mut Vec<Completion>) {
-        self.core.completions.take_all(out);
-        for c in out.iter() {
-            if !c.req.is_direct() {
-                self.core
-                    .reqs
-                    .remove_plain(c.req, |s| matches!(s, Op::Done { .. }));
-            }
-        }
-    }
-
-    /// Whether a completion waits to be taken.
-    #[inline]
-    pub fn has_completions(&self) -> bool {
-        !self.core.completions.is_empty()
-    }
-
-    /// Takes the next endpoint failure (each failed endpoint is reported once).
-    pub fn poll_ep_error(&mut self) -> Option<(EpHandle, Status)> {
-        self.core.ep_errors.pop_front()
-    }
-
-    /// The status of a request: `InProgress` while it runs, then its final status
-    /// (`ucp_request_check_status`). A stale or unknown id gives `InvalidParam`.
-    pub fn request_status(&self, id: ReqId) -> Status {
-        match self.core.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Done { status, .. }) => *status,
-            Some(_) => Status::InProgress,
-            None => Status::InvalidParam,
-        }
-    }
-
-    /// For a completed receive: the sender's tag and the message length
-    /// (`ucp_tag_recv_request_test`).
-    pub fn request_info(&self, id: ReqId) -> Option<TagInfo> {
-        match self.core.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Done { info, .. }) => *info,
-            _ => None,
-        }
-    }
-
-    /// Releases a request handle (`ucp_request_free`): a finished request's slot is freed
-    /// now, a running one's when it finishes (its completion is then not reported).
-    pub fn request_free(&mut self, id: ReqId) {
-        let done = match self.core.reqs.get_mut(id) {
-            Some(r) => {
-                r.released = true;
-                r.notify = false;
-                matches!(r.state, Op::Done { .. })
-            }
-            None => false,
-        };
-        if done {
-            self.core.reqs.remove(id);
-        }
-    }
-
-    /// `request_status`, `request_info` and `request_free` in one call, for a caller that
-    /// polls a request it will free once done: `None` while the request runs; once it has
-    /// finished, its status and (for receives) info, and the request is freed. A stale or
-    /// unknown id gives `InvalidParam`.
-    #[inline]
-    pub fn request_test(&mut self, id: ReqId) -> Option<(Status, Option<TagInfo>)> {
-        let done = match self.core.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Done { status, info }) => (*status, *info),
-            Some(_) => return None,
-            None => return Some((Status::InvalidParam, None)),
-        };
-        // A finished request holds a status and a tag: nothing to drop.
-        self.core
-            .reqs
-            .remove_plain(id, |s| matches!(s, Op::Done { .. }));
-        Some(done)
     }
 
     /// Runs until the request finishes, then frees it and returns its status and info.
@@ -1595,8 +723,9 @@ impl Worker {
         }
         Ok(n > 0)
     }
+}
 
-    /// Runs the actions the handlers queued; returns how many ran.
+impl RunActions for Worker {
     fn run_actions(&mut self) -> usize {
         self.core.work = false;
         let mut n = 0;
@@ -1633,7 +762,7 @@ impl Worker {
         // (Taken and put back, so the vector keeps its capacity.)
         let mut finished = std::mem::take(&mut core.finished);
         for id in finished.drain(..) {
-            tag::maybe_finish_send(ifaces, core, id);
+            eager::maybe_finish_send(ifaces, core, id);
             n += 1;
         }
         core.finished = finished;
@@ -1645,7 +774,7 @@ impl Worker {
             if let Some(e) = core.eps.get_mut(ep) {
                 e.in_ready = false;
             }
-            if tag::drain_queue(ifaces, core, ep) {
+            if eager::drain_queue(ifaces, core, ep) {
                 n += 1;
             }
         }
@@ -1712,7 +841,7 @@ impl Worker {
             n += wireup::progress_flushes(ifaces, core);
         }
         if !core.stage_recvs.is_empty() {
-            n += stage::poll_recvs(core);
+            n += rndv::poll_staged_recvs(core);
         }
         if blocked > 0
             || !core.deferred_reqs.is_empty()
@@ -1748,7 +877,7 @@ impl Core {
     /// alone: one interface is in use, it is not the call that looks at the idle ones, and
     /// no protocol work or connection is waiting.
     #[inline(always)]
-    fn lone_iface(&self, sock: &listener::Sockets, tick: u32) -> Option<usize> {
+    fn lone_iface(&self, sock: &Sockets, tick: u32) -> Option<usize> {
         (self.poll_one != NO_IFACE
             && !tick.is_multiple_of(IDLE_POLL_EVERY)
             && !self.work
@@ -1759,186 +888,7 @@ impl Core {
 
     /// [`Worker::has_reports`], from the parts `Worker::progress_idle` holds.
     #[inline(always)]
-    fn has_reports(&self, sock: &listener::Sockets) -> bool {
+    fn has_reports(&self, sock: &Sockets) -> bool {
         !self.completions.is_empty() || !self.ep_errors.is_empty() || sock.has_conn_requests()
-    }
-
-    /// Makes interface `i` one that every `progress` call polls.
-    pub(crate) fn mark_active(&mut self, i: usize) {
-        // Worker::new refuses more than 255 interfaces.
-        let on_demand = self
-            .info
-            .get(i)
-            .is_some_and(|f| f.attr.flags.contains(uct::IfaceFlags::ON_DEMAND));
-        let i = i as u8;
-        if on_demand {
-            // Polled beside the others only while it has work (`poll_on_demand`).
-            if !self.on_demand.contains(&i) {
-                self.on_demand.push(i);
-            }
-            return;
-        }
-        if !self.active.contains(&i) {
-            self.active.push(i);
-            self.poll_one = if self.active.len() == 1 { i } else { NO_IFACE };
-        }
-    }
-
-    /// Finishes request `id` with `status`: reports it, or frees it when released.
-    pub(crate) fn complete(&mut self, id: ReqId, mut status: Status, info: Option<TagInfo>) {
-        let Some(r) = self.reqs.get_mut(id) else {
-            return;
-        };
-        // Bytes that landed packed (a device layout's scratch buffer) are unpacked before
-        // the receive or get is reported: the message's bytes, not the whole layout.
-        match (&mut r.state, status) {
-            (Op::Recv(rv), Status::Ok) => {
-                let len = info.map_or(rv.expect, |i| i.length);
-                if let Err(s) = rv.data.finish_recv(len) {
-                    status = s;
-                }
-            }
-            (Op::Rma(o), Status::Ok) => {
-                if let Err(s) = o.finish() {
-                    status = s;
-                }
-            }
-            _ => {}
-        }
-        // UMR keys this request used may be dropped from now on.
-        let umr = match &mut r.state {
-            Op::Recv(rv) => rv.rndv.as_mut().and_then(|x| x.umr.take()),
-            Op::Send(s) => s.umr_use.take().map(|u| *u),
-            _ => None,
-        };
-        if let Some(u) = umr {
-            self.umr_releases.push(u);
-            self.work = true;
-        }
-        let (ep, carried) = match &r.state {
-            Op::Send(s) => (Some(s.ep), false),
-            Op::Rma(o) => (Some(o.ep), o.carried),
-            _ => (None, false),
-        };
-        let rma = matches!(r.state, Op::Rma(_));
-        if let Some(e) = ep.and_then(|ep| self.eps.get_mut(ep)) {
-            e.outstanding = e.outstanding.saturating_sub(1);
-            if rma {
-                e.rma_ops = e.rma_ops.saturating_sub(1);
-            }
-            if carried {
-                e.rma_carried = e.rma_carried.saturating_sub(1);
-                e.rma_order.note(e.rma_carried, e.puts_unacked);
-            }
-        }
-        r.state = Op::Done { status, info };
-        if r.notify {
-            self.completions.push_back(Completion {
-                req: id,
-                status,
-                info,
-                user_data: r.user_data,
-            });
-        }
-        if r.released {
-            self.reqs.remove(id);
-        }
-    }
-
-    /// The layout `hash` from `ep`'s memo cache, refreshed as most recently used.
-    pub(crate) fn cached_layout(
-        &mut self,
-        ep: usize,
-        hash: u128,
-    ) -> Option<Arc<crate::datatype::DtLayout>> {
-        let c = &mut self.eps.get_mut(ep)?.layout_cache;
-        let i = c.iter().position(|(h, _)| *h == hash)?;
-        let e = c.remove(i)?;
-        let l = Arc::clone(&e.1);
-        c.push_front(e);
-        Some(l)
-    }
-
-    /// Decodes a layout a peer sent, checks it against its announced hash, and remembers it.
-    pub(crate) fn learn_layout(
-        &mut self,
-        ep: usize,
-        hash: u128,
-        bytes: &[u8],
-    ) -> Result<Arc<crate::datatype::DtLayout>, Status> {
-        let canon = crate::dt::Canon::decode(bytes).map_err(|_| Status::InvalidParam)?;
-        let l = crate::datatype::DtLayout::from_canon(canon).map_err(|_| Status::InvalidParam)?;
-        if l.hash() != hash || !l.canon().is_ordered() {
-            return Err(Status::InvalidParam);
-        }
-        let cap = self.layout_cache_size;
-        let c = &mut self.eps[ep].layout_cache;
-        c.retain(|(h, _)| *h != hash);
-        c.push_front((hash, Arc::clone(&l)));
-        c.truncate(cap);
-        Ok(l)
-    }
-
-    /// Whether operations other than the one at hand are in flight. A rendezvous receiver
-    /// splits the copy with its sender only when neither side has other work: in
-    /// `MPI_Sendrecv` or a window of messages both ends are busy with their own copies,
-    /// and the split's extra round trip made 32 KiB exchanges twice as slow
-    /// (docs/ucp.md, split rendezvous).
-    ///
-    /// A request that has finished and waits only for the application to release it is
-    /// not work: counting those (every slot of the request table) turned the split off in
-    /// a ping-pong that frees its send after the next receive, as `ucx_perftest` and
-    /// `rucx-perftest` do, and made same-host 2 MiB messages 1.8x slower from 2026-11-26
-    /// (commit a56e6bf) until 2026-12-06. The walk stops at the second request in flight;
-    /// it runs once per rendezvous of at least `UCX_RNDV_SPLIT_THRESH` bytes.
-    pub(crate) fn busy_besides_one(&self) -> bool {
-        let mut live = self.direct.len();
-        if live > 1 {
-            return true;
-        }
-        for (_, r) in self.reqs.iter() {
-            if !matches!(r.state, Op::Done { .. }) {
-                live += 1;
-                if live > 1 {
-                    return true;
-                }
-            }
-        }
-        false
-    }
-
-    /// A buffer holding `payload`, for an unexpected eager message.
-    #[inline]
-    pub(crate) fn unexp_data(&mut self, payload: &[u8]) -> UnexpData {
-        self.unexp_bufs.take(payload)
-    }
-
-    /// Takes back the buffer of an unexpected eager message that was received.
-    #[inline]
-    pub(crate) fn recycle_unexp(&mut self, v: UnexpData) {
-        self.unexp_bufs.give(v);
-    }
-
-    pub(crate) fn queue_ctrl(&mut self, ep: usize, c: Ctrl) {
-        let Some(e) = self.eps.get_mut(ep) else {
-            log::debug!("ucp: control message to ep {ep} dropped: no such endpoint");
-            return;
-        };
-        e.ctrl.push_back(c);
-        if !e.in_ctrl {
-            e.in_ctrl = true;
-            self.ctrl_eps.push_back(ep);
-        }
-        self.work = true;
-    }
-
-    pub(crate) fn mark_ready(&mut self, ep: usize) {
-        if let Some(e) = self.eps.get_mut(ep) {
-            if !e.in_ready {
-                e.in_ready = true;
-                self.ready.push_back(ep);
-            }
-            self.work = true;
-        }
     }
 }

@@ -8,10 +8,12 @@ use ucs::{Status, UcsResult};
 use uct::component::DeviceKind;
 use uct::{Done, Iface, IfaceFlags, MemoryType, OpenIface};
 
-use super::{Core, Ctrl, Ep, EpHandle, FlushOp, Lane, Op, Worker, COMP_FLUSH};
+use super::op::{FlushOp, Op, Unexp};
+use super::state::{Bad, Core, Ctrl, Ep, IfaceInfo, Lane, Res, Worker, COMP_FLUSH};
 use crate::address::WorkerAddress;
 use crate::proto::select::{LaneAttrs, Thresholds};
 use crate::proto::wire::{self, Wireup, WIREUP_REP, WIREUP_REQ};
+use crate::request::EpHandle;
 use crate::request::ReqId;
 use crate::tag::SenderId;
 
@@ -21,7 +23,7 @@ const WIREUP_DEFER_NS: u64 = 20_000_000;
 
 /// Sends the deferred wire-up requests whose time has come, unless the peer's request
 /// paired the endpoint meanwhile.
-pub(super) fn deferred_requests(core: &mut Core) {
+pub(crate) fn deferred_requests(core: &mut Core) {
     let now = ucs::time::now_ns();
     let mut i = 0;
     while i < core.deferred_reqs.len() {
@@ -153,7 +155,7 @@ fn select_lanes(ifaces: &mut [OpenIface], core: &Core, peer: &WorkerAddress) -> 
 /// Whether interface `info` moves put and get data as messages of its own connection (a
 /// network transport without one-sided RMA: tcp), rather than by a memory transport or
 /// RDMA.
-pub(super) fn by_messages(info: &super::IfaceInfo) -> bool {
+pub(crate) fn by_messages(info: &IfaceInfo) -> bool {
     info.kind == DeviceKind::Network && !info.attr.flags.contains(IfaceFlags::RMA_ONE_SIDED)
 }
 
@@ -166,7 +168,7 @@ fn dev_eager() -> usize {
 }
 
 /// Creates an endpoint to `peer` and registers its lanes.
-pub(super) fn new_ep(
+pub(crate) fn new_ep(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     peer: &WorkerAddress,
@@ -374,6 +376,16 @@ impl Worker {
         Ok(())
     }
 
+    /// Whether `ep` is one of this worker's endpoints (not closed).
+    pub(crate) fn ep_exists(&self, ep: EpHandle) -> bool {
+        self.core.eps.contains(ep.idx())
+    }
+
+    /// The error endpoint `ep` failed with, if it did (`None` for an unknown handle too).
+    pub(crate) fn ep_failed(&self, ep: EpHandle) -> Option<Status> {
+        self.core.eps.get(ep.idx()).and_then(|e| e.failed)
+    }
+
     pub(crate) fn flush_op(
         &mut self,
         ep: Option<EpHandle>,
@@ -471,7 +483,7 @@ fn proto_table(core: &Core, idx: usize) -> Option<String> {
 
 /// Answers a peer's wire-up request: pairs it with our endpoint for that worker that has
 /// no peer yet (or already names it), or creates one.
-pub(super) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer: WorkerAddress) {
+pub(crate) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer: WorkerAddress) {
     let existing = core
         .eps
         .iter()
@@ -496,8 +508,46 @@ pub(super) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer:
     core.mark_ready(idx);
 }
 
+impl Core {
+    pub(crate) fn on_wireup(&mut self, data: &[u8]) -> Res {
+        let w = Wireup::decode(data).ok_or(Bad::Malformed(None))?;
+        match w.kind {
+            wire::WIREUP_REQ => {
+                let addr = WorkerAddress::decode(&w.addr).map_err(|_| Bad::Malformed(None))?;
+                if addr.uuid != w.uuid {
+                    return Err(Bad::Malformed(None));
+                }
+                self.accepts.push_back((w, addr));
+                self.work = true;
+            }
+            _ => {
+                let ep = self.live_ep(w.dst_ep)?;
+                let e = &self.eps[ep];
+                // Another worker's endpoint in that slot: ours closed, the slot was reused.
+                if e.remote_uuid != w.uuid {
+                    return Err(Bad::Late);
+                }
+                if w.kind == wire::WIREUP_CLOSE {
+                    if e.remote_id != Some(w.src_ep) {
+                        return Err(Bad::Late);
+                    }
+                    // After the messages that came before it (`Worker::run_actions`).
+                    if !self.peer_closes.contains(&ep) {
+                        self.peer_closes.push(ep);
+                    }
+                    self.work = true;
+                    return Ok(());
+                }
+                self.eps[ep].remote_id = Some(w.src_ep);
+                self.mark_ready(ep);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Sends one control message on `ep`'s AM lane.
-pub(super) fn send_ctrl(
+pub(crate) fn send_ctrl(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     ep: usize,
@@ -648,12 +698,12 @@ pub(super) fn send_ctrl(
             ref data,
         } => {
             let rid = peer_id?;
-            if super::rma::REPLY_HDR + data.len() > core.info[lane.iface].attr.am.max_bcopy {
+            if wire::REPLY_HDR + data.len() > core.info[lane.iface].attr.am.max_bcopy {
                 return Err(Status::ExceedsLimit);
             }
             iface
-                .am_bcopy(lane.ep, super::rma::AM_RMA_REPLY, &mut |buf| {
-                    super::rma::write_reply(buf, rid, req, offset, status, data)
+                .am_bcopy(lane.ep, wire::AM_RMA_REPLY, &mut |buf| {
+                    wire::write_reply(buf, rid, req, offset, status.code(), data)
                 })
                 .map(drop)
         }
@@ -663,7 +713,7 @@ pub(super) fn send_ctrl(
             m[..4].copy_from_slice(&rid.to_le_bytes());
             m[4..8].copy_from_slice(&count.to_le_bytes());
             m[8] = status.code() as u8;
-            bcopy(iface, super::rma::AM_RMA_PUT_ACK, &m)
+            bcopy(iface, wire::AM_RMA_PUT_ACK, &m)
         }
         Ctrl::LayoutMiss { sreq, rreq } => {
             let rid = peer_id?;
@@ -710,7 +760,7 @@ pub(super) fn send_ctrl(
 /// messages of at most `max` bytes to the peer's endpoint `rid`, advancing `*from`.
 /// `Ok(false)`: the transport ran out of resources; call again to go on. The AM lane keeps
 /// the order, so the peer has learned the layout before the message that names it.
-pub(super) fn send_layout_parts(
+pub(crate) fn send_layout_parts(
     iface: &mut dyn Iface,
     ep: uct::EpId,
     rid: u32,
@@ -743,7 +793,7 @@ pub(super) fn send_layout_parts(
 /// Moves flush requests along; returns how many completed. Allocates nothing in the
 /// common case (one flush, a few lanes): a flush after one-sided operations is on the
 /// latency path of `MPI_Win_flush`.
-pub(super) fn progress_flushes(ifaces: &mut [OpenIface], core: &mut Core) -> usize {
+pub(crate) fn progress_flushes(ifaces: &mut [OpenIface], core: &mut Core) -> usize {
     let mut done = 0;
     // Taken and put back with the ones still waiting, so the vector keeps its capacity;
     // flushes posted meanwhile (by a completion callback) are appended.
@@ -848,7 +898,7 @@ fn ep_busy(core: &Core, ep: usize) -> bool {
 }
 
 /// A transport flush completed.
-pub(super) fn flush_completion(core: &mut Core, id: ReqId) {
+pub(crate) fn flush_completion(core: &mut Core, id: ReqId) {
     if let Some(Op::Flush(f)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         if let Some(n) = f.uct.as_mut() {
             *n = n.saturating_sub(1);
@@ -860,7 +910,7 @@ pub(super) fn flush_completion(core: &mut Core, id: ReqId) {
 /// Removes an endpoint and its transport endpoints. A paired endpoint that has not failed
 /// tells its peer first (`WIREUP_CLOSE`), so the peer's endpoint ends quietly instead of
 /// failing when this process exits; the notice is best effort (a full FIFO drops it).
-pub(super) fn destroy_ep(ifaces: &mut [OpenIface], core: &mut Core, ep: usize) {
+pub(crate) fn destroy_ep(ifaces: &mut [OpenIface], core: &mut Core, ep: usize) {
     if let Some(e) = core.eps.get(ep) {
         if let (None, Some(dst)) = (e.failed, e.remote_id) {
             let m = Wireup {
@@ -954,15 +1004,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
         .collect();
     core.bound_recvs.retain(|(e, _)| *e != ep);
     for id in bound {
-        let h = match core.reqs.get(id).map(|r| &r.state) {
-            Some(Op::Recv(r)) => r.handle,
-            _ => None,
-        };
-        if let Some(h) = h {
-            if core.matcher.cancel(h).is_some() {
-                core.complete(id, status, None);
-            }
-        }
+        core.cancel_unmatched(id, status);
     }
     // Messages in flight from this peer can no longer finish; those that arrived whole
     // stay receivable (a peer that sent and then closed has delivered them), but nobody
@@ -976,11 +1018,11 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
     matcher.drain_sender_if(
         SenderId(ep as u64),
         |msg| match msg {
-            super::Unexp::Eager { sync, .. } => {
+            Unexp::Eager { sync, .. } => {
                 *sync = None;
                 false
             }
-            super::Unexp::Frag(f) => match unexp_frags.get_mut(*f) {
+            Unexp::Frag(f) => match unexp_frags.get_mut(*f) {
                 Some(fb) if fb.whole() => {
                     fb.sync = false;
                     false
@@ -990,7 +1032,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
                     true
                 }
             },
-            super::Unexp::Rts { .. } => true,
+            Unexp::Rts { .. } => true,
         },
         |_, _| {},
     );

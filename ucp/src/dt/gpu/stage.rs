@@ -15,7 +15,7 @@ use ucs::{Status, UcsResult};
 
 use super::launch::{self, Side};
 use super::model::Method;
-use crate::datatype::LayoutBuf;
+use crate::buf::LayoutBuf;
 
 /// Device memory kept in the scratch pool (all devices).
 pub const POOL_BYTES: usize = 256 << 20;

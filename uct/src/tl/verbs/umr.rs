@@ -13,7 +13,7 @@
 //!   used dropped (their keys destroyed) beyond its capacity; [`RemoteKeys`]: the peer's
 //!   keys it sent for the same triple, so that a CTS on a hit carries no key list.
 //!
-//! The protocol that uses them is `ucp`'s UMR layout rendezvous (`ucp::worker::umr`) over
+//! The protocol that uses them is `ucp`'s UMR layout rendezvous (`ucp::proto::umr`) over
 //! the `rc_verbs` transport, which keeps its own key cache (it must know which keys a
 //! transfer in flight still uses).
 

@@ -36,29 +36,26 @@
 use ucs::wire::Reader;
 use ucs::{Status, UcsResult};
 
-use super::handler::{Bad, Res};
-use super::rndv::start_rndv_recv;
-use super::tag::{maybe_finish_send, new_recv, push_send};
-use super::{Core, Ctrl, EpHandle, Op, SendOp, Worker};
+pub(crate) mod state;
+
+pub use crate::worker::state::AmHandler;
+pub use state::{AmData, AmEvent, AmRndv};
+
 use crate::buf::KeptBytes;
-use crate::datatype::{Data, DataState};
+use crate::datatype::Data;
+use crate::proto::eager::new_recv;
+use crate::proto::rndv::start_rndv_recv;
 use crate::proto::select::{Op as SelOp, Proto};
-use crate::proto::wire::{self, RtsData};
-use crate::request::ReqId;
+use crate::proto::wire;
+use crate::request::{EpHandle, ReqId};
 use crate::tag::{SenderId, TagInfo};
-use crate::RecvParams;
+use crate::worker::op::{Op, RecvParams};
+use crate::worker::state::{Bad, Core, Ctrl, Res, Worker};
+use state::{pack_user, pack_user_hdr, AmHdr, KeptAm, QueuedAm, QueuedData};
 
-pub const AM_USER: u8 = 12;
-pub const AM_USER_RTS: u8 = 13;
-pub const AM_USER_SHORT: u8 = 23;
-/// Bytes of the AM_USER header before the user header.
-pub const AM_USER_HDR: usize = 2 + 1 + 4 + 4;
-
-/// `flags` bit: the sender asks for a reply endpoint (`UCP_AM_SEND_FLAG_REPLY`).
-pub const AM_FLAG_REPLY: u8 = 1;
-
-/// Largest user header.
-pub const MAX_AM_HEADER: usize = 4096;
+pub use crate::proto::wire::{
+    AM_FLAG_REPLY, AM_USER, AM_USER_HDR, AM_USER_RTS, AM_USER_SHORT, MAX_AM_HEADER,
+};
 
 /// Options of an AM send.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,95 +68,6 @@ pub struct AmSendParams {
     pub eager: bool,
     pub user_data: u64,
     pub notify: bool,
-}
-
-/// The AM part of a send (header and id), for rendezvous RTS messages.
-#[derive(Debug)]
-pub(crate) struct AmHdr {
-    pub(crate) id: u16,
-    pub(crate) flags: u8,
-    pub(crate) header: Vec<u8>,
-}
-
-/// Rendezvous data announced to a handler, to receive with [`Worker::am_recv_data`] or
-/// drop with [`Worker::am_data_release`].
-#[derive(Debug)]
-pub struct AmRndv {
-    ep: usize,
-    sreq: u64,
-    length: usize,
-    /// Boxed: an arrived rendezvous is rare next to eager messages, and it keeps every
-    /// queued event small.
-    rts: Box<RtsData>,
-}
-
-impl AmRndv {
-    pub fn len(&self) -> usize {
-        self.length
-    }
-    pub fn is_empty(&self) -> bool {
-        self.length == 0
-    }
-}
-
-/// The data of an active message.
-#[derive(Debug)]
-pub enum AmData<'a> {
-    /// The whole data, arrived with the message; lent for the handler's call.
-    Eager(&'a [u8]),
-    /// Data still at the sender.
-    Rndv(AmRndv),
-}
-
-/// An arrived active message, handed to its handler. The header and eager data are lent
-/// for the call.
-#[derive(Debug)]
-pub struct AmEvent<'a> {
-    pub id: u16,
-    pub header: &'a [u8],
-    pub data: AmData<'a>,
-    /// The endpoint to reply on, when the sender asked for one.
-    pub reply_ep: Option<EpHandle>,
-}
-
-/// A handler: called with the worker and the event.
-pub type AmHandler = Box<dyn for<'a> FnMut(&mut Worker, AmEvent<'a>) + Send>;
-
-/// A message waiting for its handler, with its own (pooled) copies of header and data.
-#[derive(Debug)]
-pub(crate) struct QueuedAm {
-    id: u16,
-    header: Vec<u8>,
-    data: QueuedData,
-    reply_ep: Option<EpHandle>,
-}
-
-#[derive(Debug)]
-enum QueuedData {
-    Eager(Vec<u8>),
-    Rndv(AmRndv),
-}
-
-/// A decoded eager AM_USER or AM_USER_SHORT message.
-struct UserMsg<'d> {
-    id: u16,
-    flags: u8,
-    ep: usize,
-    /// The user header's length: `rest` is the user header, then the data.
-    hdr_len: usize,
-    rest: &'d [u8],
-}
-
-/// An eager message its transport kept in place for the handler (`Handler::am_keep`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KeptAm {
-    bytes: KeptBytes,
-    reply_ep: Option<EpHandle>,
-    /// The user header's length: `bytes` is the user header, then the data.
-    hdr_len: u32,
-    id: u16,
-    /// The interface that keeps it, to release it after the handler.
-    iface: u8,
 }
 
 impl Worker {
@@ -299,7 +207,7 @@ impl Worker {
             st,
             total,
             proto,
-            0,
+            (0, 0, false),
             Some(Box::new(AmHdr {
                 id,
                 flags,
@@ -364,7 +272,7 @@ impl Worker {
     /// Runs the handler of the message an interface kept in place (from `progress`, right
     /// after that interface's progress), then lets the interface reuse its memory.
     #[inline(always)]
-    pub(super) fn dispatch_kept(&mut self) -> usize {
+    pub(crate) fn dispatch_kept(&mut self) -> usize {
         let Some(k) = self.core.kept.take() else {
             return 0;
         };
@@ -391,7 +299,7 @@ impl Worker {
     }
 
     /// Runs the handlers of queued messages (from `progress`).
-    pub(super) fn dispatch_am(&mut self) -> usize {
+    pub(crate) fn dispatch_am(&mut self) -> usize {
         let mut n = 0;
         while let Some(q) = self.core.am_events.pop_front() {
             n += 1;
@@ -459,54 +367,6 @@ fn reply_ep(flags: u8, ep: usize) -> Option<EpHandle> {
     (flags & AM_FLAG_REPLY != 0).then_some(EpHandle(ep as u32))
 }
 
-/// Writes an AM_USER message into `buf`; returns its length.
-fn pack_user(
-    buf: &mut [u8],
-    id: u16,
-    flags: u8,
-    ep: u32,
-    header: &[u8],
-    st: &mut DataState,
-    total: usize,
-) -> usize {
-    let h = pack_user_hdr(buf, id, flags, ep, header);
-    h + st.pack(0, &mut buf[h..h + total])
-}
-
-/// Writes the AM_USER header and the user header into `buf`; returns where data starts.
-#[inline]
-fn pack_user_hdr(buf: &mut [u8], id: u16, flags: u8, ep: u32, header: &[u8]) -> usize {
-    buf[0..2].copy_from_slice(&id.to_le_bytes());
-    buf[2] = flags;
-    buf[3..7].copy_from_slice(&ep.to_le_bytes());
-    buf[7..11].copy_from_slice(&(header.len() as u32).to_le_bytes());
-    let h = AM_USER_HDR + header.len();
-    ucs::wire::copy(&mut buf[AM_USER_HDR..h], header);
-    h
-}
-
-/// Packs a queued eager AM send (the request path of `am_send`).
-pub(super) fn pack_queued(
-    buf: &mut [u8],
-    am: &AmHdr,
-    ep: u32,
-    st: &mut DataState,
-    total: usize,
-) -> usize {
-    pack_user(buf, am.id, am.flags, ep, &am.header, st, total)
-}
-
-/// The RTS of an AM rendezvous: the AM prefix, then the tag RTS bytes.
-pub(super) fn rts_prefix(am: &AmHdr, rts: Vec<u8>) -> Vec<u8> {
-    let mut v = Vec::with_capacity(7 + am.header.len() + rts.len());
-    v.extend_from_slice(&am.id.to_le_bytes());
-    v.push(am.flags);
-    v.extend_from_slice(&(am.header.len() as u32).to_le_bytes());
-    v.extend_from_slice(&am.header);
-    v.extend_from_slice(&rts);
-    v
-}
-
 impl Core {
     fn take_buf(&mut self, data: &[u8]) -> Vec<u8> {
         if data.is_empty() {
@@ -563,7 +423,7 @@ impl Core {
     /// An eager AM_USER or AM_USER_SHORT message arrived: queued for its handler, header
     /// and data copied into pooled buffers; `progress` runs the handlers after the
     /// transports.
-    pub(super) fn on_am_user(&mut self, id: u8, data: &[u8]) -> Res {
+    pub(crate) fn on_am_user(&mut self, id: u8, data: &[u8]) -> Res {
         let m = self.decode_user(id, data)?;
         let (header, payload) = m.rest.split_at(m.hdr_len);
         let header = self.take_buf(header);
@@ -583,7 +443,7 @@ impl Core {
     /// protocol actions such as the wire-up that lets the handler reply): then it waits
     /// behind them, queued.
     #[inline]
-    pub(super) fn keep_am_user(&mut self, id: u8, data: &[u8]) -> Result<bool, Bad> {
+    pub(crate) fn keep_am_user(&mut self, id: u8, data: &[u8]) -> Result<bool, Bad> {
         if self.work || !self.am_events.is_empty() {
             self.on_am_user(id, data)?;
             return Ok(false);
@@ -602,7 +462,7 @@ impl Core {
     }
 
     /// An AM_USER_RTS message arrived.
-    pub(super) fn on_am_rts(&mut self, data: &[u8]) -> Res {
+    pub(crate) fn on_am_rts(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (id, flags, hlen) = match (r.u16(), r.u8(), r.u32()) {
             (Some(a), Some(b), Some(c)) => (a, b, c as usize),
@@ -625,65 +485,14 @@ impl Core {
         });
         Ok(())
     }
+}
 
-    /// Inserts a send request (tag or AM) for endpoint `ep`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn insert_send(
-        &mut self,
-        ep: usize,
-        data: DataState,
-        total: usize,
-        proto: Proto,
-        tag: u64,
-        am: Option<Box<AmHdr>>,
-        user_data: u64,
-        notify: bool,
-    ) -> ReqId {
-        let id = self.reqs.insert(
-            Op::Send(SendOp {
-                ep,
-                tag,
-                data,
-                total,
-                proto,
-                flags: 0,
-                started: false,
-                offset: 0,
-                rreq: None,
-                wait_ack: false,
-                wait_comp: 0,
-                memh: None,
-                umr_use: None,
-                queued: false,
-                put: None,
-                split_offered: false,
-                ack_status: Status::Ok,
-                fin_pending: false,
-                am,
-                stream: false,
-                timed: false,
-                t0: 0,
-                stage: None,
-            }),
-            user_data,
-            notify,
-        );
-        self.eps[ep].outstanding += 1;
-        id
-    }
-
-    /// Sends what a new request can send now, or queues it behind the endpoint's others.
-    pub(super) fn start_send(&mut self, ifaces: &mut [uct::OpenIface], ep: usize, id: ReqId) {
-        let e = &self.eps[ep];
-        if e.queue.is_empty() && e.remote_id.is_some() {
-            match push_send(ifaces, self, id) {
-                Ok(true) => {}
-                Ok(false) => super::tag::enqueue(self, ep, id),
-                Err(s) => self.complete(id, s, None),
-            }
-        } else {
-            super::tag::enqueue(self, ep, id);
-        }
-        maybe_finish_send(ifaces, self, id);
-    }
+/// A decoded eager AM_USER or AM_USER_SHORT message.
+struct UserMsg<'d> {
+    id: u16,
+    flags: u8,
+    ep: usize,
+    /// The user header's length: `rest` is the user header, then the data.
+    hdr_len: usize,
+    rest: &'d [u8],
 }

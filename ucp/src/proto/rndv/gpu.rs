@@ -5,7 +5,7 @@
 //! `cuda_ipc` offers) and one kernel moves the bytes from the sender's layout straight
 //! into the receiver's. No pack buffer, no staging.
 //!
-//! Who runs it follows the rule of every device copy of a pair (`handler::pushes_device`):
+//! Who runs it follows the rule of every device copy of a pair (`rndv::send::pushes_device`):
 //! the side with the smaller worker id. A receiver that is not it asks the sender to push
 //! (`RTR_SPLIT_LAYOUT` at offset 0 with a device key, or `RTR_PUT` for a contiguous
 //! receive buffer). The layouts meet through the memoized layout exchange (the RTS names
@@ -20,14 +20,15 @@ use ucs::memtype::{self, MemoryType};
 use ucs::UcsResult;
 use uct::{Done, Iface, IfaceFlags, OpenIface, RemoteKey};
 
-use super::rndv::{finish_get, register_key};
-use super::{Core, Ctrl, Lane, Op, PutTarget, SendOp};
+use super::segs::register_key;
 use crate::datatype::DataState;
 use crate::dt::gpu::launch::{self, Side};
 use crate::dt::gpu::model::{Method, Relation};
 use crate::dt::Canon;
 use crate::proto::wire::{RemoteSeg, RndvKey};
 use crate::request::ReqId;
+use crate::worker::op::{Op, PutTarget, SendOp};
+use crate::worker::state::{Core, Ctrl, Lane};
 
 /// This process's side of a device transfer: a device layout, or contiguous device
 /// memory; with its device.
@@ -151,9 +152,10 @@ fn run(stream: &ucs::cuda::StreamRef, local_dev: i32, src: &Side, dst: &Side) ->
 /// Tries the direct transfer for device get rendezvous `id`, whose sender's data is its
 /// `layout` (origin, hash) or its segments `segs`, readable through `lane` with key `rk`.
 /// True when it took the request (done, failed, queued, or the sender asked to push);
-/// false leaves it to the copy protocols.
+/// false leaves it to the copy protocols. A transfer done (or failed) at once ends with
+/// `finish_get`, the receiver's end of a get.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn direct_get(
+pub(crate) fn direct_get(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
@@ -162,6 +164,7 @@ pub(super) fn direct_get(
     rk: &RemoteKey,
     layout: Option<(u64, u128)>,
     segs: &[RemoteSeg],
+    finish_get: impl FnOnce(&mut Core, ReqId),
 ) -> bool {
     if !core.info[lane.iface]
         .attr
@@ -323,7 +326,7 @@ fn ask_push_layout(
 /// The sender's half: writes send `s` into the receiver's device memory `put` (its
 /// layout, or one segment) with one kernel through `iface`'s mapping, when one side is a
 /// layout. `None` leaves it to the copy protocols; `Some(n)`: `n` completions to wait for.
-pub(super) fn direct_put(
+pub(crate) fn direct_put(
     iface: &mut dyn Iface,
     ep: uct::EpId,
     s: &mut SendOp,

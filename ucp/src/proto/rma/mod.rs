@@ -36,265 +36,38 @@
 //! puts. A put completes once its messages are out; the acknowledgements are what a flush
 //! waits for (`Ep::puts_unacked`).
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use slab::Slab;
 use ucs::shm::Segment;
-
 use ucs::wire::{Reader, Writer};
 use ucs::{Status, UcsResult};
-use uct::{Done, IfaceFlags, MemH, MemoryType, RemoteKey};
+use uct::{Done, IfaceFlags, MemoryType, RemoteKey};
 
-use super::handler::{Bad, Res};
-use super::{Core, Ctrl, EpHandle, Op, Worker};
+pub(crate) mod state;
+
+pub use crate::buf::{AtomicOp, ATOMIC_SIZES};
+pub use crate::proto::wire::{
+    AM_RMA_ATOMIC, AM_RMA_GET, AM_RMA_PUT, AM_RMA_PUT_ACK, AM_RMA_REPLY, REPLY_HDR,
+};
+pub(crate) use state::{map_window, shm_window};
+pub use state::{MemHandle, Rkey, SharedRegion};
+
 use crate::buf::{self, Buf};
 use crate::datatype::{Data, DataState};
 use crate::proto::wire::ShmWindow;
-use crate::request::ReqId;
+use crate::request::{EpHandle, ReqId};
+use crate::worker::op::{Op, SendParams};
+use crate::worker::state::{Bad, Core, Ctrl, Res, Worker};
+use crate::worker::wireup;
+use state::{MemReg, Owned, RmaKind, RmaOp};
 
-pub const AM_RMA_PUT: u8 = 14;
-pub const AM_RMA_GET: u8 = 15;
-pub const AM_RMA_ATOMIC: u8 = 16;
-pub const AM_RMA_REPLY: u8 = 17;
-pub const AM_RMA_PUT_ACK: u8 = 26;
 const PUT_HDR: usize = 4 + 8 + 4 + 8 + 8;
-pub(super) const REPLY_HDR: usize = 4 + 8 + 8 + 1;
-
-/// A mapped region (`ucp_mem_h`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MemHandle {
-    slot: u32,
-    nonce: u64,
-}
-
-#[derive(Debug)]
-pub(crate) struct MemReg {
-    nonce: u64,
-    base: u64,
-    len: u64,
-    regs: Vec<(usize, MemH)>,
-    /// Memory the worker allocated for the region (`UCP_MEM_MAP_ALLOCATE`).
-    owned: Option<Owned>,
-    /// Its memory type: requests carried by messages copy with the driver into device
-    /// memory, and refuse atomics there.
-    mem: MemoryType,
-}
-
-/// Memory a worker allocated: shared memory that same-host peers map (when the posix
-/// transport is on), else ordinary heap memory. Shared memory may also come from a
-/// [`SharedRegion`] that several workers map.
-#[derive(Debug)]
-enum Owned {
-    Shm(Arc<Segment>),
-    Heap(Vec<u8>),
-    #[cfg(feature = "cuda")]
-    Device(ucs::cuda::DeviceAlloc),
-}
-
-/// Memory allocated for remote access before, and apart from, any worker (`ucp_mem_map`
-/// with allocation is a call on a context): a shared-memory segment, zero-filled and
-/// populated, that every worker mapping it with [`Worker::mem_map_region`] exposes to its
-/// same-host peers as it exposes memory it allocated itself (they map it, and put, get
-/// and rendezvous become copies). Freed when the last of the handle and the workers'
-/// mappings lets go of it.
-#[derive(Clone, Debug)]
-pub struct SharedRegion(Arc<Segment>);
-
-impl SharedRegion {
-    /// Allocates `len` bytes (at least one).
-    pub fn new(len: usize) -> std::io::Result<SharedRegion> {
-        Segment::create(len.max(1)).map(|s| SharedRegion(Arc::new(s)))
-    }
-
-    /// The region's address in this process.
-    pub fn base(&self) -> *mut u8 {
-        self.0.base()
-    }
-
-    /// Its length in bytes.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-/// A remote key unpacked for one endpoint (`ucp_rkey_h`).
-#[derive(Clone, Debug)]
-pub struct Rkey {
-    ep: usize,
-    slot: u32,
-    nonce: u64,
-    base: u64,
-    len: u64,
-    /// The key of the endpoint's memory lane, when the region is reachable through it.
-    pub(crate) lane: Option<RemoteKey>,
-    /// The key of its memory lane for device memory (the region is device memory).
-    pub(crate) lane_dev: Option<RemoteKey>,
-    /// The peer's shared-memory region mapped here: put and get become copies.
-    mapped: Option<Arc<Segment>>,
-    /// The endpoint's count of operations carried by messages: a copy through `mapped`
-    /// must wait behind them.
-    order: Order,
-}
-
-/// How many RMA operations of an endpoint travel as messages that the target has not
-/// confirmed yet (queued, awaiting replies, or puts awaiting their acknowledgement). The
-/// worker writes it under its lock; the C shim's mapped-copy path, which runs without the
-/// lock, reads it through the endpoint's keys ([`Rkey::mapped_range`]).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Order(Arc<AtomicU32>);
-
-impl Order {
-    /// Records the endpoint's counts.
-    pub(crate) fn note(&self, carried: u32, puts_unacked: u32) {
-        self.0
-            .store(carried.saturating_add(puts_unacked), Ordering::Release);
-    }
-
-    /// Whether an operation that takes effect at once would overtake an earlier one.
-    #[inline]
-    pub(crate) fn pending(&self) -> bool {
-        self.0.load(Ordering::Acquire) != 0
-    }
-}
-
-impl Rkey {
-    /// The remote region's bounds.
-    pub fn bounds(&self) -> (u64, u64) {
-        (self.base, self.len)
-    }
-
-    /// Where remote address `addr` lies in this process, when the peer's region is mapped
-    /// here (same-host shared memory): loads and stores there reach the peer's memory
-    /// (`ucp_rkey_ptr`). `Err(Unreachable)` when it is not mapped; `Err(InvalidParam)`
-    /// outside the region.
-    pub fn local_ptr(&self, addr: u64) -> UcsResult<*mut u8> {
-        let seg = self.mapped.as_ref().ok_or(Status::Unreachable)?;
-        if addr < self.base || addr - self.base >= self.len.max(1) {
-            return Err(Status::InvalidParam);
-        }
-        Ok(seg.base().wrapping_add((addr - self.base) as usize))
-    }
-
-    /// Where `len` bytes at remote address `addr` lie in this process, when the key is
-    /// endpoint `ep`'s and the peer's region is mapped here and holds them all: what a put
-    /// or get of host memory that touches nothing else needs (the mapping lives as long as
-    /// the key). `None` otherwise, the general path's to report.
-    #[inline]
-    pub fn mapped_range(&self, ep: EpHandle, addr: u64, len: usize) -> Option<*mut u8> {
-        let seg = self.mapped.as_ref()?;
-        if self.order.pending() {
-            return None;
-        }
-        let off = addr.checked_sub(self.base)?;
-        let end = off.checked_add(len as u64)?;
-        (self.ep == ep.0 as usize && end <= self.len).then(|| seg.base().wrapping_add(off as usize))
-    }
-
-    /// Spoils the key's nonce, as a peer forging a key would.
-    #[cfg(test)]
-    pub(crate) fn forge_nonce_for_test(&mut self) {
-        self.nonce ^= 2;
-    }
-
-    fn check(&self, addr: u64, len: usize) -> UcsResult<()> {
-        RemoteKey {
-            base: self.base,
-            len: self.len,
-            key: 0,
-        }
-        .check_range(addr, len as u64)
-    }
-}
-
-/// Atomic operations (`ucp_atomic_op_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum AtomicOp {
-    Add = 0,
-    And = 1,
-    Or = 2,
-    Xor = 3,
-    Swap = 4,
-    Cswap = 5,
-}
-
-impl AtomicOp {
-    fn from_u8(v: u8) -> Option<AtomicOp> {
-        Some(match v {
-            0 => AtomicOp::Add,
-            1 => AtomicOp::And,
-            2 => AtomicOp::Or,
-            3 => AtomicOp::Xor,
-            4 => AtomicOp::Swap,
-            5 => AtomicOp::Cswap,
-            _ => return None,
-        })
-    }
-}
-
-/// The state of an RMA operation carried by messages.
-#[derive(Debug)]
-pub(crate) struct RmaOp {
-    pub(crate) ep: usize,
-    kind: RmaKind,
-    data: DataState,
-    total: usize,
-    /// Bytes sent (put) or requested (get) so far.
-    offset: usize,
-    /// Replies still expected.
-    replies: u32,
-    status: Status,
-    addr: u64,
-    slot: u32,
-    nonce: u64,
-    /// Where an atomic's old value goes.
-    reply_buf: Option<Buf>,
-    atomic: (AtomicOp, u8, u64, u64),
-    /// Transport completions still expected (zero-copy lane).
-    comps: u32,
-    /// A device atomic's old value, written by the transport before it completes.
-    amo_old: Option<Box<u64>>,
-    /// Carried by messages (counted in the endpoint's `rma_carried`).
-    pub(crate) carried: bool,
-}
-
-impl RmaOp {
-    /// When the operation completes: a get into a device layout unpacks the bytes that
-    /// landed in its scratch buffer.
-    pub(crate) fn finish(&mut self) -> UcsResult<()> {
-        match self.kind {
-            RmaKind::Get => self.data.finish_recv(self.total),
-            _ => Ok(()),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum RmaKind {
-    Put,
-    Get,
-    Atomic,
-}
 
 const RKEY_MAGIC: &[u8; 4] = b"RKY1";
-
-/// The operand sizes of atomics, in bytes.
-pub const ATOMIC_SIZES: [usize; 4] = [1, 2, 4, 8];
 
 /// Puts and gets of at most this many bytes of a peer's host memory go by messages, not
 /// by a memory lane that costs more per operation (see `Worker::rma`).
 const SMALL_RMA: usize = 1024;
-
-/// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
-pub(crate) type MappingCache = rustc_hash::FxHashMap<(u32, u32, u64), Arc<Segment>>;
-
-/// Peers' regions kept mapped at once (see `map_window`).
-const MAX_MAPPINGS: usize = 256;
 
 impl Worker {
     /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
@@ -560,7 +333,7 @@ impl Worker {
         // connection, or its active messages go through shared memory or loopback).
         let shm_ep = e
             .rma
-            .is_some_and(|l| !super::wireup::by_messages(&self.core.info[l.iface]))
+            .is_some_and(|l| !wireup::by_messages(&self.core.info[l.iface]))
             || matches!(
                 self.core.info[e.am.iface].kind,
                 uct::component::DeviceKind::SharedMemory | uct::component::DeviceKind::Loopback
@@ -597,7 +370,7 @@ impl Worker {
         data: &Data,
         remote_addr: u64,
         rkey: &Rkey,
-        p: crate::SendParams,
+        p: SendParams,
     ) -> UcsResult<Option<ReqId>> {
         self.rma(
             ep,
@@ -618,7 +391,7 @@ impl Worker {
         data: &Data,
         remote_addr: u64,
         rkey: &Rkey,
-        p: crate::SendParams,
+        p: SendParams,
     ) -> UcsResult<Option<ReqId>> {
         self.rma(
             ep,
@@ -648,7 +421,7 @@ impl Worker {
         remote_addr: u64,
         rkey: &Rkey,
         reply: Option<Buf>,
-        p: crate::SendParams,
+        p: SendParams,
     ) -> UcsResult<ReqId> {
         if !ATOMIC_SIZES.contains(&size) || !remote_addr.is_multiple_of(size as u64) {
             return Err(Status::InvalidParam);
@@ -699,8 +472,11 @@ impl Worker {
             return None;
         }
         let len = local.len();
-        if let Err(s) = rkey.check(remote_addr, len) {
-            return Some(Err(s));
+        match rkey.check_start(remote_addr, len) {
+            Ok(false) => {}
+            // Past the region's end: by messages, for the target to judge.
+            Ok(true) => return None,
+            Err(s) => return Some(Err(s)),
         }
         let at = seg.base() as u64 + (remote_addr - rkey.base);
         if get {
@@ -734,7 +510,7 @@ impl Worker {
         data: &Data,
         remote_addr: u64,
         rkey: &Rkey,
-        p: crate::SendParams,
+        p: SendParams,
         reply_buf: Option<Buf>,
         atomic: (AtomicOp, u8, u64, u64),
     ) -> UcsResult<Option<ReqId>> {
@@ -759,7 +535,13 @@ impl Worker {
         } else {
             st.len()
         };
-        rkey.check(remote_addr, total)?;
+        // An access running past the key's region goes by messages too: only the target
+        // knows whether its registered memory covers it (`state::covered`).
+        let spans = rkey.check_start(remote_addr, total)?;
+        if spans && kind == RmaKind::Atomic {
+            return Err(Status::InvalidParam);
+        }
+        let behind = behind || spans;
         // Mapped shared memory: the operation is a copy, done now.
         if let (Some(seg), true, false) = (&rkey.mapped, kind != RmaKind::Atomic, behind) {
             let at = seg.base() as u64 + (remote_addr - rkey.base);
@@ -954,11 +736,9 @@ fn new_op(
     }
 }
 
-/// Sends the messages of queued message-carried RMA operations, in order, until the
-/// transport runs out of resources (from `run_actions`).
 /// Deregisters every region still mapped, before their memory goes (a worker dropped with
 /// regions the application never unmapped; `cuda_copy` pins host memory while registered).
-pub(super) fn unmap_all(ifaces: &mut [uct::OpenIface], core: &mut Core) {
+pub(crate) fn unmap_all(ifaces: &mut [uct::OpenIface], core: &mut Core) {
     for m in core.mems.drain() {
         for (i, r) in &m.regs {
             let _ = ifaces[*i].md().mem_dereg(r);
@@ -967,7 +747,9 @@ pub(super) fn unmap_all(ifaces: &mut [uct::OpenIface], core: &mut Core) {
     core.shm_regions = 0;
 }
 
-pub(super) fn progress_queue(ifaces: &mut [uct::OpenIface], core: &mut Core) -> usize {
+/// Sends the messages of queued message-carried RMA operations, in order, until the
+/// transport runs out of resources (from `run_actions`).
+pub(crate) fn progress_queue(ifaces: &mut [uct::OpenIface], core: &mut Core) -> usize {
     let mut n = 0;
     while let Some(&id) = core.rma_queue.front() {
         match push_rma(ifaces, core, id) {
@@ -1115,7 +897,7 @@ fn send_bytes(iface: &mut dyn uct::Iface, ep: uct::EpId, id: u8, b: &[u8]) -> Uc
 }
 
 /// A transport completion of a zero-copy RMA operation.
-pub(super) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
+pub(crate) fn on_completion(core: &mut Core, id: ReqId, status: Status) {
     if let Some(Op::Rma(o)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
         o.comps = o.comps.saturating_sub(1);
         if o.comps == 0 {
@@ -1146,17 +928,31 @@ impl Core {
             .get(slot as usize)
             .filter(|m| m.nonce == nonce)
             .ok_or(Status::InvalidParam)?;
-        RemoteKey {
+        let host = m.mem.host_accessible();
+        let inside = RemoteKey {
             base: m.base,
             len: m.len,
             key: 0,
         }
-        .check_range(addr, len)?;
-        Ok((addr, m.mem.host_accessible()))
+        .check_range(addr, len);
+        match inside {
+            Ok(()) => Ok((addr, host)),
+            // An access that runs on from the region into adjacent registered ones
+            // (`state::covered`); a later fragment of it may lie wholly past the region.
+            Err(s) => {
+                let end = addr.checked_add(len).ok_or(s)?;
+                let region_end = m.base.saturating_add(m.len);
+                if addr >= m.base && state::covered(&self.mems, region_end, end, host) {
+                    Ok((addr, host))
+                } else {
+                    Err(s)
+                }
+            }
+        }
     }
 
     /// RMA_PUT / RMA_GET / RMA_ATOMIC arrived: execute after the checks, and reply.
-    pub(super) fn on_rma_request(&mut self, am: u8, data: &[u8]) -> Res {
+    pub(crate) fn on_rma_request(&mut self, am: u8, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (ep, req, slot, nonce, addr) = match (r.u32(), r.u64(), r.u32(), r.u64(), r.u64()) {
             (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
@@ -1259,7 +1055,7 @@ impl Core {
     }
 
     /// RMA_PUT_ACK arrived: the target handled `count` of our puts.
-    pub(super) fn on_put_ack(&mut self, data: &[u8]) -> Res {
+    pub(crate) fn on_put_ack(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (ep, count, status) = match (r.u32(), r.u32(), r.u8()) {
             (Some(a), Some(b), Some(c)) if r.is_empty() => (a, b, c as i8),
@@ -1284,7 +1080,7 @@ impl Core {
     }
 
     /// RMA_REPLY arrived for one of our operations.
-    pub(super) fn on_rma_reply(&mut self, data: &[u8]) -> Res {
+    pub(crate) fn on_rma_reply(&mut self, data: &[u8]) -> Res {
         let mut r = Reader::new(data);
         let (ep, req, offset, status) = match (r.u32(), r.u64(), r.u64(), r.u8()) {
             (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d as i8),
@@ -1343,7 +1139,7 @@ impl Core {
 
 /// Queues one RMA_PUT_ACK for each endpoint whose peer's puts were handled since the
 /// last call (from `run_actions`, after the messages of a progress call).
-pub(super) fn send_put_acks(core: &mut Core) {
+pub(crate) fn send_put_acks(core: &mut Core) {
     for ep in std::mem::take(&mut core.put_ack_eps) {
         let Some(e) = core.eps.get_mut(ep) else {
             continue;
@@ -1364,80 +1160,5 @@ fn write_old(b: Buf, old: u64, size: u8) {
         2 => b.write_at(0, &(old as u16).to_ne_bytes()),
         4 => b.write_at(0, &(old as u32).to_ne_bytes()),
         _ => b.write_at(0, &old.to_ne_bytes()),
-    }
-}
-
-/// Writes an RMA_REPLY into `buf` (a transport's buffer, checked by the caller to hold
-/// `REPLY_HDR + data.len()` bytes); returns its length.
-pub(super) fn write_reply(
-    buf: &mut [u8],
-    ep: u32,
-    req: u64,
-    offset: u64,
-    status: Status,
-    data: &[u8],
-) -> usize {
-    buf[..4].copy_from_slice(&ep.to_le_bytes());
-    buf[4..12].copy_from_slice(&req.to_le_bytes());
-    buf[12..20].copy_from_slice(&offset.to_le_bytes());
-    buf[20] = status.code() as u8;
-    buf[REPLY_HDR..REPLY_HDR + data.len()].copy_from_slice(data);
-    REPLY_HDR + data.len()
-}
-
-/// The shared-memory window of the worker-allocated region (of `mems`, `shm_regions` of
-/// which are shared memory) holding `[lo, hi)`, if any: what a rendezvous key carries so a
-/// same-host peer copies without system calls.
-pub(crate) fn shm_window(
-    mems: &Slab<MemReg>,
-    shm_regions: usize,
-    lo: u64,
-    hi: u64,
-) -> Option<ShmWindow> {
-    if shm_regions == 0 {
-        return None;
-    }
-    mems.iter().find_map(|(_, m)| match &m.owned {
-        Some(Owned::Shm(seg)) if lo >= m.base && hi <= m.base + m.len => Some(ShmWindow {
-            pid: std::process::id(),
-            fd: seg.fd() as u32,
-            nonce: m.nonce,
-            seg_len: seg.len() as u64,
-            base: m.base,
-            len: m.len,
-        }),
-        _ => None,
-    })
-}
-
-/// Maps a same-host peer's region, once per region (`mappings` caches them by pid, fd and
-/// nonce); `None` when it cannot be (no ptrace rights over the peer, a peer gone, a file
-/// shorter than announced). Callers pass only windows of peers on this host (an endpoint
-/// with a memory lane, or a shared-memory one).
-pub(crate) fn map_window(mappings: &mut MappingCache, w: &ShmWindow) -> Option<Arc<Segment>> {
-    if w.pid == 0 || w.pid > i32::MAX as u32 {
-        return None;
-    }
-    let key = (w.pid, w.fd, w.nonce);
-    if let Some(m) = mappings.get(&key) {
-        if m.len() as u64 == w.seg_len {
-            return Some(Arc::clone(m));
-        }
-    }
-    match Segment::attach(w.pid as i32, w.fd, w.seg_len as usize) {
-        Ok(seg) => {
-            // Regions come and go: a long-lived worker keeps the recent ones (a key still
-            // using an evicted mapping holds it alive).
-            if mappings.len() >= MAX_MAPPINGS {
-                mappings.clear();
-            }
-            let seg = Arc::new(seg);
-            mappings.insert(key, Arc::clone(&seg));
-            Some(seg)
-        }
-        Err(e) => {
-            log::debug!("ucp: cannot map the peer's region: {e}");
-            None
-        }
     }
 }

@@ -11,7 +11,7 @@
 //!   has landed, while the next ones are being copied.
 //! - The receiver gathers the data messages of each fragment in a pinned buffer and copies
 //!   the fragment into the device as soon as it is whole, while the next ones arrive. The
-//!   receive completes when the last copy has landed.
+//!   receive completes when the last copy has landed (`rndv::finish_staged_recv`).
 //!
 //! A copy engine works from pinned memory at the bus's speed, and a driver copy from or
 //! into pageable memory (an eager message's, one at a time) at a fraction of it. A fragment whose copy is in flight keeps its buffer until the copy is done, or
@@ -27,11 +27,9 @@ use std::collections::VecDeque;
 use ucs::{Status, UcsResult};
 use uct::{EpId, Iface};
 
-use super::{Core, Op, SendOp};
 use crate::buf::{Buf, Staged};
 use crate::datatype::DataState;
 use crate::proto::wire::{self, FragHdr};
-use crate::request::ReqId;
 
 /// One fragment of a staged transfer: its pinned bytes (and their copy, while in flight).
 #[derive(Debug)]
@@ -81,15 +79,20 @@ pub(crate) struct SendStage {
     frags: VecDeque<Frag>,
 }
 
-/// Starts copying fragments of send `s` out of the device until `depth` are in flight or
-/// waiting to be sent.
-pub(super) fn fill(s: &mut SendOp, cfg: StageCfg) -> UcsResult<()> {
-    let DataState::Device(b) = &s.data else {
+/// Starts copying fragments of a send of `total` bytes of `data` (its stage `stage`) out of
+/// the device until `depth` are in flight or waiting to be sent.
+pub(crate) fn fill(
+    stage: &mut Option<Box<SendStage>>,
+    data: &DataState,
+    total: usize,
+    cfg: StageCfg,
+) -> UcsResult<()> {
+    let DataState::Device(b) = data else {
         return Err(Status::InvalidParam);
     };
-    let total = s.total.min(b.len());
+    let total = total.min(b.len());
     let frag = cfg.frag_for(total);
-    let st = s.stage.get_or_insert_with(Box::default);
+    let st = stage.get_or_insert_with(Box::default);
     while st.frags.len() < cfg.depth && st.next < total {
         let len = frag.min(total - st.next);
         let mut bytes = Staged::new(len);
@@ -104,25 +107,29 @@ pub(super) fn fill(s: &mut SendOp, cfg: StageCfg) -> UcsResult<()> {
     Ok(())
 }
 
-/// Sends what has landed of a staged send to the receiver's request `rreq`, as rendezvous
-/// data messages of at most `seg` bytes over `iface`/`ep`, refilling the pipeline as
-/// fragments go. `Ok(true)`: all sent; `Ok(false)`: waiting for a copy or for the
-/// transport (the caller tries again on the next progress).
+/// Sends what has landed of a staged send (its stage `stage`, its `total` bytes of `data`,
+/// `offset` of them sent) to the receiver's request `rreq`, as rendezvous data messages of
+/// at most `seg` bytes over `iface`/`ep`, refilling the pipeline as fragments go.
+/// `Ok(true)`: all sent; `Ok(false)`: waiting for a copy or for the transport (the caller
+/// tries again on the next progress).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn send(
+pub(crate) fn send(
     iface: &mut dyn Iface,
     ep: EpId,
     seg: usize,
     rid: u32,
     rreq: u64,
-    s: &mut SendOp,
+    stage: &mut Option<Box<SendStage>>,
+    data: &DataState,
+    total: usize,
+    offset: &mut usize,
     cfg: StageCfg,
     frags_sent: &mut u64,
 ) -> UcsResult<bool> {
     loop {
-        fill(s, cfg)?;
-        let Some(st) = s.stage.as_mut() else {
-            return Ok(s.offset >= s.total);
+        fill(stage, data, total, cfg)?;
+        let Some(st) = stage.as_mut() else {
+            return Ok(*offset >= total);
         };
         let Some(f) = st.frags.front_mut() else {
             return Ok(true);
@@ -149,7 +156,7 @@ pub(super) fn send(
                 Ok(n) => {
                     let n = n - wire::RNDV_DATA_HDR;
                     f.moved += n;
-                    s.offset += n;
+                    *offset += n;
                 }
                 Err(Status::NoResource) => return Ok(false),
                 Err(e) => return Err(e),
@@ -176,7 +183,7 @@ impl RecvStage {
 /// Takes `payload`, at message offset `off` of a staged receive of `total` bytes into the
 /// device buffer `dst`: into the pinned buffer of its fragment, and each fragment that is
 /// now whole starts its copy into the device. Returns the fragments started.
-pub(super) fn absorb(
+pub(crate) fn absorb(
     st: &mut RecvStage,
     cfg: StageCfg,
     dst: &Buf,
@@ -230,7 +237,7 @@ pub(super) fn absorb(
 /// Once all of a receive's data has arrived: drops the fragments whose copy into the device
 /// has landed, and any left part-filled by an error; returns whether the stage is idle now.
 /// A failed copy is an error (its fragment is dropped too).
-pub(super) fn poll(st: &mut RecvStage) -> UcsResult<bool> {
+pub(crate) fn poll(st: &mut RecvStage) -> UcsResult<bool> {
     let mut err = None;
     st.frags.retain_mut(|f| match f.bytes.landed() {
         Ok(done) => !done,
@@ -243,65 +250,6 @@ pub(super) fn poll(st: &mut RecvStage) -> UcsResult<bool> {
         Some(e) => Err(e),
         None => Ok(st.is_idle()),
     }
-}
-
-/// Completes the staged receives whose data has all arrived once their last copies into
-/// the device have landed; returns how many completed.
-pub(super) fn poll_recvs(core: &mut Core) -> usize {
-    let mut n = 0;
-    let mut waiting = std::mem::take(&mut core.stage_recvs);
-    waiting.retain(|&id| {
-        let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
-            return false; // completed otherwise (failed, cancelled)
-        };
-        let Some(st) = r.rndv.as_mut().and_then(|x| x.stage.as_mut()) else {
-            return false;
-        };
-        let idle = match poll(st) {
-            Ok(idle) => idle,
-            Err(e) => {
-                r.status = e;
-                poll(st).unwrap_or(true)
-            }
-        };
-        if !idle {
-            return true;
-        }
-        let (status, info) = (r.status, r.info);
-        core.complete(id, status, info);
-        n += 1;
-        false
-    });
-    core.stage_recvs = waiting;
-    n
-}
-
-/// Receive `id` has all its data: complete it, or, while copies into the device are in
-/// flight, leave it to [`poll_recvs`].
-pub(super) fn finish_recv(core: &mut Core, id: ReqId) {
-    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
-        return;
-    };
-    if let Some(st) = r.rndv.as_mut().and_then(|x| x.stage.as_mut()) {
-        match poll(st) {
-            Ok(true) => {}
-            Ok(false) => {
-                core.stage_recvs.push(id);
-                core.work = true;
-                return;
-            }
-            Err(e) => {
-                r.status = e;
-                if !poll(st).unwrap_or(true) {
-                    core.stage_recvs.push(id);
-                    core.work = true;
-                    return;
-                }
-            }
-        }
-    }
-    let (status, info) = (r.status, r.info);
-    core.complete(id, status, info);
 }
 
 #[cfg(test)]

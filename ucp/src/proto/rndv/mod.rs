@@ -4,27 +4,42 @@
 //! into device memory afterwards: `start_unpacks`), by a split in which each side copies
 //! part (`start_split`), or by the sender's writes (its put after an RTR_PUT,
 //! `start_put_recv`, or its push into our device buffer, `ask_push`). `finish_get`
-//! acknowledges and completes the receive. The sender's side is in `tag.rs` (`push_send`),
-//! the handlers of the protocol messages in `handler.rs`.
+//! acknowledges and completes the receive. The handlers of the messages a receiver gets
+//! (LAYOUT, LAYOUT_PART, FIN, RNDV_DATA) are at the end.
+//!
+//! The sender's side is in `send.rs`; `segs.rs` pairs local iov lists with a peer's
+//! segments and registers keys for both; `mapped.rs` copies through a mapping of a
+//! same-host peer's shared memory; `stage.rs` is the pipeline of device data through
+//! pinned fragments; `gpu.rs` moves device layouts with one kernel.
 
 use smallvec::SmallVec;
 use ucs::shm::Segment;
+use ucs::wire::Reader;
 use ucs::Status;
 use uct::{Done, Iov, MemoryType, OpenIface, RemoteKey};
 
-use super::mapped;
-use super::rma;
-use super::tag::{for_each_remote_seg, get_layout, on_completion, IovCutter};
-use super::{wireup, Bounce, Core, Ctrl, Op, RecvOp};
-use crate::buf;
-
+use crate::buf::{self, Bounce};
 use crate::datatype::DataState;
-use crate::proto::wire::{self, RemoteSeg, RndvKey, RtsData, ShmWindow};
+use crate::proto::rma;
+use crate::proto::wire::{self, FragHdr, RemoteSeg, RndvKey, RtsData, ShmWindow};
 use crate::request::ReqId;
 use crate::tag::TagInfo;
+use crate::worker::op::{Op, RecvOp};
+use crate::worker::state::{Bad, Core, Ctrl, Lane, Res};
+use crate::worker::wireup;
+use segs::{
+    for_each_remote_seg, get_layout, head_of, register_key, remote_segs, span_of, IovCutter,
+};
+
+#[cfg(feature = "cuda")]
+pub(crate) mod gpu;
+pub(crate) mod mapped;
+pub(crate) mod segs;
+pub(crate) mod send;
+pub(crate) mod stage;
 
 /// A rendezvous RTS matched receive `id`.
-pub(super) fn start_rndv_recv(
+pub(crate) fn start_rndv_recv(
     core: &mut Core,
     id: ReqId,
     info: TagInfo,
@@ -107,7 +122,7 @@ pub(super) fn start_rndv_recv(
 }
 
 /// Issues the gets of a matched get-rendezvous receive.
-pub(super) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
+pub(crate) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -162,7 +177,17 @@ pub(super) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     // Device data with a layout on either side: one kernel between the two layouts.
     #[cfg(feature = "cuda")]
     if key.device
-        && super::gpu_dt::direct_get(ifaces, core, id, lane, (ep, sreq), &rk, layout, &segs)
+        && gpu::direct_get(
+            ifaces,
+            core,
+            id,
+            lane,
+            (ep, sreq),
+            &rk,
+            layout,
+            &segs,
+            finish_get,
+        )
     {
         return;
     }
@@ -181,7 +206,7 @@ pub(super) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     if key.device {
         core.stats.rndv_device += 1;
         // Device to device on one GPU: the side with the smaller worker id makes every
-        // copy of the pair (see `handler::pushes_device`), so that the GPU does not switch
+        // copy of the pair (see `send::pushes_device`), so that the GPU does not switch
         // between the two processes' contexts for each message. We are not it: ask the
         // sender to write. Between two GPUs there is no such switch, and reading here
         // saves the request to write (one message of three).
@@ -266,11 +291,13 @@ pub(super) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
             return;
         }
         // Into the receive's own memory (its blocks, or a device layout's scratch buffer),
-        // not a bounce: a lane with UMR may take it (`worker::umr`).
+        // not a bounce: a lane with UMR may take it (`proto::umr`).
         let direct = matches!(core.reqs.get(id).map(|r| &r.state),
                 Some(Op::Recv(r)) if r.rndv.as_ref().is_none_or(|x| x.bounce.is_none()));
         let device = key.device || !host_only;
-        if direct && super::umr::layout_get(ifaces, core, id, lane, ep, sreq, &local, &dt, device) {
+        if direct
+            && crate::proto::umr::layout_get(ifaces, core, id, lane, ep, sreq, &local, &dt, device)
+        {
             return;
         }
         let iface = &mut ifaces[lane.iface];
@@ -314,7 +341,7 @@ fn ask_push(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
     ep: usize,
     sreq: u64,
     v: Iov,
@@ -351,7 +378,7 @@ fn get_mapped(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
     win: (&ShmWindow, &Segment),
     segs: &[RemoteSeg],
     layout: Option<(u64, u128)>,
@@ -438,7 +465,7 @@ fn start_split(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
     local: &[Iov],
 ) -> Option<usize> {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
@@ -478,7 +505,7 @@ fn start_split_layout(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
 ) -> Option<usize> {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return None;
@@ -515,26 +542,6 @@ fn start_split_layout(
     send_split(ifaces, core, id, lane, ep, m, c).then_some(head)
 }
 
-/// Registers `len` bytes at `addr` with `md` for a peer's access, and encodes the
-/// rendezvous key a receiver's RTR carries for it (`shm`: a window of our shared memory
-/// the peer may map instead; `device`: the memory is CUDA device memory).
-pub(super) fn register_key(
-    md: &dyn uct::Md,
-    addr: u64,
-    len: usize,
-    shm: Option<ShmWindow>,
-    device: bool,
-) -> ucs::UcsResult<(uct::MemH, wire::KeyBytes)> {
-    let m = buf::register_span(md, addr, len)?;
-    let rkey = RndvKey {
-        mkey: md.mkey_pack(&m).into(),
-        shm,
-        device,
-    }
-    .encode();
-    Ok((m, rkey))
-}
-
 /// Where a split rendezvous of `total` bytes cuts: half each, at a page (the two copies
 /// touch separate pages and end together); `None` when there is nothing to share.
 fn split_point(total: usize) -> Option<usize> {
@@ -549,7 +556,7 @@ fn send_split(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
     ep: usize,
     m: uct::MemH,
     c: Ctrl,
@@ -580,44 +587,10 @@ fn send_split(
     true
 }
 
-/// The non-empty regions of `iov`, as a peer addresses them.
-pub(super) fn remote_segs(iov: &[Iov]) -> wire::Segs {
-    iov.iter()
-        .filter(|v| v.length > 0)
-        .map(|v| RemoteSeg {
-            addr: v.buffer as u64,
-            len: v.length as u64,
-        })
-        .collect()
-}
-
-/// The lowest and one-past-highest address of `segs` (`None` when there are none): the
-/// span one registration covers.
-pub(super) fn span_of(segs: &[RemoteSeg]) -> Option<(u64, u64)> {
-    let lo = segs.iter().map(|v| v.addr).min()?;
-    let hi = segs.iter().map(|v| v.addr + v.len).max()?;
-    Some((lo, hi))
-}
-
-/// The first `n` bytes of a remote segment list.
-fn head_of(segs: &[RemoteSeg], n: usize) -> wire::Segs {
-    let mut left = n as u64;
-    let mut out = wire::Segs::with_capacity(segs.len());
-    for g in segs {
-        if left == 0 {
-            break;
-        }
-        let len = g.len.min(left);
-        out.push(RemoteSeg { addr: g.addr, len });
-        left -= len;
-    }
-    out
-}
-
 /// Exposes the buffer of a receive matched by a put rendezvous: registers it and answers
 /// RTR_PUT with its segments. Without a memory lane, or when the segment list does not fit
 /// one message, asks for the pipeline instead (plain RTR).
-pub(super) fn start_put_recv(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
+pub(crate) fn start_put_recv(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -662,7 +635,7 @@ pub(super) fn start_put_recv(ifaces: &mut [OpenIface], core: &mut Core, id: ReqI
 }
 
 /// FIN of a put rendezvous: the sender's writes have landed in receive `id`.
-pub(super) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
+pub(crate) fn on_fin(core: &mut Core, id: ReqId, status: Status) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -695,7 +668,7 @@ fn fail_get(core: &mut Core, id: ReqId, ep: usize, sreq: u64, s: Status) {
 }
 
 /// Every get of receive `id` finished: unpack a bounce buffer, acknowledge, complete.
-pub(super) fn finish_get(core: &mut Core, id: ReqId) {
+pub(crate) fn finish_get(core: &mut Core, id: ReqId) {
     let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
         return;
     };
@@ -732,6 +705,45 @@ pub(super) fn finish_get(core: &mut Core, id: ReqId) {
     }
 }
 
+/// A bounce that was being copied into device memory for receive `id` is done with: back to
+/// the pool, and the gets waiting for room go again (from the transports' completion of any
+/// request, before its own step).
+#[inline]
+pub(crate) fn unstage(core: &mut Core, id: ReqId) {
+    if !core.staging.is_empty() {
+        if let Some(i) = core.staging.iter().position(|(r, _)| *r == id) {
+            core.staging.swap_remove(i);
+            core.gets.extend(core.waiting_gets.drain(..));
+            core.work = true;
+        }
+    }
+}
+
+/// One of receive `r`'s gets (or its bounce's copy into device memory) completed with
+/// `status`: true when it was the last, so that the receive's get is finished
+/// ([`finish_get`]).
+#[inline]
+pub(crate) fn read_done(r: &mut RecvOp, status: Status) -> bool {
+    let x = r.rndv();
+    x.gets = x.gets.saturating_sub(1);
+    let gets = x.gets;
+    if status != Status::Ok {
+        r.status = status;
+    }
+    gets == 0
+}
+
+/// A completion of receive `id`'s bounce copy, as the transports' completion of it would
+/// be handled.
+fn get_completion(core: &mut Core, id: ReqId, status: Status) {
+    unstage(core, id);
+    if let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) {
+        if read_done(r, status) {
+            finish_get(core, id);
+        }
+    }
+}
+
 /// Pinned bounce bytes being copied into device memory beyond which a get that needs a
 /// bounce waits: half of what the pinned pool keeps, so that the bounces in flight and the
 /// one being read into all come from the pool.
@@ -749,8 +761,9 @@ fn stages(r: &mut RecvOp) -> bool {
 }
 
 /// Starts the copies of pinned bounces into the device memory of their receives, on the
-/// memory-type copy engine; each completes through `on_completion` and `finish_get`.
-pub(super) fn start_unpacks(ifaces: &mut [OpenIface], core: &mut Core) -> usize {
+/// memory-type copy engine; each completes through [`get_completion`] (the transport's
+/// completion, for those that finish later) and `finish_get`.
+pub(crate) fn start_unpacks(ifaces: &mut [OpenIface], core: &mut Core) -> usize {
     let Some(lane) = core.mt_copy else {
         return 0;
     };
@@ -763,7 +776,7 @@ pub(super) fn start_unpacks(ifaces: &mut [OpenIface], core: &mut Core) -> usize 
         };
         let src = Iov::from_mut_slice(b.as_mut_slice());
         let Some(dst) = r.data.device_iov(0, src.length) else {
-            on_completion(core, id, Status::NoResource);
+            get_completion(core, id, Status::NoResource);
             continue;
         };
         let x = r.rndv();
@@ -790,9 +803,189 @@ pub(super) fn start_unpacks(ifaces: &mut [OpenIface], core: &mut Core) -> usize 
         );
         match st {
             Ok(Done::Later) => core.staging.push((id, b)),
-            Ok(Done::Now) => on_completion(core, id, Status::Ok),
-            Err(s) => on_completion(core, id, s),
+            Ok(Done::Now) => get_completion(core, id, Status::Ok),
+            Err(s) => get_completion(core, id, s),
         }
     }
     n
+}
+
+/// Completes the staged receives whose data has all arrived once their last copies into
+/// the device have landed; returns how many completed.
+pub(crate) fn poll_staged_recvs(core: &mut Core) -> usize {
+    let mut n = 0;
+    let mut waiting = std::mem::take(&mut core.stage_recvs);
+    waiting.retain(|&id| {
+        let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+            return false; // completed otherwise (failed, cancelled)
+        };
+        let Some(st) = r.rndv.as_mut().and_then(|x| x.stage.as_mut()) else {
+            return false;
+        };
+        let idle = match stage::poll(st) {
+            Ok(idle) => idle,
+            Err(e) => {
+                r.status = e;
+                stage::poll(st).unwrap_or(true)
+            }
+        };
+        if !idle {
+            return true;
+        }
+        let (status, info) = (r.status, r.info);
+        core.complete(id, status, info);
+        n += 1;
+        false
+    });
+    core.stage_recvs = waiting;
+    n
+}
+
+/// Receive `id` has all its data: complete it, or, while copies into the device are in
+/// flight, leave it to [`poll_staged_recvs`].
+pub(crate) fn finish_staged_recv(core: &mut Core, id: ReqId) {
+    let Some(Op::Recv(r)) = core.reqs.get_mut(id).map(|r| &mut r.state) else {
+        return;
+    };
+    if let Some(st) = r.rndv.as_mut().and_then(|x| x.stage.as_mut()) {
+        match stage::poll(st) {
+            Ok(true) => {}
+            Ok(false) => {
+                core.stage_recvs.push(id);
+                core.work = true;
+                return;
+            }
+            Err(e) => {
+                r.status = e;
+                if !stage::poll(st).unwrap_or(true) {
+                    core.stage_recvs.push(id);
+                    core.work = true;
+                    return;
+                }
+            }
+        }
+    }
+    let (status, info) = (r.status, r.info);
+    core.complete(id, status, info);
+}
+
+impl Core {
+    /// A piece of a layout too large for one message: kept until the last one, then
+    /// learned as if an RTS had carried it. A piece at offset 0 starts over (a sender that
+    /// ran out of resources sends the whole layout again).
+    pub(crate) fn on_layout_part(&mut self, data: &[u8]) -> Res {
+        let (ep, hash, total, offset, bytes) =
+            wire::decode_layout_part(data).ok_or(Bad::Malformed(None))?;
+        let ep = self.live_ep(ep)?;
+        let e = &mut self.eps[ep];
+        if offset == 0 {
+            let mut v = Vec::new();
+            v.try_reserve_exact(total)
+                .map_err(|_| Bad::Malformed(Some(ep)))?;
+            e.layout_in = Some(Box::new((hash, total, v)));
+        }
+        let done = match e.layout_in.as_deref_mut() {
+            Some((h, t, v)) if *h == hash && *t == total && v.len() == offset => {
+                v.extend_from_slice(bytes);
+                v.len() == total
+            }
+            _ => return Err(Bad::Malformed(Some(ep))),
+        };
+        let whole = if done { e.layout_in.take() } else { None };
+        if let Some(whole) = whole {
+            self.learn_layout(ep, hash, &whole.2)
+                .map_err(|_| Bad::Malformed(Some(ep)))?;
+        }
+        Ok(())
+    }
+
+    /// A layout resent after our miss: learn it and read the data.
+    pub(crate) fn on_layout(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let (ep, rreq) = match (r.u32(), r.u64()) {
+            (Some(e), Some(q)) => (e, q),
+            _ => return Err(Bad::Malformed(None)),
+        };
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(rreq);
+        let hash = match self.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
+                match rv.rndv.as_ref().and_then(|x| x.rts.as_ref()) {
+                    Some(wire::RtsData::GetLayout { hash, .. }) => *hash,
+                    _ => return Err(Bad::Malformed(Some(ep))),
+                }
+            }
+            _ => return Err(Bad::Malformed(Some(ep))),
+        };
+        if r.rest().is_empty() {
+            // It came in LAYOUT_PART messages just before.
+            if self.cached_layout(ep, hash).is_none() {
+                return Err(Bad::Malformed(Some(ep)));
+            }
+        } else {
+            self.learn_layout(ep, hash, r.rest())
+                .map_err(|_| Bad::Malformed(Some(ep)))?;
+        }
+        self.gets.push_back(id);
+        self.work = true;
+        Ok(())
+    }
+
+    pub(crate) fn on_fin(&mut self, data: &[u8]) -> Res {
+        let (ep, rreq, status) = wire::decode_ack(data).ok_or(Bad::Malformed(None))?;
+        let ep = self.live_ep(ep)?;
+        let id = ReqId(rreq);
+        match self.reqs.get(id).map(|r| &r.state) {
+            Some(Op::Recv(r))
+                if r.peer.is_some_and(|(e, _)| e == ep)
+                    && r.rndv
+                        .as_ref()
+                        .is_some_and(|x| x.memh.is_some() || x.umr.is_some()) =>
+            {
+                let status = Status::from_code(status).unwrap_or(Status::IoError);
+                on_fin(self, id, status);
+                Ok(())
+            }
+            _ => Err(Bad::Malformed(Some(ep))),
+        }
+    }
+
+    pub(crate) fn on_rndv_data(&mut self, data: &[u8]) -> Res {
+        let mut r = Reader::new(data);
+        let h = FragHdr::read(&mut r).ok_or(Bad::Malformed(None))?;
+        let ep = self.live_ep(h.ep)?;
+        let payload = r.rest();
+        let id = ReqId(h.req);
+        let off = usize::try_from(h.offset).map_err(|_| Bad::Malformed(Some(ep)))?;
+        match self.reqs.get_mut(id).map(|r| &mut r.state) {
+            Some(Op::Recv(rv)) if rv.peer.is_some_and(|(e, _)| e == ep) => {
+                let end = off
+                    .checked_add(payload.len())
+                    .ok_or(Bad::Malformed(Some(ep)))?;
+                if end > rv.expect || off != rv.received {
+                    return Err(Bad::Malformed(Some(ep)));
+                }
+                if let DataState::Device(b) = &rv.data {
+                    // Device memory: through pinned fragments, each copied in as it fills.
+                    let (dst, expect) = (*b, rv.expect);
+                    let st = rv.rndv().stage.get_or_insert_with(Box::default);
+                    match stage::absorb(st, self.stage_cfg, &dst, expect, off, payload) {
+                        Ok(k) => self.stats.rndv_staged += k,
+                        Err(s) => rv.status = s,
+                    }
+                } else if let Err(s) = rv.data.unpack(off, payload) {
+                    rv.status = s;
+                }
+                rv.received = end;
+                if end == rv.expect {
+                    finish_staged_recv(self, id);
+                }
+                Ok(())
+            }
+            // A receive that was completed early (truncation) still gets the stream the
+            // sender had already started: drop it.
+            Some(Op::Done { .. }) => Ok(()),
+            _ => Err(Bad::Malformed(Some(ep))),
+        }
+    }
 }

@@ -32,9 +32,11 @@
 use ucs::{Status, UcsResult};
 use uct::{Done, Iface, IfaceFlags, Iov, OpenIface};
 
-use super::{Ctrl, Ep, Op, ReqId, SendOp};
-use crate::datatype::{DataState, DtLayout};
-use crate::worker::Core;
+use crate::datatype::DataState;
+use crate::dt::DtLayout;
+use crate::request::ReqId;
+use crate::worker::op::{Op, SendOp};
+use crate::worker::state::{Core, Ctrl, Ep, Lane};
 
 /// Key lists kept per peer (and ids remembered by the receiver that sent them).
 pub(crate) const KNOWN_MAX: usize = 64;
@@ -123,11 +125,11 @@ fn fnv(words: impl IntoIterator<Item = u64>) -> u64 {
 /// when neither applies (no UMR on the lane, `RUCX_UMR=blocks`): the caller reads block by
 /// block.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn layout_get(
+pub(crate) fn layout_get(
     ifaces: &mut [OpenIface],
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
     ep: usize,
     sreq: u64,
     local: &[Iov],
@@ -196,7 +198,7 @@ fn umr_request(
     iface: &mut dyn Iface,
     core: &mut Core,
     id: ReqId,
-    lane: super::Lane,
+    lane: Lane,
     ep: usize,
     sreq: u64,
     segs: &[(u64, u64)],
@@ -264,9 +266,9 @@ fn umr_request(
 /// The sender's side: writes send `s` (a host layout) chunk by chunk into the receiver's
 /// keys by UMR. `Ok(false)`: out of resources, the request stays as it was; call again.
 /// A failure to build or post is the send's status, and FIN carries it to the receiver.
-pub(super) fn write(
+pub(crate) fn write(
     iface: &mut dyn Iface,
-    lane: super::Lane,
+    lane: Lane,
     s: &mut SendOp,
     id: ReqId,
 ) -> UcsResult<bool> {
@@ -316,7 +318,7 @@ fn layout_segs(dt: &DtLayout, origin: u64, total: u64) -> UcsResult<Vec<(u64, u6
 
 fn post(
     iface: &mut dyn Iface,
-    lane: super::Lane,
+    lane: Lane,
     s: &mut SendOp,
     id: ReqId,
     chunk: u64,

@@ -13,17 +13,15 @@
 
 use ucs::{Status, UcsResult};
 
-use super::handler::{Bad, Res};
-use super::tag::new_recv;
-use super::{Core, EpHandle, Op, StreamMode, Worker};
 use crate::datatype::Data;
+use crate::proto::eager::new_recv;
 use crate::proto::select::Proto;
-use crate::request::ReqId;
+use crate::request::{EpHandle, ReqId};
 use crate::tag::{SenderId, TagInfo};
-use crate::{RecvParams, SendParams};
+use crate::worker::op::{Op, RecvParams, SendParams, StreamMode};
+use crate::worker::state::{Bad, Core, Res, Worker};
 
-pub const AM_STREAM: u8 = 18;
-pub const STREAM_HDR: usize = 4;
+pub use crate::proto::wire::{AM_STREAM, STREAM_HDR};
 
 /// The outcome of a stream receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +56,7 @@ impl Worker {
             st,
             total,
             Proto::EagerMulti,
-            0,
+            (0, 0, false),
             None,
             p.user_data,
             p.notify,
@@ -170,7 +168,7 @@ impl Worker {
 
 impl Core {
     /// STREAM arrived.
-    pub(super) fn on_stream(&mut self, data: &[u8]) -> Res {
+    pub(crate) fn on_stream(&mut self, data: &[u8]) -> Res {
         if data.len() < STREAM_HDR {
             return Err(Bad::Malformed(None));
         }
@@ -193,7 +191,7 @@ impl Core {
     }
 
     /// Moves queued stream bytes of `ep` into its posted receives, in order.
-    pub(super) fn stream_match(&mut self, ep: usize) {
+    pub(crate) fn stream_match(&mut self, ep: usize) {
         loop {
             let e = &mut self.eps[ep];
             let (Some(&id), Some(chunk)) = (e.stream_recvs.front(), e.stream_rx.front()) else {

@@ -4,6 +4,8 @@
 //! in order and receives match them in the same order, on host or device memory (any
 //! datatype), with no metadata message.
 //!
+//! [`TagScheme`]: crate::tag::scheme::TagScheme
+//!
 //! **Wrap safety.** A counter of `k` bits comes round after `2^k` messages. Reusing a tag
 //! is safe once the receiver has posted the receive of its previous use (receives of a
 //! channel are posted in order, and one endpoint delivers in order). So the counter space
@@ -19,91 +21,24 @@
 //! Closing a channel cancels its receives that have not matched (`Canceled`); its sends go
 //! on to complete as they would.
 
+//!
+//! The channel API is written against the worker's own: channels are kept by the worker
+//! (`channel/state.rs`), and everything else here goes through the calls an application
+//! makes (tag send and receive, progress, request status, binding a receive to an
+//! endpoint).
+
 use ucs::{Status, UcsResult};
 
-use super::{EpHandle, Worker};
+pub(crate) mod state;
+
+pub use state::{ChannelHandle, ChannelOpts, NextSend};
+
 use crate::datatype::Data;
-use crate::request::ReqId;
-use crate::tag::scheme::{Match, TagScheme, WrapPolicy};
-use crate::worker::tag::{RecvParams, SendParams};
-
-/// How a channel derives its tags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChannelOpts {
-    pub scheme: TagScheme,
-    /// The type field of every tag of the channel (keeps channels apart from other tagged
-    /// traffic of the application that uses the same scheme with other types).
-    pub msg_type: u64,
-    pub wrap: WrapPolicy,
-}
-
-impl Default for ChannelOpts {
-    fn default() -> Self {
-        ChannelOpts {
-            scheme: TagScheme::CHANNEL,
-            msg_type: 0xC,
-            wrap: WrapPolicy::Wait,
-        }
-    }
-}
-
-/// A channel of a worker: its slot and the slot's generation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ChannelHandle {
-    idx: u32,
-    gen: u32,
-}
-
-impl ChannelHandle {
-    /// The handle as one integer (for the C ABI).
-    pub fn to_raw(self) -> u64 {
-        u64::from(self.gen) << 32 | u64::from(self.idx)
-    }
-    pub fn from_raw(v: u64) -> ChannelHandle {
-        ChannelHandle {
-            idx: v as u32,
-            gen: (v >> 32) as u32,
-        }
-    }
-}
-
-pub(crate) struct Channel {
-    gen: u32,
-    ep: EpHandle,
-    id: u64,
-    opts: ChannelOpts,
-    /// Sends and receives taken so far (the counter field is these modulo the period).
-    sends: u64,
-    recvs: u64,
-    /// The synchronous send that opened each half of the counter space most recently.
-    markers: [Option<ReqId>; 2],
-    /// Receives posted and maybe not matched (cancelled at close).
-    pending: Vec<ReqId>,
-}
-
-/// What the next send of a channel is: its tag, and whether it must go synchronously
-/// (a marker; [`Worker::channel_sent`] records its request).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NextSend {
-    pub tag: u64,
-    pub sync: bool,
-}
-
-impl Channel {
-    fn half_len(&self) -> u128 {
-        (self.opts.scheme.counter_period() / 2).max(1)
-    }
-
-    fn counter(&self, n: u64) -> u64 {
-        (u128::from(n) % self.opts.scheme.counter_period()) as u64
-    }
-
-    fn tag(&self, n: u64) -> UcsResult<u64> {
-        self.opts
-            .scheme
-            .encode(self.opts.msg_type, self.id, self.counter(n))
-    }
-}
+use crate::request::{EpHandle, ReqId};
+use crate::tag::scheme::{Match, WrapPolicy};
+use crate::worker::op::{RecvParams, SendParams};
+use crate::worker::state::Worker;
+use state::Channel;
 
 impl Worker {
     /// Opens channel `id` on `ep`; the peer opens the same id on its endpoint to us.
@@ -116,7 +51,7 @@ impl Worker {
         opts: ChannelOpts,
     ) -> UcsResult<ChannelHandle> {
         opts.scheme.encode(opts.msg_type, id, 0)?;
-        if self.core.eps.get(ep.idx()).is_none() {
+        if !self.ep_exists(ep) {
             return Err(Status::InvalidParam);
         }
         if self
@@ -151,14 +86,6 @@ impl Worker {
         }
     }
 
-    /// Whether request `id` has finished (done, or done and freed already).
-    fn req_finished(&self, id: ReqId) -> bool {
-        match self.core.reqs.get(id) {
-            Some(r) => matches!(r.state, super::Op::Done { .. }),
-            None => true,
-        }
-    }
-
     /// The tag of the channel's next send, taking its counter. At the start of a half of
     /// the counter space it waits for (or, with `WrapPolicy::Error`, refuses with `Busy`)
     /// the marker that opened the other half, and says the send must be synchronous.
@@ -179,8 +106,8 @@ impl Worker {
             )
         };
         if let Some(m) = wait_for {
-            while !self.req_finished(m) {
-                if let Some(s) = self.core.eps.get(ep.idx()).and_then(|e| e.failed) {
+            while !self.request_finished(m) {
+                if let Some(s) = self.ep_failed(ep) {
                     return Err(s);
                 }
                 if policy == WrapPolicy::Error {
@@ -239,7 +166,7 @@ impl Worker {
                 .pending
                 .iter()
                 .copied()
-                .filter(|&r| self.req_finished(r))
+                .filter(|&r| self.request_finished(r))
                 .collect(),
             None => Vec::new(),
         };
@@ -272,7 +199,7 @@ impl Worker {
         p: RecvParams,
     ) -> UcsResult<ReqId> {
         let ep = self.channel(ch)?.ep;
-        if let Some(s) = self.core.eps.get(ep.idx()).and_then(|e| e.failed) {
+        if let Some(s) = self.ep_failed(ep) {
             return Err(s);
         }
         let (tag, mask) = self.channel_next_recv(ch)?;
@@ -288,36 +215,9 @@ impl Worker {
         let c = self.channels.remove(ch.idx as usize);
         for r in c.pending {
             self.request_cancel(r);
-            self.core.bound_recvs.retain(|(_, id)| *id != r);
+            self.unbind_recv(r);
         }
         Ok(())
-    }
-
-    /// Binds receive `req` to `ep`: if the endpoint fails before the receive matched, the
-    /// receive ends with the endpoint's error (a tagged receive is otherwise not tied to
-    /// any endpoint and would wait for ever).
-    pub fn bind_recv(&mut self, ep: EpHandle, req: ReqId) {
-        let core = &mut self.core;
-        if let Some(s) = core.eps.get(ep.idx()).and_then(|e| e.failed) {
-            let h = match core.reqs.get(req).map(|r| &r.state) {
-                Some(super::Op::Recv(r)) => r.handle,
-                _ => None,
-            };
-            if let Some(h) = h {
-                if core.matcher.cancel(h).is_some() {
-                    core.complete(req, s, None);
-                }
-            }
-            return;
-        }
-        // Drop bindings of receives that finished, now and then, so the list stays short.
-        if core.bound_recvs.len() >= 64 && core.bound_recvs.len().is_power_of_two() {
-            let reqs = &core.reqs;
-            core.bound_recvs.retain(|(_, id)| {
-                matches!(reqs.get(*id).map(|r| &r.state), Some(super::Op::Recv(_)))
-            });
-        }
-        core.bound_recvs.push((ep.idx(), req));
     }
 }
 
@@ -331,6 +231,7 @@ mod tests {
     use super::*;
     use crate::buf::Buf;
     use crate::context::Context;
+    use crate::tag::scheme::TagScheme;
 
     fn pair() -> (Worker, Worker, EpHandle, EpHandle) {
         let c = Arc::new(Context::new(

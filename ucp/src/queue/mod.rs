@@ -27,161 +27,31 @@
 //! Nothing is polled while no queue has a released operation waiting or running: the
 //! worker's fast path is untouched (one flag checked on the slow path).
 
+//!
+//! The queue API is written against the worker's own: queues are kept by the worker
+//! (`queue/state.rs`), which gives them a turn in `progress` and at its drop through the
+//! hooks the first queue registers (`QueueHooks`); everything else goes through the calls
+//! an application makes (tag send and receive, progress, request test and cancel).
+
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use ucs::{Status, UcsResult};
 use uct::trigger::{reached, Counters, DeferredQueue};
 
-use super::{EpHandle, RecvParams, SendParams, Worker};
+pub(crate) mod state;
+
+#[cfg(feature = "cuda")]
+pub use state::StreamOp;
+pub use state::{QueueId, QueueInfo, QueueParams, QueueStream, TriggerKind};
+
 use crate::datatype::Data;
-use crate::request::ReqId;
-
-/// A queue of a worker: its slot and the slot's generation, so that the id of a destroyed
-/// queue is refused rather than taken for a later queue in the same slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct QueueId {
-    idx: u32,
-    gen: u32,
-}
-
-/// How a queue's stream writes the trigger counter and waits on the completion counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum TriggerKind {
-    /// `cuStreamWriteValue32` / `cuStreamWaitValue32`.
-    #[default]
-    MemOp,
-    /// One-thread kernels (a system-scope store; a spin on a system-scope load).
-    Kernel,
-    /// The start by a stream memory operation (the cheaper write), the wait by a spinning
-    /// kernel (released sooner than the stream's own wait; it occupies one thread of the
-    /// GPU while it spins).
-    Mixed,
-}
-
-/// What drives a queue's starts and waits.
-#[derive(Clone, Copy, Debug)]
-pub enum QueueStream {
-    /// No stream, for CPU-only use: `enqueue_start` writes the trigger counter from the
-    /// host at once; `enqueue_wait` progresses the worker until the operations started so
-    /// far are done.
-    Host,
-    /// Someone else writes and waits on the counters (`queue_counters`): `enqueue_start`
-    /// and `enqueue_wait` only return the value to write or wait for. What a stream does,
-    /// done by a test or a custom driver.
-    External,
-    /// A CUDA stream: starts and waits are queued on it.
-    #[cfg(feature = "cuda")]
-    Cuda {
-        stream: ucs::cuda::StreamRef,
-        trigger: TriggerKind,
-    },
-}
-
-/// How a queue is made.
-#[derive(Clone, Copy, Debug)]
-pub struct QueueParams {
-    pub stream: QueueStream,
-    /// Where both counters start (any value: they are compared cyclically).
-    pub counter_base: u32,
-}
-
-impl Default for QueueParams {
-    fn default() -> Self {
-        QueueParams {
-            stream: QueueStream::Host,
-            counter_base: 0,
-        }
-    }
-}
-
-/// What a queue has done, as `queue_query` reports it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueInfo {
-    /// Operations enqueued and not yet fired (released or not).
-    pub pending: usize,
-    /// Fired and not finished.
-    pub running: usize,
-    /// Starts issued, and operations they released.
-    pub starts: u32,
-    pub started: u32,
-    /// Finished operations (the completion counter minus its base).
-    pub completed: u32,
-    /// The first error an operation finished with, and how many did.
-    pub error: Option<Status>,
-    pub failed: u64,
-}
-
-/// An operation waiting for its trigger.
-#[derive(Debug)]
-enum Queued {
-    Send {
-        ep: EpHandle,
-        data: Data,
-        tag: u64,
-    },
-    Recv {
-        src: EpHandle,
-        data: Data,
-        tag: u64,
-        mask: u64,
-    },
-}
-
-/// A running operation: its request, and for a receive the endpoint it waits on.
-#[derive(Clone, Copy, Debug)]
-struct Running {
-    req: ReqId,
-    src: Option<EpHandle>,
-    /// A receive posted before its start: the trigger value of that start, from which its
-    /// completion counts.
-    counts_from: Option<u32>,
-    /// Its status, once it finished before its start (its request is freed).
-    early: Option<Status>,
-}
-
-impl Running {
-    fn fired(req: ReqId, src: Option<EpHandle>) -> Running {
-        Running {
-            req,
-            src,
-            counts_from: None,
-            early: None,
-        }
-    }
-
-    /// Whether its completion may be counted, the trigger counter being at `trigger`.
-    fn countable(&self, trigger: u32) -> bool {
-        self.counts_from.is_none_or(|c| reached(trigger, c))
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Queue {
-    dq: DeferredQueue<Queued>,
-    stream: QueueStream,
-    base: u32,
-    /// Starts issued (the last wrote `base + starts`).
-    starts: u32,
-    /// Operations enqueued since the last start.
-    batch: u32,
-    /// Operations released by the starts so far.
-    started: u32,
-    running: SmallVec<[Running; 8]>,
-    /// Failures already returned to the caller by a host wait.
-    reported: u64,
-    gen: u32,
-}
-
-impl Queue {
-    fn issued(&self) -> u32 {
-        self.base.wrapping_add(self.starts)
-    }
-
-    fn armed(&self) -> bool {
-        self.dq.armed(self.issued())
-    }
-}
+use crate::request::{EpHandle, ReqId};
+use crate::worker::op::{RecvParams, SendParams};
+use crate::worker::state::{QueueHooks, Worker};
+#[cfg(feature = "cuda")]
+use state::stream_op;
+use state::{Kick, Queue, Queued, Running};
 
 impl Worker {
     /// Creates a queue (`ucpx_queue_create`). A CUDA stream's queue keeps its counters in
@@ -189,6 +59,11 @@ impl Worker {
     pub fn queue_create(&mut self, p: QueueParams) -> UcsResult<QueueId> {
         let mapped = !matches!(p.stream, QueueStream::Host | QueueStream::External);
         let dq = DeferredQueue::new(p.counter_base, mapped)?;
+        // The worker gives the queues a turn in its progress and at its drop.
+        self.queue_hooks.get_or_insert(QueueHooks {
+            progress: Worker::progress_queues,
+            drop: Worker::queues_drop_all,
+        });
         self.queue_gen = self.queue_gen.wrapping_add(1);
         let gen = self.queue_gen;
         let i = self.queues.insert(Queue {
@@ -224,11 +99,11 @@ impl Worker {
 
     /// `InvalidParam` for an endpoint this worker does not have.
     fn ep_known(&self, ep: EpHandle) -> UcsResult<()> {
-        self.core
-            .eps
-            .get(ep.idx())
-            .map(|_| ())
-            .ok_or(Status::InvalidParam)
+        if self.ep_exists(ep) {
+            Ok(())
+        } else {
+            Err(Status::InvalidParam)
+        }
     }
 
     fn enqueue(&mut self, q: QueueId, op: Queued) -> UcsResult<()> {
@@ -313,12 +188,18 @@ impl Worker {
             counts_from: Some(qu.issued().wrapping_add(1)),
             early: None,
         });
+        self.arm_queues();
+        Ok(())
+    }
+
+    /// A queue has a released operation to fire or one running: the worker gives the
+    /// queues their turn in `progress` from now on, and a progress thread wakes.
+    fn arm_queues(&mut self) {
         self.core.queues_armed = true;
         self.core.work = true;
         if let Some(k) = &self.queue_kick {
             k.kick();
         }
-        Ok(())
     }
 
     /// Releases every operation enqueued since the last start, as one batch
@@ -357,11 +238,7 @@ impl Worker {
         qu.starts = qu.starts.wrapping_add(1);
         qu.started = qu.started.wrapping_add(std::mem::take(&mut qu.batch));
         if qu.armed() {
-            self.core.queues_armed = true;
-            self.core.work = true;
-            if let Some(k) = &self.queue_kick {
-                k.kick();
-            }
+            self.arm_queues();
         }
         Ok(())
     }
@@ -505,7 +382,7 @@ impl Worker {
     /// Destroys every queue left when the worker goes (its drop): everything they hold is
     /// counted as finished, so no stream waits forever, and counters a stream may still
     /// use are kept until it is idle.
-    pub(super) fn queues_drop_all(&mut self) {
+    fn queues_drop_all(&mut self) {
         let ids: Vec<QueueId> = self
             .queues
             .iter()
@@ -521,7 +398,7 @@ impl Worker {
 
     /// Fires released operations and collects finished ones, for every armed queue
     /// (called from `progress` while `queues_armed`).
-    pub(super) fn progress_queues(&mut self) -> usize {
+    fn progress_queues(&mut self) -> usize {
         let mut n = 0;
         let ids: SmallVec<[usize; 4]> = self
             .queues
@@ -612,71 +489,11 @@ impl Worker {
 
     /// The error an endpoint failed with, if it did (closed or unknown: `NotConnected`).
     fn ep_failure(&self, ep: EpHandle) -> Option<Status> {
-        match self.core.eps.get(ep.idx()) {
-            Some(e) => e.failed,
-            None => Some(Status::NotConnected),
+        if self.ep_exists(ep) {
+            self.ep_failed(ep)
+        } else {
+            Some(Status::NotConnected)
         }
-    }
-}
-
-/// A stream write of the trigger counter or a stream wait on the completion counter, owed
-/// by a start or a wait and issued by [`issue`](Self::issue).
-#[cfg(feature = "cuda")]
-#[derive(Clone, Copy, Debug)]
-pub struct StreamOp {
-    stream: ucs::cuda::StreamRef,
-    trigger: TriggerKind,
-    addr: u64,
-    value: u32,
-    wait: bool,
-}
-
-#[cfg(feature = "cuda")]
-impl StreamOp {
-    /// Queues the operation on its stream.
-    pub fn issue(self) -> UcsResult<()> {
-        let s = self.stream;
-        match (self.wait, self.trigger) {
-            (false, TriggerKind::MemOp | TriggerKind::Mixed) => {
-                s.write_value(self.addr, self.value)
-            }
-            (false, TriggerKind::Kernel) => s.kernel_write(self.addr, self.value),
-            (true, TriggerKind::MemOp) => s.wait_value(self.addr, self.value),
-            (true, TriggerKind::Kernel | TriggerKind::Mixed) => {
-                s.kernel_wait(self.addr, self.value)
-            }
-        }
-    }
-}
-
-/// The stream operation of a start (`wait` false: write `value` to the trigger counter) or
-/// of a wait (for the completion counter to reach `value`); `None` without a stream.
-#[cfg(feature = "cuda")]
-fn stream_op(qu: &Queue, value: u32, wait: bool) -> UcsResult<Option<StreamOp>> {
-    let QueueStream::Cuda { stream, trigger } = qu.stream else {
-        return Ok(None);
-    };
-    let (t, c) = qu.dq.counters().device_ptrs().ok_or(Status::InvalidParam)?;
-    Ok(Some(StreamOp {
-        stream,
-        trigger,
-        addr: if wait { c } else { t },
-        value,
-        wait,
-    }))
-}
-
-/// Wakes a [`ProgressThread`] sleeping for lack of armed queues.
-#[derive(Debug, Default)]
-pub(crate) struct Kick {
-    kicked: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Kick {
-    pub(crate) fn kick(&self) {
-        *self.kicked.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.cv.notify_one();
     }
 }
 
@@ -723,12 +540,12 @@ impl ProgressThread {
                         Ok(mut g) => {
                             g.progress();
                             polls += 1;
-                            g.core.queues_armed
+                            g.queues_armed()
                         }
                         Err(std::sync::TryLockError::Poisoned(e)) => {
                             let mut g = e.into_inner();
                             g.progress();
-                            g.core.queues_armed
+                            g.queues_armed()
                         }
                         Err(std::sync::TryLockError::WouldBlock) => {
                             std::hint::spin_loop();
@@ -872,6 +689,14 @@ mod tests {
         }
     }
 
+    /// Writes the trigger counter of queue `q`, as its stream would.
+    fn trigger(w: &Worker, q: QueueId, value: u32) {
+        w.queue_counters(q)
+            .unwrap()
+            .trigger()
+            .store(value, Ordering::Release);
+    }
+
     fn completed(w: &Worker, q: QueueId) -> u32 {
         w.queue_query(q).unwrap().completed
     }
@@ -911,10 +736,7 @@ mod tests {
         assert_eq!(a.queue_query(q).unwrap().pending, 3);
 
         // The stream reaches the first start: the first batch (two sends) goes.
-        a.queue_counters(q)
-            .unwrap()
-            .trigger()
-            .store(101, Ordering::Release);
+        trigger(&a, q, 101);
         drive(&mut a, &mut b, |a, b| {
             completed(a, q) == 2 && b.request_status(ids[1]) == Status::Ok
         });
@@ -926,10 +748,7 @@ mod tests {
         );
         assert_eq!(a.queue_query(q).unwrap().pending, 1);
 
-        a.queue_counters(q)
-            .unwrap()
-            .trigger()
-            .store(102, Ordering::Release);
+        trigger(&a, q, 102);
         drive(&mut a, &mut b, |a, b| {
             completed(a, q) == 3 && b.request_status(ids[2]) == Status::Ok
         });
@@ -1004,10 +823,7 @@ mod tests {
         );
         assert_eq!(completed(&b, qb), 0);
         for r in 1..=rounds {
-            b.queue_counters(qb)
-                .unwrap()
-                .trigger()
-                .store(base.wrapping_add(r), Ordering::Release);
+            trigger(&b, qb, base.wrapping_add(r));
             drive(&mut a, &mut b, |_, b| completed(b, qb) == r);
         }
         assert_eq!(bufs, msgs);
@@ -1064,10 +880,7 @@ mod tests {
         a.enqueue_send(q, ab, &data(&big), 6).unwrap(); // rendezvous, never received
         a.enqueue_start(q).unwrap();
         a.enqueue_send(q, ab, &data(&big[..8]), 6).unwrap(); // never started
-        a.queue_counters(q)
-            .unwrap()
-            .trigger()
-            .store(1, Ordering::Release);
+        trigger(&a, q, 1);
         drive(&mut a, &mut b, |a, _| {
             a.queue_query(q).unwrap().running == 2
         });
@@ -1144,10 +957,7 @@ mod tests {
         let mut g = vec![0u8; 64];
         let rid = recv(&mut a, &mut g, 1);
         // The stream reaches start 1: the send goes and counts; the receive still waits.
-        b.queue_counters(q)
-            .unwrap()
-            .trigger()
-            .store(51, Ordering::Release);
+        trigger(&b, q, 51);
         drive(&mut a, &mut b, |a, b| {
             completed(b, q) == 1 && a.request_status(rid) == Status::Ok
         });
@@ -1155,10 +965,7 @@ mod tests {
         spin(&mut a, &mut b, 200);
         assert_eq!(completed(&b, q), 1);
         // Start 2: the receive counts; the wait covers both.
-        b.queue_counters(q)
-            .unwrap()
-            .trigger()
-            .store(52, Ordering::Release);
+        trigger(&b, q, 52);
         drive(&mut a, &mut b, |_, b| completed(b, q) == 2);
         assert_eq!(b.enqueue_wait(q).unwrap(), 52);
         let info = b.queue_query(q).unwrap();

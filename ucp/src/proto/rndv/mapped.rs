@@ -9,7 +9,7 @@
 //! iov lists and `MPI_Type_vector` become, and segment by segment otherwise.
 //!
 //! Addresses of the peer's side are translated into the mapping and checked against the
-//! window by the caller ([`remote_canon`], `tag::mapped_addr`) before anything is copied.
+//! window by the caller ([`remote_canon`], [`remote_segs`]) before anything is copied.
 
 use smallvec::SmallVec;
 use ucs::shm::Segment;
