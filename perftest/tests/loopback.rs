@@ -398,7 +398,7 @@ fn one_sided_stream_and_am_tests_over_tcp() {
     }
 }
 
-/// The named application layouts of issue 7 on both sides, and mixed with contig, with
+/// The named application layouts (`ucp::dt::apps`) on both sides, and mixed with contig, with
 /// every message checked.
 #[test]
 fn named_layouts_send_and_receive_validated() {

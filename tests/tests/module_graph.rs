@@ -40,7 +40,10 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
                 .iter()
                 .map(|s| s.to_string_lossy().into_owned())
                 .collect();
-            if parts.last().is_some_and(|l| l == "mod" || l == "lib" || l == "main") {
+            if parts
+                .last()
+                .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+            {
                 parts.pop();
             }
             if parts.last().is_some_and(|l| l == "tests") || parts.iter().any(|p| p == "bin") {
@@ -150,11 +153,15 @@ fn paths(code: &str) -> Vec<String> {
         while let Some(i) = code[from..].find(kw) {
             let at = from + i;
             from = at + kw.len();
-            if at > 0 && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b':') {
+            if at > 0
+                && (b[at - 1].is_ascii_alphanumeric() || b[at - 1] == b'_' || b[at - 1] == b':')
+            {
                 continue;
             }
             let mut end = at;
-            while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_' || b[end] == b':') {
+            while end < b.len()
+                && (b[end].is_ascii_alphanumeric() || b[end] == b'_' || b[end] == b':')
+            {
                 end += 1;
             }
             out.push(code[at..end].trim_end_matches(':').to_string());
@@ -260,7 +267,10 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
         t.n += 1;
         t.st.push(v.to_string());
         t.on.insert(v.to_string());
-        let next: Vec<String> = t.e.get(v).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let next: Vec<String> =
+            t.e.get(v)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default();
         for w in next {
             if !t.idx.contains_key(&w) {
                 visit(t, &w);
@@ -308,7 +318,12 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 }
 
 /// The module graph of one crate: module -> modules it names.
-fn graph(krate: &str) -> (BTreeMap<String, PathBuf>, BTreeMap<String, BTreeSet<String>>) {
+fn graph(
+    krate: &str,
+) -> (
+    BTreeMap<String, PathBuf>,
+    BTreeMap<String, BTreeSet<String>>,
+) {
     let src = root().join(krate).join("src");
     let mods = modules(&src);
     let re = reexports(&code_of(&std::fs::read_to_string(&mods[""]).unwrap()));
@@ -332,7 +347,9 @@ fn graph(krate: &str) -> (BTreeMap<String, PathBuf>, BTreeMap<String, BTreeSet<S
         }
         for p in paths(&code) {
             if let Some(t) = resolve_via(m, &p, &mods, &re) {
-                if p.ends_with(&format!("::{}", t.rsplit("::").next().unwrap_or(""))) && !t.is_empty() {
+                if p.ends_with(&format!("::{}", t.rsplit("::").next().unwrap_or("")))
+                    && !t.is_empty()
+                {
                     bound.insert(t.rsplit("::").next().unwrap_or("").to_string(), t.clone());
                 }
                 if !t.is_empty() && t != *m {
@@ -356,7 +373,9 @@ fn graph(krate: &str) -> (BTreeMap<String, PathBuf>, BTreeMap<String, BTreeSet<S
                 }
                 let mut end = at;
                 while end < bytes.len()
-                    && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_' || bytes[end] == b':')
+                    && (bytes[end].is_ascii_alphanumeric()
+                        || bytes[end] == b'_'
+                        || bytes[end] == b':')
                 {
                     end += 1;
                 }
@@ -387,7 +406,11 @@ fn no_module_imports_a_module_that_imports_it() {
                         .any(|l| l.starts_with("//! Module cycle:"))
                 });
             if !explained {
-                bad.push(format!("{krate}: {} modules: {}", comp.len(), comp.join(", ")));
+                bad.push(format!(
+                    "{krate}: {} modules: {}",
+                    comp.len(),
+                    comp.join(", ")
+                ));
             }
         }
     }
@@ -395,7 +418,10 @@ fn no_module_imports_a_module_that_imports_it() {
         for krate in CRATES {
             let (_, edges) = graph(krate);
             for (m, e) in &edges {
-                eprintln!("{krate} {m} -> {}", e.iter().cloned().collect::<Vec<_>>().join(" "));
+                eprintln!(
+                    "{krate} {m} -> {}",
+                    e.iter().cloned().collect::<Vec<_>>().join(" ")
+                );
             }
         }
     }
@@ -416,9 +442,18 @@ fn the_reader_sees_what_a_use_line_names() {
     for m in ["", "buf", "worker", "worker::rma"] {
         mods.insert(m.to_string(), PathBuf::new());
     }
-    assert_eq!(resolve("worker::tag", "super::rma::AtomicOp", &mods).as_deref(), Some("worker::rma"));
-    assert_eq!(resolve("worker::tag", "super::Core", &mods).as_deref(), Some("worker"));
-    assert_eq!(resolve("worker", "crate::buf::with_raw", &mods).as_deref(), Some("buf"));
+    assert_eq!(
+        resolve("worker::tag", "super::rma::AtomicOp", &mods).as_deref(),
+        Some("worker::rma")
+    );
+    assert_eq!(
+        resolve("worker::tag", "super::Core", &mods).as_deref(),
+        Some("worker")
+    );
+    assert_eq!(
+        resolve("worker", "crate::buf::with_raw", &mods).as_deref(),
+        Some("buf")
+    );
     let mut e: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     e.entry("a".into()).or_default().insert("b".into());
     e.entry("b".into()).or_default().insert("a".into());
