@@ -5,11 +5,13 @@
 # (`libucx-dev` for those headers, `ucx-utils` for the unmodified `ucx_perftest` that the
 # C ABI tests run over our libucp.so.0), OpenMPI 4.1.4 and pkg-config (MPI programs and a
 # C example built against our headers, run over our library), MPICH 4.0.2 (mpich,
-# libmpich-dev: its ch4:ucx device over our library, and its own test suite), and g++, make, autoconf,
+# libmpich-dev: its ch4:ucx device over our library, and its own test suite, whose source
+# curl downloads and xz-utils unpacks: contrib/mpich/suite.sh), and g++, make, autoconf,
 # automake, libtool and libpmix-dev (Charm++, built from the vendored source against our
 # headers: contrib/charm/test.sh), and cmake and libclang-dev (to build the real verbs
 # provider, feature `verbs`: rdma-mummy-sys compiles a stub library and generates bindings),
-# and python3 (a test regenerates docs/results.md from its data: contrib/bench/results.py).
+# and python3 with python3-venv (a test regenerates docs/results.md from its data:
+# contrib/bench/results.py; UCXX and Dask run in a virtual environment: docs/python.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +19,7 @@ need=()
 # Packages the test suite uses; add them here as tests come to need them.
 for pkg in iproute2 procps gcc g++ make autoconf automake libtool pkgconf libucx-dev ucx-utils \
   openmpi-bin libopenmpi-dev mpich libmpich-dev libpmix-dev cmake libclang-dev libfabric1 \
-  python3; do
+  python3 python3-venv curl xz-utils perl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
