@@ -692,32 +692,25 @@ impl Core {
         Ok(l)
     }
 
-    /// Whether operations other than the one at hand are in flight. A rendezvous receiver
-    /// splits the copy with its sender only when neither side has other work: in
-    /// `MPI_Sendrecv` or a window of messages both ends are busy with their own copies,
-    /// and the split's extra round trip made 32 KiB exchanges twice as slow
-    /// (docs/ucp.md, split rendezvous).
+    /// Whether operations other than receives are in flight: a rendezvous receiver splits
+    /// the copy with its sender only when this is false. In `MPI_Sendrecv`, a
+    /// bidirectional window or any exchange where both sides copy their own messages, the
+    /// receiver has a send of its own in flight, the second core is already busy, and the
+    /// split's extra round trip made 32 KiB exchanges twice as slow (docs/ucp.md, split
+    /// rendezvous). Other receives do not count: in a window of messages in one direction
+    /// the sender has nothing to copy, and writing tails is its share (1 MiB `tag_bw`
+    /// 43 → 70 GB/s against counting them, as from 2026-11-26 until 2026-12-07).
     ///
     /// A request that has finished and waits only for the application to release it is
-    /// not work: counting those (every slot of the request table) turned the split off in
-    /// a ping-pong that frees its send after the next receive, as `ucx_perftest` and
-    /// `rucx-perftest` do, and made same-host 2 MiB messages 1.8x slower from 2026-11-26
-    /// (commit a56e6bf) until 2026-12-06. The walk stops at the second request in flight;
-    /// it runs once per rendezvous of at least `UCX_RNDV_SPLIT_THRESH` bytes.
-    pub(crate) fn busy_besides_one(&self) -> bool {
-        let mut live = self.direct.len();
-        if live > 1 {
-            return true;
-        }
-        for (_, r) in self.reqs.iter() {
-            if !matches!(r.state, Op::Done { .. }) {
-                live += 1;
-                if live > 1 {
-                    return true;
-                }
-            }
-        }
-        false
+    /// not work: counting those turned the split off in a ping-pong that frees its send
+    /// after the next receive, as `ucx_perftest` and `rucx-perftest` do, and made
+    /// same-host 2 MiB messages 1.8x slower from 2026-11-26 (commit a56e6bf) until
+    /// 2026-12-06. The walk runs once per rendezvous of at least `UCX_RNDV_SPLIT_THRESH`
+    /// bytes.
+    pub(crate) fn busy_besides_receiving(&self) -> bool {
+        self.reqs
+            .iter()
+            .any(|(_, r)| !matches!(r.state, Op::Done { .. } | Op::Recv(_)))
     }
 
     /// A buffer holding `payload`, for an unexpected eager message.

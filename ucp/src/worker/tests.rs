@@ -812,8 +812,8 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
     }
     assert_eq!(a.stats().rndv_split, 0, "only receivers count splits");
 
-    // A receiver with other operations in flight (here another receive, as in
-    // MPI_Sendrecv or a window) reads everything itself: no split, same data.
+    // A receiver with another receive pending (a window of messages in one direction)
+    // still splits: its sender has nothing of its own to copy.
     let mut other = [0u8; 8];
     let pending = b
         .tag_recv(&contig_mut(&mut other), 77, u64::MAX, RecvParams::default())
@@ -832,14 +832,52 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
             && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
     });
     assert_eq!(b.wait(r).0, Status::Ok);
+    assert!(dst == src, "data of the rendezvous beside a pending receive");
+    splits += 1;
+    assert_eq!(
+        b.stats().rndv_split,
+        splits,
+        "a receiver with other receives pending splits"
+    );
+    b.request_cancel(pending);
+    assert_eq!(b.wait(pending).0, Status::Canceled);
+
+    // A receiver with a send of its own in flight (as in MPI_Sendrecv) reads everything
+    // itself: no split, same data. b's rendezvous send to a waits for a's receive.
+    let back = pattern(n, 13);
+    let bs = b
+        .tag_send(ba, &contig(&back), 79, SendParams::default())
+        .unwrap()
+        .expect("a rendezvous send is in flight until the peer receives it");
+    let src = pattern(n, 11);
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), 9, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), 9, SendParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    assert_eq!(b.wait(r).0, Status::Ok);
     assert!(dst == src, "data of the unsplit rendezvous");
     assert_eq!(
         b.stats().rndv_split,
         splits,
-        "a busy receiver does not split"
+        "a receiver with a send in flight does not split"
     );
-    b.request_cancel(pending);
-    assert_eq!(b.wait(pending).0, Status::Canceled);
+    let mut got = vec![0u8; n];
+    let ar = a
+        .tag_recv(&contig_mut(&mut got), 79, u64::MAX, RecvParams::default())
+        .unwrap();
+    drive(&mut a, &mut b, |a, b| {
+        a.request_status(ar) != Status::InProgress && b.request_status(bs) != Status::InProgress
+    });
+    assert_eq!(a.wait(ar).0, Status::Ok);
+    assert_eq!(b.wait(bs).0, Status::Ok);
+    assert!(got == back, "data of b's send");
 
     // A request that has finished but that the application has not released yet is not
     // work in flight: a ping-pong that frees its send after its next receive (as

@@ -267,7 +267,7 @@ pub(crate) fn start_get(ifaces: &mut [OpenIface], core: &mut Core, id: ReqId) {
         && layout.is_none()
         && r.rndv().bounce.is_none()
         && total >= core.split_thresh
-        && !core.busy_besides_one()
+        && !core.busy_besides_receiving()
     {
         if let Some(head) = start_split(ifaces, core, id, lane, &local) {
             // Read only the head; the sender writes the rest.
@@ -416,7 +416,7 @@ fn get_mapped(
     // Share the copy: the sender writes the tail (its RTR_SPLIT is out before this side
     // starts copying).
     let mut head = total;
-    if help && !generic && total >= core.split_thresh && !core.busy_besides_one() {
+    if help && !generic && total >= core.split_thresh && !core.busy_besides_receiving() {
         let split = match core.reqs.get_mut(id).map(|r| &mut r.state) {
             Some(Op::Recv(r)) if matches!(r.data, DataState::Layout(_)) => {
                 start_split_layout(ifaces, core, id, lane)
