@@ -215,9 +215,10 @@ static void legacy_beside_nbx(void)
 /* What UCXX does with a rendezvous active message: inside the receive callback it posts
  * ucp_am_recv_data_nbx (callback, user data, UCP_OP_ATTR_FLAG_NO_IMM_CMPL) into a buffer
  * of its own and returns UCS_INPROGRESS; the receive's callback later reports the whole
- * message. Sizes around and well above the rendezvous threshold. */
+ * message, never from inside that call. Sizes around and well above the rendezvous
+ * threshold. */
 struct rndv_rec {
-    int calls, done, rndv, hdr_ok;
+    int calls, done, rndv, hdr_ok, in_call, done_in_call;
     size_t length;
     ucs_status_t status;
     char *buf;
@@ -228,6 +229,7 @@ static void am_data_done(void *req, ucs_status_t status, size_t length, void *us
 {
     struct rndv_rec *r = user_data;
     r->done++;
+    r->done_in_call += r->in_call;
     r->status = status;
     r->length = length;
     ucp_request_free(req);
@@ -254,7 +256,9 @@ static ucs_status_t rndv_cb(void *arg, const void *header, size_t header_length,
                      UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv_am = am_data_done;
     p.user_data = r;
+    r->in_call = 1;
     void *q = ucp_am_recv_data_nbx(r->w, data, r->buf, length, &p);
+    r->in_call = 0;
     if (UCS_PTR_IS_ERR(q)) {
         r->status = UCS_PTR_STATUS(q);
         r->done++;
@@ -313,6 +317,11 @@ static void rndv_to(struct ct_pair *p, ucp_ep_h ep, ucp_worker_h w)
                  (int)rec.status, rec.length);
         CT_CHECK(ct_pattern_ok(rec.buf, n, 90 + (unsigned)k), "%zu bytes: data", n);
         CT_CHECK(rec.hdr_ok, "%zu bytes: the header", n);
+        /* With NO_IMM_CMPL the request comes back and calls back later, from progress:
+         * UCXX files the request it got as in flight (and a callback that frees it, as
+         * here, would leave the caller a freed request). */
+        CT_CHECK(rec.done_in_call == 0, "%zu bytes: the receive's callback ran inside "
+                 "ucp_am_recv_data_nbx", n);
         free(hdr);
         rndv_seen += rec.rndv;
         CT_OK(ct_wait(p, sr));
@@ -351,6 +360,6 @@ const struct ct_test ct_am[] = {
     {"legacy_kept_data", "data a deprecated AM handler keeps (UCS_INPROGRESS) stays valid until ucp_am_data_release", legacy_kept_data},
     {"legacy_remove", "a NULL handler removes it; setting it again restores it", legacy_remove},
     {"legacy_beside_nbx", "a deprecated AM handler and an nbx one on one worker each get their own messages", legacy_beside_nbx},
-    {"rndv_data_received_in_callback", "a rendezvous AM received with ucp_am_recv_data_nbx (NO_IMM_CMPL) from inside its callback, which returns UCS_INPROGRESS, completes with the whole message", rndv_data_received_in_callback},
+    {"rndv_data_received_in_callback", "a rendezvous AM received with ucp_am_recv_data_nbx (NO_IMM_CMPL) from inside its callback, which returns UCS_INPROGRESS, completes with the whole message, calling back from progress, not inside the call", rndv_data_received_in_callback},
     {0},
 };

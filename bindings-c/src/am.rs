@@ -237,7 +237,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
         };
         // SAFETY: forwarded contract.
         let p = match unsafe { Post::nbx(param, CbKind::Len) } {
-            Ok(p) => p,
+            Ok(p) => p.defer_if_no_imm(),
             Err(s) => return status_ptr(s),
         };
         // SAFETY: ucp.h's contract: the buffer stays valid until completion.

@@ -78,6 +78,19 @@ impl Post {
         }
     }
 
+    /// With `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`, an operation that finished inside the call
+    /// returns its request and calls back at the next progress, not from inside the call.
+    /// For `ucp_am_recv_data_nbx`: over UCX a rendezvous message's data never arrives
+    /// inside that call, and UCXX relies on it (it files the request it gets back as in
+    /// flight, and a callback that ran before would be lost, the request hanging). Rucx
+    /// may finish it in the call (a peer's memory mapped here, or data that came along).
+    pub(crate) fn defer_if_no_imm(self) -> Post {
+        Post {
+            defer_imm: self.defer_imm || self.no_imm,
+            ..self
+        }
+    }
+
     /// A `_nb` receive: its request is returned (and its callback called) even when it
     /// completes at once (UCX posts them with `UCP_OP_ATTR_FLAG_NO_IMM_CMPL`).
     fn legacy_recv(cb: Cb, dt: ucp_datatype_t) -> Post {
@@ -251,7 +264,7 @@ impl Post {
                 return status_ptr(Status::NoMemory);
             };
             // Completed by the next ucp_worker_progress (`Inner::deferred`).
-            w.with_inner(|i| i.deferred.push((h as usize, s)));
+            w.with_inner(|i| i.deferred.push((h as usize, s, info)));
             return user_ptr(h);
         }
         let want_req = self.no_imm;

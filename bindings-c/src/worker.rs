@@ -120,7 +120,7 @@ pub(crate) struct Inner {
     pub(crate) events: Vec<Event>,
     /// Requests that finished inside the call that posted them but report it at the next
     /// progress, as UCX's do (`Post::defer_imm`): request header and status.
-    pub(crate) deferred: Vec<(usize, Status)>,
+    pub(crate) deferred: Vec<(usize, Status, ucp_tag_recv_info_t)>,
     /// The buffer `progress` takes finished requests into, all at once and without a copy
     /// (it and the worker's queue trade places).
     pub(crate) done: Vec<ucp::Completion>,
@@ -476,7 +476,7 @@ impl CWorker {
     /// The shim's own part of [`quiet`](Self::quiet): no active message and no deferred
     /// completion queued (`poll_idle` asks it beside the worker's part).
     #[inline(always)]
-    fn shim_quiet(&self, deferred: &[(usize, Status)]) -> bool {
+    fn shim_quiet(&self, deferred: &[(usize, Status, ucp_tag_recv_info_t)]) -> bool {
         self.am_queue.is_empty() && deferred.is_empty()
     }
 
@@ -930,8 +930,8 @@ fn unhandled_timeout(ep: EpHandle) -> ! {
 /// Moves what is to be reported out of the worker.
 fn collect(g: &mut Inner) -> Vec<Event> {
     let mut ev = std::mem::take(&mut g.events);
-    for (h, s) in g.deferred.drain(..) {
-        ev.push(Event::Req(h, s, ucp_tag_recv_info_t::default()));
+    for (h, s, info) in g.deferred.drain(..) {
+        ev.push(Event::Req(h, s, info));
     }
     while let Some(c) = g.w.take_completion() {
         ev.push(Event::Req(c.user_data as usize, c.status, info_of(c.info)));
