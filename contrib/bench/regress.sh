@@ -51,8 +51,21 @@ mkdir -p "$cache"
 # build DIR TARGET: a release build of the tools and the C library in DIR.
 build() {
   (cd "$1" && CARGO_TARGET_DIR="$2" cargo build --release -q -p rucx-perftest -p rucx-bindings-c)
-  mkdir -p "$2/release/lib"
-  for n in ucp ucs ucm uct; do ln -sf ../librucx_bindings_c.so "$2/release/lib/lib$n.so.0"; done
+}
+
+# links TARGET: TARGET/release/lib with libucp.so.0, and the other library names where the
+# build serves them (builds before 2026-11-26 export no ucs_/ucm_/uct_ symbols: Debian's
+# UCX libraries stay under those names for them).
+links() {
+  mkdir -p "$1/release/lib"
+  ln -sf ../librucx_bindings_c.so "$1/release/lib/libucp.so.0"
+  for n in ucs ucm uct; do
+    if nm -D --defined-only "$1/release/librucx_bindings_c.so" | grep -q " ${n}_"; then
+      ln -sf ../librucx_bindings_c.so "$1/release/lib/lib$n.so.0"
+    else
+      rm -f "$1/release/lib/lib$n.so.0"
+    fi
+  done
 }
 
 old="$cache/$base_hash"
@@ -67,6 +80,8 @@ fi
 echo "# building the working tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ", with changes"))"
 new_target=${CARGO_TARGET_DIR:-$PWD/target}
 build "$PWD" "$new_target"
+links "$old/target"
+links "$new_target"
 
 declare -A dir=([old]="$old/target/release" [new]="$new_target/release")
 
