@@ -21,7 +21,12 @@ fn have(tool: &str) -> bool {
 
 #[test]
 fn mpich_test_suite_subset_over_rucx() {
-    for tool in ["mpicc.mpich", "mpiexec.mpich", "mpicc.openmpi", "mpirun.openmpi"] {
+    for tool in [
+        "mpicc.mpich",
+        "mpiexec.mpich",
+        "mpicc.openmpi",
+        "mpirun.openmpi",
+    ] {
         if !have(tool) {
             return common::skip(&format!(
                 "{tool} not found (Debian: mpich libmpich-dev openmpi-bin libopenmpi-dev)"
@@ -71,7 +76,10 @@ fn mpich_test_suite_subset_over_rucx() {
             .map(|(a, b)| (a.parse::<u32>().unwrap(), b.parse::<u32>().unwrap()))
             .unwrap_or_else(|| panic!("{mpi}: {line}"));
         assert!(counts.1 >= 30, "{mpi}: only {} tests ran: {line}", counts.1);
-        assert_eq!(counts.0, counts.1, "{mpi}: not every test passed over Rucx:\n{section}");
+        assert_eq!(
+            counts.0, counts.1,
+            "{mpi}: not every test passed over Rucx:\n{section}"
+        );
     }
     eprintln!("{summary}");
 }

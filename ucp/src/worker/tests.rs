@@ -832,7 +832,10 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
             && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
     });
     assert_eq!(b.wait(r).0, Status::Ok);
-    assert!(dst == src, "data of the rendezvous beside a pending receive");
+    assert!(
+        dst == src,
+        "data of the rendezvous beside a pending receive"
+    );
     splits += 1;
     assert_eq!(
         b.stats().rndv_split,
@@ -2214,7 +2217,9 @@ fn rma_put_get_atomics_and_bounds() {
             a.put(ab, &contig(&src), base + (1 << 20), &rk, sp),
             Err(Status::InvalidParam)
         );
-        let r = a.put(ab, &contig(&src), base + (1 << 20) - 8, &rk, sp).unwrap();
+        let r = a
+            .put(ab, &contig(&src), base + (1 << 20) - 8, &rk, sp)
+            .unwrap();
         assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls}");
         assert_eq!(flushed(&mut a, &mut b), Status::InvalidParam, "{tls}");
         assert_eq!(flushed(&mut a, &mut b), Status::Ok, "{tls}");
@@ -2227,16 +2232,24 @@ fn rma_put_get_atomics_and_bounds() {
         let (lo, rest) = two.split_at_mut(8192);
         let hi = &mut rest[..8192];
         // SAFETY: `two` outlives both mappings (unmapped below).
-        let lo_h = b.mem_map(Some(unsafe { Buf::from_mut_slice(lo) }), 8192).unwrap();
+        let lo_h = b
+            .mem_map(Some(unsafe { Buf::from_mut_slice(lo) }), 8192)
+            .unwrap();
         // SAFETY: as above.
-        let hi_h = b.mem_map(Some(unsafe { Buf::from_mut_slice(hi) }), 8192).unwrap();
+        let hi_h = b
+            .mem_map(Some(unsafe { Buf::from_mut_slice(hi) }), 8192)
+            .unwrap();
         let rk_lo = a.rkey_unpack(ab, &b.rkey_pack(lo_h).unwrap()).unwrap();
         let lo_base = rk_lo.bounds().0;
         for (off, n) in [(8184u64, 16usize), (100, 12000)] {
             let src = pattern(n, off as u8);
             let r = a.put(ab, &contig(&src), lo_base + off, &rk_lo, sp).unwrap();
             assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls} spanning put {n}");
-            assert_eq!(flushed(&mut a, &mut b), Status::Ok, "{tls} spanning put {n}");
+            assert_eq!(
+                flushed(&mut a, &mut b),
+                Status::Ok,
+                "{tls} spanning put {n}"
+            );
             let mut back = vec![0u8; n];
             let r = a
                 .get(ab, &contig_mut(&mut back), lo_base + off, &rk_lo, sp)
@@ -2251,7 +2264,10 @@ fn rma_put_get_atomics_and_bounds() {
             .unwrap();
         assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls}");
         assert_eq!(flushed(&mut a, &mut b), Status::InvalidParam, "{tls}");
-        assert!(two[2 * 8192..].iter().all(|&x| x == 0), "{tls}: written past the regions");
+        assert!(
+            two[2 * 8192..].iter().all(|&x| x == 0),
+            "{tls}: written past the regions"
+        );
         b.mem_unmap(lo_h).unwrap();
         b.mem_unmap(hi_h).unwrap();
         // Atomics on 64- and 32-bit words.
@@ -2332,7 +2348,10 @@ fn rma_put_get_atomics_and_bounds() {
             assert_eq!(back[..], src[..]);
             let len = rk.bounds().1;
             let over = a.rma_mapped(ab, false, buf_of(&src), base + len - 8, &rk);
-            assert_eq!(over, None, "past the end: the general path's, for the target");
+            assert_eq!(
+                over, None,
+                "past the end: the general path's, for the target"
+            );
             let before = a.rma_mapped(ab, false, buf_of(&src), base - 8, &rk);
             assert_eq!(before, Some(Err(Status::InvalidParam)), "before the start");
             assert_eq!(a.flush_nb(Some(ab)), Ok(None), "nothing in flight");
