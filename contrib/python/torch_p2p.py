@@ -6,7 +6,7 @@ nothing of GPUs (the GPU machine's OpenMPI 4.1.6 through mpi4py): the UCX librar
         -x LD_LIBRARY_PATH=<rucx lib> python contrib/python/torch_p2p.py [MAXSIZE]
 
 Each process takes GPU rank % ngpu. For every ordered pair (a, b) and every size from 4 B
-to MAXSIZE (default 256 MiB, by factors of 16): a sends a tensor to b, b checks every
+to MAXSIZE (default 256 MiB; by factors of 16, and MAXSIZE itself): a sends a tensor to b, b checks every
 element and sends it back, a checks it; then a timed ping-pong. Rank 0 prints
 "torch_p2p SIZE a b latency_us bandwidth_GB/s" lines and "torch_p2p: OK".
 
@@ -32,6 +32,8 @@ def main() -> int:
     while s <= maxsize:
         sizes.append(s)
         s *= 16
+    if sizes[-1] != maxsize:
+        sizes.append(maxsize)
     lines = []
     for size in sizes:
         n = size // 4
