@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Noncontiguous tag ping-pong beside UCX, in one go (issue 7's targets): `-D iov,iov` with
+# Noncontiguous tag ping-pong beside UCX, in one go: `-D iov,iov` with
 # gaps between the entries, as `ucx_perftest -s <list> -i <gap>` describes them, and the
 # contiguous message of the same size for the "within 1.2x of our contiguous" check.
 #
