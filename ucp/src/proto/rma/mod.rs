@@ -472,11 +472,8 @@ impl Worker {
             return None;
         }
         let len = local.len();
-        match rkey.check_start(remote_addr, len) {
-            Ok(false) => {}
-            // Past the region's end: by messages, for the target to judge.
-            Ok(true) => return None,
-            Err(s) => return Some(Err(s)),
+        if let Err(s) = rkey.check(remote_addr, len) {
+            return Some(Err(s));
         }
         let at = seg.base() as u64 + (remote_addr - rkey.base);
         if get {
@@ -535,13 +532,7 @@ impl Worker {
         } else {
             st.len()
         };
-        // An access running past the key's region goes by messages too: only the target
-        // knows whether its registered memory covers it (`state::covered`).
-        let spans = rkey.check_start(remote_addr, total)?;
-        if spans && kind == RmaKind::Atomic {
-            return Err(Status::InvalidParam);
-        }
-        let behind = behind || spans;
+        rkey.check(remote_addr, total)?;
         // Mapped shared memory: the operation is a copy, done now.
         if let (Some(seg), true, false) = (&rkey.mapped, kind != RmaKind::Atomic, behind) {
             let at = seg.base() as u64 + (remote_addr - rkey.base);
@@ -928,27 +919,13 @@ impl Core {
             .get(slot as usize)
             .filter(|m| m.nonce == nonce)
             .ok_or(Status::InvalidParam)?;
-        let host = m.mem.host_accessible();
-        let inside = RemoteKey {
+        RemoteKey {
             base: m.base,
             len: m.len,
             key: 0,
         }
-        .check_range(addr, len);
-        match inside {
-            Ok(()) => Ok((addr, host)),
-            // An access that runs on from the region into adjacent registered ones
-            // (`state::covered`); a later fragment of it may lie wholly past the region.
-            Err(s) => {
-                let end = addr.checked_add(len).ok_or(s)?;
-                let region_end = m.base.saturating_add(m.len);
-                if addr >= m.base && state::covered(&self.mems, region_end, end, host) {
-                    Ok((addr, host))
-                } else {
-                    Err(s)
-                }
-            }
-        }
+        .check_range(addr, len)?;
+        Ok((addr, m.mem.host_accessible()))
     }
 
     /// RMA_PUT / RMA_GET / RMA_ATOMIC arrived: execute after the checks, and reply.

@@ -164,43 +164,6 @@ impl Rkey {
         }
         .check_range(addr, len as u64)
     }
-
-    /// Checks an access of `len` bytes at `addr`: `Ok(false)` inside the key's region,
-    /// `Ok(true)` when it starts inside and runs past its end, which the target may allow
-    /// ([`covered`]), `Err(InvalidParam)` otherwise.
-    pub(super) fn check_start(&self, addr: u64, len: usize) -> UcsResult<bool> {
-        match self.check(addr, len) {
-            Ok(()) => Ok(false),
-            Err(_) if addr >= self.base && addr - self.base < self.len => {
-                addr.checked_add(len as u64).ok_or(Status::InvalidParam)?;
-                Ok(true)
-            }
-            Err(s) => Err(s),
-        }
-    }
-}
-
-/// Whether `[from, to)` is covered, without a gap, by regions of the table whose memory is
-/// host-accessible as `host` says. UCX lets a put or get that starts in a key's region run
-/// on into an adjacent registered one (its shared-memory transports check no bounds), and
-/// OpenMPI's dynamic windows rely on it: `MPI_Win_attach` registers each attached buffer
-/// apart, and an access spanning two adjacent buffers goes out under the first one's key
-/// (MPICH's test `rma/win_dynamic_rma_flush_get`). The target allows such an access when
-/// its own regions cover every byte, so nothing outside registered memory is touched.
-pub(crate) fn covered(mems: &Slab<MemReg>, mut from: u64, to: u64, host: bool) -> bool {
-    while from < to {
-        let next = mems
-            .iter()
-            .filter(|(_, m)| m.mem.host_accessible() == host)
-            .filter(|(_, m)| m.base <= from && from - m.base < m.len)
-            .map(|(_, m)| m.base.saturating_add(m.len))
-            .max();
-        match next {
-            Some(end) => from = end,
-            None => return false,
-        }
-    }
-    true
 }
 
 /// The state of an RMA operation carried by messages.
