@@ -41,6 +41,33 @@ fn ctx(tls: &str) -> Arc<Context> {
 }
 
 /// Progresses both workers until `done` or 10 s pass.
+/// One message of `n` bytes from `a` to `b` under `tag` (a rendezvous at the sizes the
+/// split tests use), received whole: `what` names it in a failure.
+fn rndv_a_to_b(
+    a: &mut Worker,
+    b: &mut Worker,
+    ab: EpHandle,
+    n: usize,
+    tag: u64,
+    seed: u8,
+    what: &str,
+) {
+    let src = pattern(n, seed);
+    let mut dst = vec![0u8; n];
+    let r = b
+        .tag_recv(&contig_mut(&mut dst), tag, u64::MAX, RecvParams::default())
+        .unwrap();
+    let s = a
+        .tag_send(ab, &contig(&src), tag, SendParams::default())
+        .unwrap();
+    drive(a, b, |a, b| {
+        b.request_status(r) != Status::InProgress
+            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
+    });
+    assert_eq!(b.wait(r).0, Status::Ok, "{what}");
+    assert!(dst == src, "data of {what}");
+}
+
 fn drive(a: &mut Worker, b: &mut Worker, mut done: impl FnMut(&Worker, &Worker) -> bool) {
     let start = std::time::Instant::now();
     while !done(a, b) {
@@ -819,22 +846,14 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
         .tag_recv(&contig_mut(&mut other), 77, u64::MAX, RecvParams::default())
         .unwrap();
     let n = 600_000;
-    let src = pattern(n, 11);
-    let mut dst = vec![0u8; n];
-    let r = b
-        .tag_recv(&contig_mut(&mut dst), 9, u64::MAX, RecvParams::default())
-        .unwrap();
-    let s = a
-        .tag_send(ab, &contig(&src), 9, SendParams::default())
-        .unwrap();
-    drive(&mut a, &mut b, |a, b| {
-        b.request_status(r) != Status::InProgress
-            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-    });
-    assert_eq!(b.wait(r).0, Status::Ok);
-    assert!(
-        dst == src,
-        "data of the rendezvous beside a pending receive"
+    rndv_a_to_b(
+        &mut a,
+        &mut b,
+        ab,
+        600_000,
+        9,
+        11,
+        "the rendezvous beside a pending receive",
     );
     splits += 1;
     assert_eq!(
@@ -852,20 +871,7 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
         .tag_send(ba, &contig(&back), 79, SendParams::default())
         .unwrap()
         .expect("a rendezvous send is in flight until the peer receives it");
-    let src = pattern(n, 11);
-    let mut dst = vec![0u8; n];
-    let r = b
-        .tag_recv(&contig_mut(&mut dst), 9, u64::MAX, RecvParams::default())
-        .unwrap();
-    let s = a
-        .tag_send(ab, &contig(&src), 9, SendParams::default())
-        .unwrap();
-    drive(&mut a, &mut b, |a, b| {
-        b.request_status(r) != Status::InProgress
-            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-    });
-    assert_eq!(b.wait(r).0, Status::Ok);
-    assert!(dst == src, "data of the unsplit rendezvous");
+    rndv_a_to_b(&mut a, &mut b, ab, 600_000, 9, 11, "the unsplit rendezvous");
     assert_eq!(
         b.stats().rndv_split,
         splits,
@@ -910,21 +916,15 @@ fn split_rendezvous_shares_the_copy_between_both_sides() {
         b.request_status(held) != Status::InProgress
     });
     let before = b.stats().rndv_split;
-    let n = 600_000;
-    let src = pattern(n, 12);
-    let mut dst = vec![0u8; n];
-    let r = b
-        .tag_recv(&contig_mut(&mut dst), 10, u64::MAX, RecvParams::default())
-        .unwrap();
-    let s = a
-        .tag_send(ab, &contig(&src), 10, SendParams::default())
-        .unwrap();
-    drive(&mut a, &mut b, |a, b| {
-        b.request_status(r) != Status::InProgress
-            && s.is_none_or(|s| a.request_status(s) != Status::InProgress)
-    });
-    assert_eq!(b.wait(r).0, Status::Ok);
-    assert!(dst == src, "data of the rendezvous beside a finished send");
+    rndv_a_to_b(
+        &mut a,
+        &mut b,
+        ab,
+        600_000,
+        10,
+        12,
+        "the rendezvous beside a finished send",
+    );
     assert_eq!(
         b.stats().rndv_split,
         before + 1,
