@@ -66,8 +66,12 @@ const PUT_HDR: usize = 4 + 8 + 4 + 8 + 8;
 const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 
 /// Puts and gets of at most this many bytes of a peer's host memory go by messages, not
-/// by a memory lane that costs more per operation (see `Worker::rma`).
-const SMALL_RMA: usize = 1024;
+/// by a memory lane that costs more per operation (see `Worker::rma`). Through MPICH's
+/// `MPI_Put`/`MPI_Get` on the 2-core VM (2026-12-07, osu.sh, 7 rounds against 1 KiB):
+/// 4 KiB latency 2.3 → 1.1–1.2 µs and bandwidth 2.0 → 6.1–7.9 GB/s (UCX 1.13: 0.9 µs,
+/// 8.2 GB/s); at 8 and 16 KiB the messages' fragments and acknowledgements cost more
+/// than a cross-memory-attach call saves (16 KiB windows of puts: 2.5 against 5.5 GB/s).
+const SMALL_RMA: usize = 4096;
 
 impl Worker {
     /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
