@@ -56,15 +56,21 @@ AREAS = [
      ["host-tag-lat"]),
     ("rma-am", "RMA and active messages",
      "The same programs and placement as above.", []),
-    ("mpi", "MPI point-to-point patterns through OpenMPI",
+    ("mpi", "MPI patterns through OpenMPI and MPICH",
      "`contrib/bench/osu.c` (the OSU micro-benchmarks' shapes: ping-pong `lat`, "
      "`MPI_Sendrecv`, windows of 64 `MPI_Isend` one way (`bw`) and both ways (`bibw`), "
      "multi-pair latency with N pairs (`mlatN`), `MPI_Put`/`MPI_Get` latency and bandwidth) run "
-     "by an unmodified OpenMPI with `--mca pml ucx --mca osc ucx`, over the system's UCX and "
+     "by an unmodified OpenMPI with `--mca pml ucx --mca osc ucx` (or MPICH's ch4:ucx, rows "
+     "named MPICH), over the system's UCX and "
      "over Rucx's `libucp.so.0`, in alternating rounds. `lat1c` is a ping-pong with both ranks "
      "on one core. Ratios are of medians. With `OSU_AA=1` UCX also runs against itself in every "
      "round, and each figure is judged: met, spread (inside UCX's own spread) or miss "
      "([docs/benchmarks.md](benchmarks.md)).", []),
+    ("regress", "Rucx against its own earlier build",
+     "`contrib/bench/regress.sh BASE`: the cases that carry the targets, run with this "
+     "tree's build and with BASE's in alternating rounds. The columns are the new build and "
+     "the old one (not UCX), the ratio new/old, each build's spread; `same` where the rounds "
+     "overlap or differ by less than the spread.", []),
     ("c-abi", "Unmodified UCX programs over Rucx's libucp.so.0",
      "The same binaries (Debian's `ucx_perftest`, an OpenMPI ping-pong) run once over UCX's "
      "`libucp` and once over Rucx's; only `LD_LIBRARY_PATH` differs.", []),
