@@ -1,4 +1,4 @@
-/* Rucx C ABI test (issue 22, fault 2): the acknowledgement of a synchronous send goes out
+/* Rucx C ABI test: the acknowledgement of a synchronous send goes out
  * inside the call that posts the matching receive. Rank 1 Iprobes until the message is
  * there, receives it (MPI_Recv, then MPI_Mrecv after MPI_Mprobe), and then stays out of MPI
  * for a while (sleep). Rank 0's MPI_Issend + MPI_Wait must complete without waiting for

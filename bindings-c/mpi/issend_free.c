@@ -1,4 +1,4 @@
-/* Rucx C ABI test (issue 22, fault 1): MPI_Request_free on an MPI_Issend that may still be
+/* Rucx C ABI test: MPI_Request_free on an MPI_Issend that may still be
  * active. ucp.h: a request freed before it completes is released by the library when it
  * completes, and its callback is not invoked. pml ucx recycles the request memory as soon
  * as MPI_Request_free returns, so a callback run after that corrupts the next request.

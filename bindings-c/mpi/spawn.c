@@ -1,4 +1,4 @@
-/* Rucx C ABI test (issue 22, teardown): a parent spawns two children, exchanges a message
+/* Rucx C ABI test: a parent spawns two children, exchanges a message
  * with each, and disconnects; the children finalize and exit while the parent keeps
  * progressing for 2 s. A clean disconnect is not a failure: nobody may log a warning. */
 #include <mpi.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Noncontiguous GPU messages (issue 24's targets), on the GPU machine with the binaries
+# Noncontiguous GPU messages (the targets of docs/results.md), on the GPU machine with the binaries
 # contrib/gpu/pack.sh put in .gpu:
 #
 #   bash contrib/bench/gpu-layout.sh [-r ROUNDS] [-p PARTS] [BIN]   (BIN: default .gpu/bin)

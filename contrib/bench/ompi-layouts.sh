@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Application layouts (issue 7) beside OpenMPI: `rucx-perftest -t tag_lat -D <layout>` and
+# Application layouts beside OpenMPI: `rucx-perftest -t tag_lat -D <layout>` and
 # an OpenMPI 4.1.4 ping-pong of the same layout built as an MPI derived datatype
 # (contrib/bench/ompi-layouts.c), run with `mpirun -np 2 --mca pml ucx` over Debian's UCX
 # 1.13.1. Prints the one-way latency of each (µs, median of the runs' medians, and of the

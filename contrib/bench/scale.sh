@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Endpoint scale (issue 28): contrib/bench/scale.c, the same program over Rucx's
+# Endpoint scale: contrib/bench/scale.c, the same program over Rucx's
 # libucp.so.0, Debian's UCX 1.13 and UCX 1.22 (the wheel, contrib/bench/ucx-env.sh), in
 # alternating rounds. A parent connects 1, 16, 64 and 256 endpoints to one child worker;
 # at each count, the 8-byte ping-pong latency over the first endpoint, and the resident

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The UMR layout rendezvous over rc_verbs on the software HCA model (a model of an HCA,
-# not one: issue 27's targets are stated on it).
+# not one: the targets are stated on it).
 #
 #   bash contrib/bench/umr.sh [-r ROUNDS] [-n ITERS] [-t TOTAL]
 #

@@ -55,7 +55,7 @@ for m in cuda cuda,host host,cuda cuda-managed; do
   step "tag_bw -m $m -s 64m" pt -t tag_bw -m "$m" -s 64m -n 40 -w 4
 done
 list() { local n=$1 s=$2; printf "%s" "$s"; for _ in $(seq 2 "$n"); do printf ",%s" "$s"; done; }
-# Noncontiguous device data (issue 24): named layouts with every byte checked; iov lists
+# Noncontiguous device data: named layouts with every byte checked; iov lists
 # with gaps (which --validate does not take: the layouts test checks those) run through.
 pr() { timeout 300 "$BIN/rucx-perftest" --loopback "$@"; }
 step "tag_lat -m cuda -D iov,iov 128 x 1 KiB" pr -t tag_lat -m cuda -D iov,iov \
