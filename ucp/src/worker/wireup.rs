@@ -58,6 +58,9 @@ struct Lanes {
 /// Which lanes an endpoint to `peer` uses.
 fn select_lanes(ifaces: &mut [OpenIface], core: &Core, peer: &WorkerAddress) -> UcsResult<Lanes> {
     let same_worker = peer.uuid == core.uuid;
+    // Our own worker goes through a loopback transport (self) when there is one; without
+    // (`UCX_TLS=tcp`, as UCX allows), through the others, as any peer.
+    let has_loopback = core.info.iter().any(|i| i.kind == DeviceKind::Loopback);
     let mut am: Option<(f64, usize, usize)> = None;
     let mut rma: Option<(f64, usize, usize)> = None;
     let mut rma_dev: Option<(f64, usize, usize)> = None;
@@ -66,8 +69,9 @@ fn select_lanes(ifaces: &mut [OpenIface], core: &Core, peer: &WorkerAddress) -> 
     for (i, iface) in ifaces.iter().enumerate() {
         let info = &core.info[i];
         // A loopback transport only reaches our own worker, and our own worker is reached
-        // only through one.
-        if (info.kind == DeviceKind::Loopback) != same_worker {
+        // only through one where there is one.
+        let loopback = info.kind == DeviceKind::Loopback;
+        if (loopback && !same_worker) || (same_worker && has_loopback && !loopback) {
             continue;
         }
         // A memory-type copy engine reaches no peer (the worker uses it for its own copies).
