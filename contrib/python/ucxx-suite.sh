@@ -11,8 +11,8 @@
 #          what the test suite runs.
 #   --dask runs contrib/python/dask_ucx.py (a Dask cluster with protocol="ucx" on host
 #          memory, a few array operations checked against NumPy) over Rucx, RUNS times
-#          (default 10; RUCX_DASK_RUNS), and prints how many passed. Not in the test suite
-#          yet: docs/python.md, "What does not work yet".
+#          (default 10; RUCX_DASK_RUNS), and prints how many passed; every run must
+#          pass. The test suite runs it three times.
 #   else   runs UCXX's host-memory tests (python/ucxx/ucxx/_lib/tests and _lib_async/tests
 #          of the rapidsai/ucxx source: --src DIR, or RUCX_UCXX_SRC, or the snapshot a
 #          developer fetched into /work/.mirror/rapidsai+ucxx) file by file, over the UCX

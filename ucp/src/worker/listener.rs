@@ -7,12 +7,16 @@
 //! ```text
 //! client -> server   "RUCXCONN" len:u32 client-worker-address
 //! server -> client   "RUCXACPT" len:u32 server-worker-address     (at once, on accept(2))
+//! client -> server   ep:u32   the client's endpoint for this connection
 //! server -> client   'A' (the application accepted) or 'R' (it rejected), then close
 //! ```
 //!
 //! The client's endpoint is created from the server's address as soon as it arrives, but
 //! sends no wire-up request: the server's `accept` creates the server-side endpoint, whose
-//! request pairs with it. Sends posted meanwhile wait in the endpoint's queue. A reject
+//! request names the client's endpoint and pairs exactly it (a worker with several
+//! connections in flight to one server, or connected to itself, would otherwise pair
+//! whichever endpoint came first). The application sees the connection request once that
+//! id has arrived. Sends posted meanwhile wait in the endpoint's queue. A reject
 //! (or the socket closing before a decision) fails the client endpoint with `Rejected`
 //! (or `NotConnected`), reported through `poll_ep_error`. The server never blocks: sockets
 //! are non-blocking and half-received hellos wait for the next progress call.
@@ -32,8 +36,8 @@ use std::time::Duration;
 
 use ucs::{Status, UcsResult};
 
-use super::state::{ConnRequest, Handshake, Worker, SOCKET_EVENT};
-use super::wireup::{fail_ep, new_ep, Failure};
+use super::state::{ConnRequest, Ctrl, Handshake, Worker, SOCKET_EVENT};
+use super::wireup::{destroy_ep, fail_ep, new_ep, Failure};
 use crate::address::WorkerAddress;
 use crate::request::EpHandle;
 
@@ -97,12 +101,16 @@ impl Worker {
     pub fn accept(&mut self, req: ConnRequest) -> UcsResult<EpHandle> {
         let ConnRequest {
             worker_addr,
+            client_ep,
             mut stream,
             ..
         } = req;
-        let ep = self.ep_create(&worker_addr)?;
+        let peer = WorkerAddress::decode(&worker_addr)?;
+        let Worker { ifaces, core, .. } = self;
+        let idx = new_ep(ifaces, core, &peer)?;
+        core.queue_ctrl(idx, Ctrl::WireupReq { dst: client_ep });
         let _ = stream.write_all(b"A");
-        Ok(ep)
+        Ok(EpHandle(idx as u32))
     }
 
     /// Rejects a connection request (`ucp_listener_reject`): the client's endpoint fails
@@ -172,6 +180,12 @@ impl Worker {
         let peer = WorkerAddress::decode(&server)?;
         let Worker { ifaces, core, .. } = self;
         let idx = new_ep(ifaces, core, &peer)?;
+        core.eps[idx].named_pairing = true;
+        // Four bytes into a socket that has sent nothing else: they fit its buffer.
+        if let Err(e) = s.write_all(&(idx as u32).to_le_bytes()) {
+            destroy_unpaired(self, idx);
+            return Err(io(e));
+        }
         watch(self, s.as_raw_fd());
         self.sock.pending.push((idx, s));
         Ok(EpHandle(idx as u32))
@@ -219,6 +233,7 @@ fn poll_listeners(w: &mut Worker) {
                             client,
                             listener: at,
                             buf: Vec::new(),
+                            worker_addr: None,
                         });
                     }
                 }
@@ -234,40 +249,69 @@ fn poll_listeners(w: &mut Worker) {
     while i < sock.handshakes.len() {
         let h = &mut sock.handshakes[i];
         let mut chunk = [0u8; 4096];
-        let step = match h.stream.read(&mut chunk) {
+        let read = match h.stream.read(&mut chunk) {
             Ok(0) => Err(()),
             Ok(n) => {
                 h.buf.extend_from_slice(&chunk[..n]);
-                parse(&h.buf, HELLO)
+                Ok(())
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(()),
             Err(_) => Err(()),
         };
+        let step = read.and_then(|()| step_handshake(h, &core.address));
         match step {
             Ok(None) => i += 1,
             Err(()) => {
                 ucs::warn_limited!("ucp: malformed connection request from {}", h.client);
-                sock.handshakes.swap_remove(i);
+                let h = sock.handshakes.swap_remove(i);
+                let _ = epoll.delete(h.stream.as_raw_fd());
             }
-            Ok(Some(addr)) => {
-                let mut h = sock.handshakes.swap_remove(i);
+            Ok(Some(client_ep)) => {
+                let h = sock.handshakes.swap_remove(i);
                 // Open until the application decides; its bytes are not this worker's.
                 let _ = epoll.delete(h.stream.as_raw_fd());
-                if WorkerAddress::decode(&addr).is_err()
-                    || h.stream.write_all(&frame(REPLY, &core.address)).is_err()
-                {
-                    ucs::warn_limited!("ucp: dropped connection request from {}", h.client);
-                    continue;
-                }
                 sock.requests.push_back(ConnRequest {
                     client: h.client,
                     listener: h.listener,
-                    worker_addr: addr,
+                    worker_addr: h.worker_addr.unwrap_or_default(),
+                    client_ep,
                     stream: h.stream,
                 });
             }
         }
     }
+}
+
+/// Advances a server-side handshake with the bytes in its buffer: answers a complete
+/// hello with this worker's address, then takes the client's endpoint id. `Ok(Some(id))`
+/// once the connection request is complete, `Err` for a malformed one (or a failed
+/// answer).
+fn step_handshake(h: &mut Handshake, own: &[u8]) -> Result<Option<u32>, ()> {
+    if h.worker_addr.is_none() {
+        let Some(addr) = parse(&h.buf, HELLO)? else {
+            return Ok(None);
+        };
+        if WorkerAddress::decode(&addr).is_err() {
+            return Err(());
+        }
+        h.stream.write_all(&frame(REPLY, own)).map_err(drop)?;
+        h.buf.drain(..12 + addr.len());
+        h.worker_addr = Some(addr);
+    }
+    match h.buf.len() {
+        0..4 => Ok(None),
+        4 => Ok(Some(u32::from_le_bytes([
+            h.buf[0], h.buf[1], h.buf[2], h.buf[3],
+        ]))),
+        // The client sends nothing more before the server's decision.
+        _ => Err(()),
+    }
+}
+
+/// Takes back a client endpoint that never reached its server.
+fn destroy_unpaired(w: &mut Worker, idx: usize) {
+    let Worker { ifaces, core, .. } = w;
+    destroy_ep(ifaces, core, idx);
 }
 
 fn poll_pending(w: &mut Worker) {

@@ -170,6 +170,9 @@ pub(crate) struct Ep {
     pub(crate) remote_uuid: u64,
     /// The peer's endpoint id for us, from wire-up.
     pub(crate) remote_id: Option<u32>,
+    /// The client side of a socket-address connection: paired only by the wire-up request
+    /// that names it (the server's), never by another endpoint's request to this worker.
+    pub(crate) named_pairing: bool,
     pub(crate) am: Lane,
     /// The memory lane for host-accessible memory (zero-copy rendezvous, RMA).
     pub(crate) rma: Option<Lane>,
@@ -307,7 +310,11 @@ pub(crate) enum Ctrl {
     WireupRep {
         dst: u32,
     },
-    WireupReq,
+    /// A wire-up request; `dst` names the peer's endpoint it pairs (the client endpoint
+    /// of a socket-address connection), `u32::MAX` lets the peer choose.
+    WireupReq {
+        dst: u32,
+    },
 }
 
 /// `Core::poll_one` when not exactly one interface is active (`Worker::new` refuses more
@@ -527,6 +534,8 @@ pub struct ConnRequest {
     /// The address of the listener that accepted it (a worker may listen on several).
     pub listener: SocketAddr,
     pub(crate) worker_addr: Vec<u8>,
+    /// The client's endpoint for this connection, which the server's endpoint pairs.
+    pub(crate) client_ep: u32,
     pub(crate) stream: TcpStream,
 }
 
@@ -536,6 +545,9 @@ pub(crate) struct Handshake {
     pub(crate) client: SocketAddr,
     pub(crate) listener: SocketAddr,
     pub(crate) buf: Vec<u8>,
+    /// The client's worker address, once its hello is complete and answered; the
+    /// handshake then waits for the id of the client's endpoint.
+    pub(crate) worker_addr: Option<Vec<u8>>,
 }
 
 /// The socket-level state of a worker.

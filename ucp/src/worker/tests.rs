@@ -1298,6 +1298,110 @@ fn sockaddr_listener_accepts_and_rejects() {
     assert!(client.ep_connect_sockaddr(at).is_err());
 }
 
+/// Several socket-address connections in flight at once, accepted in the reverse order
+/// of their requests, each pair its own endpoints: every server endpoint's stream bytes
+/// reach the client endpoint of its own connection. Once on one worker that is its own
+/// server (as UCXX and Dask run a client and a server in one process), where its
+/// requests to itself used to pair whichever unpaired endpoint came first, and once
+/// between two workers.
+#[test]
+fn sockaddr_connections_pair_their_own_endpoints() {
+    fn exchange(server: &mut Worker, client: Option<&mut Worker>, at: std::net::SocketAddr) {
+        const N: usize = 3;
+        let mut client = client;
+        let mut clients = Vec::new();
+        for _ in 0..N {
+            let ep = match client.as_deref_mut() {
+                Some(c) => {
+                    // The other worker's connect waits for the server's address: answer
+                    // from this thread, which owns the server, in a helper thread's stead.
+                    std::thread::scope(|sc| {
+                        let t = sc.spawn(|| c.ep_connect_sockaddr(at).unwrap());
+                        while !t.is_finished() {
+                            server.progress();
+                        }
+                        t.join().unwrap()
+                    })
+                }
+                None => server.ep_connect_sockaddr(at).unwrap(),
+            };
+            clients.push(ep);
+        }
+        let mut reqs = Vec::new();
+        let start = std::time::Instant::now();
+        while reqs.len() < N {
+            server.progress();
+            if let Some(r) = server.poll_conn_request() {
+                reqs.push(r);
+            }
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "connection requests missing"
+            );
+        }
+        // The requests come in connection order; accept the last first.
+        let mut servers = [None; N];
+        for (i, r) in reqs.into_iter().enumerate().rev() {
+            servers[i] = Some(server.accept(r).unwrap());
+        }
+        let mut bufs = [[0u8; 8]; N];
+        let mut recvs = Vec::new();
+        for (i, ep) in clients.iter().enumerate() {
+            let w = client.as_deref_mut().unwrap_or(&mut *server);
+            let r = w
+                .stream_recv(*ep, &contig_mut(&mut bufs[i]), true, RecvParams::default())
+                .unwrap();
+            recvs.push(r);
+        }
+        for (i, ep) in servers.iter().enumerate() {
+            let msg = (i as u64 + 100).to_le_bytes();
+            if let Some(s) = server
+                .stream_send(ep.unwrap(), &contig(&msg), SendParams::default())
+                .unwrap()
+            {
+                while server.request_status(s) == Status::InProgress {
+                    server.progress();
+                    if let Some(c) = client.as_deref_mut() {
+                        c.progress();
+                    }
+                }
+            }
+        }
+        for r in recvs {
+            if let StreamRecv::Pending(id) = r {
+                let start = std::time::Instant::now();
+                loop {
+                    server.progress();
+                    let w = client.as_deref_mut().unwrap_or(&mut *server);
+                    w.progress();
+                    if w.request_status(id) != Status::InProgress {
+                        assert_eq!(w.request_status(id), Status::Ok);
+                        break;
+                    }
+                    assert!(start.elapsed().as_secs() < 10, "stream bytes missing");
+                }
+            }
+        }
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(
+                u64::from_le_bytes(*b),
+                i as u64 + 100,
+                "client endpoint {i} got another connection's bytes"
+            );
+        }
+    }
+    for tls in ["posix,cma", "tcp"] {
+        let c = ctx(tls);
+        let mut one = Worker::new(&c).unwrap();
+        let at = one.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        exchange(&mut one, None, at);
+        let mut server = Worker::new(&c).unwrap();
+        let mut client = Worker::new(&c).unwrap();
+        let at = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        exchange(&mut server, Some(&mut client), at);
+    }
+}
+
 #[test]
 fn arm_then_sleep_until_a_message_arrives() {
     let (mut a, mut b, ab, _) = pair("posix,cma");

@@ -36,7 +36,7 @@ pub(crate) fn deferred_requests(core: &mut Core) {
             core.deferred_reqs.swap_remove(i);
         } else if now >= at {
             core.deferred_reqs.swap_remove(i);
-            core.queue_ctrl(ep, Ctrl::WireupReq);
+            core.queue_ctrl(ep, Ctrl::WireupReq { dst: u32::MAX });
         } else {
             i += 1;
         }
@@ -194,6 +194,7 @@ pub(crate) fn new_ep(
     let idx = core.eps.insert(Ep {
         remote_uuid: peer.uuid,
         remote_id: None,
+        named_pairing: false,
         am,
         rma,
         rma_dev,
@@ -276,7 +277,7 @@ impl Worker {
             core.deferred_reqs.push((idx, at));
             core.work = true;
         } else {
-            core.queue_ctrl(idx, Ctrl::WireupReq);
+            core.queue_ctrl(idx, Ctrl::WireupReq { dst: u32::MAX });
         }
         Ok(EpHandle(idx as u32))
     }
@@ -485,27 +486,50 @@ fn proto_table(core: &Core, idx: usize) -> Option<String> {
     Some(s)
 }
 
-/// Answers a peer's wire-up request: pairs it with our endpoint for that worker that has
-/// no peer yet (or already names it), or creates one.
+/// Answers a peer's wire-up request: pairs it with the endpoint it names (the client
+/// endpoint of a socket-address connection), or else with our endpoint for that worker
+/// that has no peer yet (or already names it), or creates one.
+///
+/// A request that names no endpoint never pairs a socket-address client: with several
+/// connections to one worker in flight (or a worker connected to itself, whose own
+/// requests arrive here), the first unpaired endpoint is not necessarily the right one,
+/// and a wrong pairing sends each side's stream bytes and replies to another connection.
 pub(crate) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer: WorkerAddress) {
-    let existing = core
-        .eps
-        .iter()
-        .find(|(_, e)| {
-            e.remote_uuid == w.uuid
-                && e.failed.is_none()
-                && (e.remote_id.is_none() || e.remote_id == Some(w.src_ep))
-        })
-        .map(|(i, _)| i);
-    let idx = match existing {
-        Some(i) => i,
-        None => match new_ep(ifaces, core, &peer) {
-            Ok(i) => i,
-            Err(e) => {
-                ucs::warn_limited!("ucp: cannot answer wire-up from worker {:#x}: {e}", w.uuid);
+    let fits = |e: &Ep| {
+        e.remote_uuid == w.uuid
+            && e.failed.is_none()
+            && (e.remote_id.is_none() || e.remote_id == Some(w.src_ep))
+    };
+    let idx = if w.dst_ep != u32::MAX {
+        match core.eps.get(w.dst_ep as usize) {
+            Some(e) if e.named_pairing && fits(e) => w.dst_ep as usize,
+            // The client closed its endpoint before the server's request came (or the
+            // request is not ours to answer): nobody is left to pair.
+            _ => {
+                log::debug!(
+                    "ucp: wire-up request from worker {:#x} names endpoint {}, which is gone",
+                    w.uuid,
+                    w.dst_ep
+                );
                 return;
             }
-        },
+        }
+    } else {
+        let existing = core
+            .eps
+            .iter()
+            .find(|(_, e)| !e.named_pairing && fits(e))
+            .map(|(i, _)| i);
+        match existing {
+            Some(i) => i,
+            None => match new_ep(ifaces, core, &peer) {
+                Ok(i) => i,
+                Err(e) => {
+                    ucs::warn_limited!("ucp: cannot answer wire-up from worker {:#x}: {e}", w.uuid);
+                    return;
+                }
+            },
+        }
     };
     core.eps[idx].remote_id = Some(w.src_ep);
     core.queue_ctrl(idx, Ctrl::WireupRep { dst: w.src_ep });
@@ -578,12 +602,12 @@ pub(crate) fn send_ctrl(
             .map(drop)
     };
     match *c {
-        Ctrl::WireupReq => {
+        Ctrl::WireupReq { dst } => {
             let m = Wireup {
                 kind: WIREUP_REQ,
                 uuid: core.uuid,
                 src_ep: ep as u32,
-                dst_ep: u32::MAX,
+                dst_ep: dst,
                 addr: core.address.clone(),
             };
             bcopy(iface, wire::AM_WIREUP, &m.encode())
