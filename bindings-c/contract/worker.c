@@ -379,6 +379,110 @@ static void efd_wakes_for_every_event_over_tcp(void)
     efd_wakes_for("tcp");
 }
 
+/* Two workers of UCS_THREAD_MODE_MULTI, each driven by its own thread as UCXX drives
+ * one (progress until nothing moves, ucp_worker_arm, then sleep on ucp_worker_get_efd's
+ * descriptor), while the main thread posts a 16 MiB stream send and its receive: work
+ * that a call from another thread leaves behind (a send larger than the transport takes
+ * at once) wakes the sleeping thread, and the bytes arrive whole. */
+struct driver {
+    ucp_worker_h w;
+    volatile int stop;
+};
+
+static void *drive(void *arg)
+{
+    struct driver *d = arg;
+    int fd = -1;
+    if (ucp_worker_get_efd(d->w, &fd) != UCS_OK) return (void *)1;
+    while (!d->stop) {
+        while (ucp_worker_progress(d->w) != 0) {
+        }
+        if (ucp_worker_arm(d->w) != UCS_OK) continue;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        /* Longer than the test waits: a missed wakeup fails it. Stopped by a signal. */
+        poll(&pfd, 1, 30000);
+    }
+    return NULL;
+}
+
+static void sleeping_progress_threads_move_a_large_stream(void)
+{
+    ucp_context_h ctx = ct_context(UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP);
+    ucp_worker_h w[2];
+    ucp_address_t *a[2];
+    size_t alen[2];
+    for (int i = 0; i < 2; i++) {
+        ucp_worker_params_t wp;
+        memset(&wp, 0, sizeof(wp));
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_MULTI;
+        CT_OK(ucp_worker_create(ctx, &wp, &w[i]));
+        CT_OK(ucp_worker_get_address(w[i], &a[i], &alen[i]));
+    }
+    ucp_ep_h ep = ct_ep(w[0], a[1], 0, NULL);
+    ucp_ep_h back = ct_ep(w[1], a[0], 0, NULL);
+    for (int i = 0; i < 2; i++) ucp_worker_release_address(w[i], a[i]);
+    struct driver d[2] = {{.w = w[0]}, {.w = w[1]}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CT_CHECK(pthread_create(&t[i], NULL, drive, &d[i]) == 0, "pthread_create");
+    usleep(100 * 1000); /* both asleep */
+    const size_t n = 16u << 20;
+    unsigned char *src = malloc(n), *dst = calloc(1, n);
+    CT_CHECK(src != NULL && dst != NULL, "malloc");
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)(i * 31 + 7);
+    ucp_request_param_t rp, sp;
+    memset(&rp, 0, sizeof(rp));
+    memset(&sp, 0, sizeof(sp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_STREAM_RECV_FLAG_WAITALL;
+    size_t got = 0;
+    void *rr = ucp_stream_recv_nbx(back, dst, n, &got, &rp);
+    CT_CHECK(!UCS_PTR_IS_ERR(rr), "stream recv");
+    void *sr = ucp_stream_send_nbx(ep, src, n, &sp);
+    CT_CHECK(!UCS_PTR_IS_ERR(sr), "stream send");
+    double t0 = now();
+    while ((sr != NULL && ucp_request_check_status(sr) == UCS_INPROGRESS) ||
+           (rr != NULL && ucp_request_check_status(rr) == UCS_INPROGRESS)) {
+        CT_CHECK(now() - t0 < 20, "16 MiB took more than 20 s: send %s, receive %s",
+                 sr != NULL && ucp_request_check_status(sr) == UCS_INPROGRESS ? "pending" : "done",
+                 rr != NULL && ucp_request_check_status(rr) == UCS_INPROGRESS ? "pending" : "done");
+        usleep(1000);
+    }
+    if (sr != NULL) {
+        CT_CHECK(ucp_request_check_status(sr) == UCS_OK, "send status");
+        ucp_request_free(sr);
+    }
+    if (rr != NULL) {
+        CT_CHECK(ucp_request_check_status(rr) == UCS_OK, "receive status");
+        ucp_request_free(rr);
+    }
+    CT_CHECK(memcmp(src, dst, n) == 0, "the stream's bytes changed on the way");
+    for (int i = 0; i < 2; i++) {
+        d[i].stop = 1;
+        CT_OK(ucp_worker_signal(w[i]));
+        pthread_join(t[i], NULL);
+    }
+    ucp_ep_h eps[2] = {ep, back};
+    for (int k = 0; k < 2; k++) {
+        ucp_request_param_t cp;
+        memset(&cp, 0, sizeof(cp));
+        cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        void *r = ucp_ep_close_nbx(eps[k], &cp);
+        double t1 = now();
+        while (r != NULL && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) {
+            ucp_worker_progress(w[0]);
+            ucp_worker_progress(w[1]);
+            CT_CHECK(now() - t1 < 10, "closing an endpoint took 10 s");
+        }
+        if (r != NULL && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+    }
+    free(src);
+    free(dst);
+    for (int i = 0; i < 2; i++) ucp_worker_destroy(w[i]);
+    ucp_cleanup(ctx);
+}
+
 /* With UCX_TLS=self alone a worker still has a wakeup descriptor: ucp_worker_get_efd
  * succeeds, arm says UCS_OK when idle, and a signal wakes a sleeper on it. */
 static void efd_with_self_only(void)
@@ -403,6 +507,7 @@ const struct ct_test ct_worker_tests[] = {
     {"stream_poll_reports_ready_endpoints", "ucp_stream_worker_poll reports an endpoint with stream data waiting, with its user data, once per arrival to an idle stream", stream_poll_reports_ready_endpoints},
     {"signal_wakes_a_waiting_worker", "ucp_worker_signal from another thread ends a ucp_worker_wait; one sent before arming is not lost", signal_wakes_a_waiting_worker},
     {"efd_wakes_for_every_event", "a worker asleep on ucp_worker_get_efd's descriptor after ucp_worker_arm wakes for a tag message, a signal and a connection request to its listener", efd_wakes_for_every_event},
+    {"sleeping_progress_threads_move_a_large_stream", "a 16 MiB stream send and receive posted by the main thread complete while each worker's own thread sleeps on its descriptor whenever ucp_worker_arm lets it", sleeping_progress_threads_move_a_large_stream},
     {"efd_wakes_for_every_event_over_tcp", "the same with UCX_TLS=tcp", efd_wakes_for_every_event_over_tcp},
     {"efd_with_self_only", "with UCX_TLS=self a worker has a wakeup descriptor, and a signal wakes a sleeper on it", efd_with_self_only},
     {0},

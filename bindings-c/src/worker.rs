@@ -347,7 +347,9 @@ impl CWorker {
                     &mut multi.w
                 }
             };
-            f(w)
+            let r = f(w);
+            w.wake_if_asleep();
+            r
         })
     }
 

@@ -295,6 +295,7 @@ impl Worker {
             core,
             epoll,
             signal,
+            armed: false,
             sock: Sockets::default(),
             am_handlers: Vec::new(),
             queues: Slab::new(),
@@ -373,6 +374,7 @@ impl Worker {
     /// seen (docs/ucp.md, workers and progress).
     #[inline(always)]
     pub fn progress(&mut self) -> usize {
+        self.armed = false;
         self.core.tick = self.core.tick.wrapping_add(1);
         if let Some(i) = self.core.lone_iface(&self.sock, self.core.tick) {
             self.release_if_owed();
@@ -690,7 +692,37 @@ impl Worker {
             }
             return Err(Status::Busy);
         }
+        self.armed = true;
         Ok(())
+    }
+
+    /// Wakes a thread asleep on `event_fd` when a call made since its `arm` left work
+    /// that only `progress` finishes: a send another thread posted that did not fit the
+    /// transport (a full FIFO), or one waiting for wire-up. Nothing else would make the
+    /// descriptor readable (UCXX posts from Python's thread while its progress thread
+    /// sleeps; a 4 MiB stream send then stopped at the first full FIFO, 2026-12-07). The
+    /// C functions call this after every call into the worker; costs a load while no
+    /// thread is armed.
+    #[inline]
+    pub fn wake_if_asleep(&mut self) {
+        if self.armed && self.has_work() {
+            self.armed = false;
+            let _ = self.signal.signal();
+        }
+    }
+
+    /// Whether `progress` has something to do without a new event: what `arm` answers
+    /// `Busy` for before it looks at the interfaces' descriptors.
+    fn has_work(&self) -> bool {
+        self.core.work
+            || !self.core.completions.is_empty()
+            || !self.core.ep_errors.is_empty()
+            || !self.core.am_events.is_empty()
+            || self.core.on_demand.iter().any(|&i| {
+                self.ifaces
+                    .get(usize::from(i))
+                    .is_some_and(|f| f.has_work())
+            })
     }
 
     /// Hands `data` to the protocol handlers as if active message `id` had arrived on the

@@ -458,6 +458,9 @@ pub struct Worker {
     pub(crate) epoll: ucs::wakeup::Epoll,
     /// Wakes a sleeper from any thread (`ucp_worker_signal`); in the epoll set.
     pub(crate) signal: Arc<ucs::wakeup::EventFd>,
+    /// `arm` succeeded and no `progress` came since: a thread may be asleep on the
+    /// descriptor (`Worker::wake_if_asleep`).
+    pub(crate) armed: bool,
     pub(crate) sock: Sockets,
     pub(crate) am_handlers: Vec<Option<AmHandler>>,
     /// The channels (`crate::channel`) and the generation of the last one opened

@@ -3780,3 +3780,67 @@ fn unexpected_buffers_are_kept_within_their_bounds() {
     assert!(bytes <= UNEXP_BUFS_KEEP_BYTES, "{bytes} bytes kept");
     assert!(n <= UNEXP_BUFS_KEEP && n > 1, "{n} buffers kept");
 }
+
+/// Two workers, each driven by a thread that sleeps on its wakeup descriptor whenever
+/// `arm` lets it (UCXX's progress thread), move 16 MiB each way through the stream API:
+/// the sender's FIFO fills many times over, and neither side may sleep through work.
+#[test]
+fn sleeping_workers_move_a_large_stream_both_ways() {
+    use crate::proto::stream::StreamRecv;
+    for tls in ["posix,cma", "tcp"] {
+        let (a, b, ab, ba) = pair(tls);
+        const N: usize = 16 << 20;
+        let drive = |mut w: Worker, ep: EpHandle, send_first: bool| {
+            std::thread::spawn(move || {
+                let src = pattern(N, 3);
+                let mut dst = vec![0u8; N];
+                let mut run = |w: &mut Worker, id: Option<ReqId>| {
+                    let Some(id) = id else { return };
+                    let start = std::time::Instant::now();
+                    while w.request_status(id) == Status::InProgress {
+                        while w.progress() > 0 {}
+                        if w.request_status(id) != Status::InProgress {
+                            break;
+                        }
+                        if w.arm().is_ok() {
+                            let woke = w.wait_event(10_000).unwrap();
+                            assert!(woke, "{tls}: slept 10 s with a request in flight");
+                        }
+                        assert!(start.elapsed().as_secs() < 60, "{tls}: no progress");
+                    }
+                    assert_eq!(w.request_status(id), Status::Ok);
+                };
+                let recv = |w: &mut Worker, dst: &mut Vec<u8>| match w
+                    .stream_recv(ep, &contig_mut(dst), true, RecvParams::default())
+                    .unwrap()
+                {
+                    StreamRecv::Done(n) => {
+                        assert_eq!(n, N);
+                        None
+                    }
+                    StreamRecv::Pending(id) => Some(id),
+                };
+                if send_first {
+                    let s = w
+                        .stream_send(ep, &contig(&src), SendParams::default())
+                        .unwrap();
+                    run(&mut w, s);
+                    let r = recv(&mut w, &mut dst);
+                    run(&mut w, r);
+                } else {
+                    let r = recv(&mut w, &mut dst);
+                    run(&mut w, r);
+                    let s = w
+                        .stream_send(ep, &contig(&dst), SendParams::default())
+                        .unwrap();
+                    run(&mut w, s);
+                }
+                assert!(dst == src, "{tls}: the stream's bytes changed on the way");
+                w
+            })
+        };
+        let ta = drive(a, ab, true);
+        let tb = drive(b, ba, false);
+        let _ = (ta.join().unwrap(), tb.join().unwrap());
+    }
+}
