@@ -3794,7 +3794,7 @@ fn sleeping_workers_move_a_large_stream_both_ways() {
             std::thread::spawn(move || {
                 let src = pattern(N, 3);
                 let mut dst = vec![0u8; N];
-                let mut run = |w: &mut Worker, id: Option<ReqId>| {
+                let run = |w: &mut Worker, id: Option<ReqId>| {
                     let Some(id) = id else { return };
                     let start = std::time::Instant::now();
                     while w.request_status(id) == Status::InProgress {
