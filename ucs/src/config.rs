@@ -222,6 +222,22 @@ pub const TABLE: &[ConfigVar] = &[
         default: "100ms",
         doc: "How often a transport checks that the peers it talks to are alive.",
     },
+    ConfigVar {
+        name: "KEEPALIVE_INTERVAL",
+        default: "20s",
+        doc: "How often ucp sends a keepalive message on endpoints whose active-message \
+              lane is a network transport (tcp), so that a peer host that went silent is \
+              found even on an idle connection; 'inf' turns it off. tcp then gives up on a \
+              silent peer after three intervals where that is shorter than \
+              TCP_KEEPINTVL x TCP_KEEPCNT. Same-host transports find dead peers by their \
+              process (ERROR_CHECK_INTERVAL) and need no keepalive.",
+    },
+    ConfigVar {
+        name: "KEEPALIVE_NUM_EPS",
+        default: "128",
+        doc: "Endpoints sent a keepalive message per round (KEEPALIVE_INTERVAL); the next \
+              round goes on where this one stopped. 'inf': all.",
+    },
 ];
 
 /// A `UCX_TLS`-style list: names, optionally negated with a leading `^`.
@@ -391,6 +407,9 @@ pub struct Config {
     pub rndv_frag_size: usize,
     pub rndv_pipeline_depth: usize,
     pub error_check_interval_ns: u64,
+    /// `UCX_KEEPALIVE_INTERVAL` (None: off) and `UCX_KEEPALIVE_NUM_EPS`.
+    pub keepalive_interval_ns: Option<u64>,
+    pub keepalive_num_eps: usize,
 }
 
 /// `UCX_ATOMIC_MODE`: who executes atomics on a peer's memory.
@@ -663,6 +682,27 @@ impl Config {
         let error_check_interval_ns =
             parse_time_ns(&t).ok_or_else(|| bad(t_n, &t, "expected a time such as 100ms"))?;
 
+        let (ka, ka_n) = get("KEEPALIVE_INTERVAL");
+        let keepalive_interval_ns = if ka.trim().eq_ignore_ascii_case("inf") {
+            None
+        } else {
+            Some(
+                parse_time_ns(&ka)
+                    .filter(|&t| t > 0)
+                    .ok_or_else(|| bad(ka_n, &ka, "expected inf or a time above zero"))?,
+            )
+        };
+        let (kn, kn_n) = get("KEEPALIVE_NUM_EPS");
+        let keepalive_num_eps = if kn.trim().eq_ignore_ascii_case("inf") {
+            usize::MAX
+        } else {
+            kn.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| bad(kn_n, &kn, "expected inf or a count above zero"))?
+        };
+
         let (g, g_n) = get("IB_GID_INDEX");
         let ib_gid_index = match g.trim() {
             a if a.eq_ignore_ascii_case("auto") => None,
@@ -690,6 +730,8 @@ impl Config {
             tcp_keepidle_ns,
             tcp_keepintvl_ns,
             tcp_keepcnt,
+            keepalive_interval_ns,
+            keepalive_num_eps,
             cma_max_iov: auto_size("CMA_MAX_IOV")?,
             ib_gid_index,
             rndv_scheme,
@@ -747,6 +789,13 @@ impl Config {
                 .map_or("inf".to_string(), format_time_ns),
             "TCP_KEEPINTVL" => format_time_ns(self.tcp_keepintvl_ns),
             "TCP_KEEPCNT" => self.tcp_keepcnt.to_string(),
+            "KEEPALIVE_INTERVAL" => self
+                .keepalive_interval_ns
+                .map_or("inf".to_string(), format_time_ns),
+            "KEEPALIVE_NUM_EPS" => match self.keepalive_num_eps {
+                usize::MAX => "inf".to_string(),
+                n => n.to_string(),
+            },
             "CMA_MAX_IOV" => self.cma_max_iov.to_string(),
             "IB_GID_INDEX" => self
                 .ib_gid_index
@@ -844,21 +893,6 @@ pub const UCX_ONLY: &[UcxOnly] = &[
         kind: ValueKind::Text,
         doc: "UCX: how much of the GPU's BAR1 cuda_copy may register. Rucx registers no \
               device memory for copies.",
-    },
-    UcxOnly {
-        name: "KEEPALIVE_INTERVAL",
-        default: "20s",
-        kind: ValueKind::Time,
-        doc: "UCX: how often ucp probes endpoints in peer error-handling mode. Rucx's \
-              transports find dead peers themselves, in either mode (tcp: UCX_TCP_KEEPCNT; \
-              shared memory and cma: the peer's process, every UCX_ERROR_CHECK_INTERVAL).",
-    },
-    UcxOnly {
-        name: "KEEPALIVE_NUM_EPS",
-        default: "128",
-        kind: ValueKind::Count,
-        doc: "UCX: endpoints ucp probes per keepalive round. Rucx has no ucp keepalive \
-              (UCX_KEEPALIVE_INTERVAL).",
     },
 ];
 

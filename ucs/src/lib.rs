@@ -43,6 +43,8 @@ pub mod sched;
 pub mod shm;
 pub mod status;
 pub mod sys;
+#[doc(hidden)]
+pub mod testing;
 pub mod time;
 pub mod wakeup;
 pub mod wire;

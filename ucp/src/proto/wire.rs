@@ -822,6 +822,9 @@ pub const WIREUP_REP: u8 = 2;
 /// The sender closed its endpoint `src_ep` (paired with our `dst_ep`): a clean close, not
 /// a failure.
 pub const WIREUP_CLOSE: u8 = 3;
+/// Nothing to act on: sent every `UCX_KEEPALIVE_INTERVAL` on endpoints over a network
+/// transport, so that the transport has data to see acknowledged (or not) by the peer.
+pub const WIREUP_KEEPALIVE: u8 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wireup {
@@ -847,7 +850,10 @@ impl Wireup {
     pub fn decode(buf: &[u8]) -> Option<Wireup> {
         let mut r = Reader::new(buf);
         let kind = r.u8()?;
-        if !matches!(kind, WIREUP_REQ | WIREUP_REP | WIREUP_CLOSE) {
+        if !matches!(
+            kind,
+            WIREUP_REQ | WIREUP_REP | WIREUP_CLOSE | WIREUP_KEEPALIVE
+        ) {
             return None;
         }
         let w = Wireup {
@@ -1206,7 +1212,7 @@ mod tests {
         };
         assert_eq!(Wireup::decode(&w.encode()), Some(w.clone()));
         let mut b = w.encode();
-        b[0] = 4;
+        b[0] = 5;
         assert_eq!(Wireup::decode(&b), None);
         let close = Wireup {
             kind: WIREUP_CLOSE,

@@ -41,6 +41,7 @@
 
 mod capi;
 pub(crate) mod handler;
+pub(crate) mod keepalive;
 mod listener;
 pub(crate) mod op;
 mod requests;
@@ -195,6 +196,12 @@ impl Worker {
                     source,
                 })?;
         }
+        let keepalive = keepalive::Keepalive::new(
+            &ctx.config,
+            info.iter()
+                .any(|i| i.kind == uct::component::DeviceKind::Network),
+            &epoll,
+        );
         let mt_copy = ifaces.iter_mut().enumerate().find_map(|(i, f)| {
             if !f.attr().flags.contains(uct::IfaceFlags::MEMTYPE_COPY) {
                 return None;
@@ -296,6 +303,7 @@ impl Worker {
             epoll,
             signal,
             armed: false,
+            keepalive,
             sock: Sockets::default(),
             am_handlers: Vec::new(),
             queues: Slab::new(),
@@ -454,6 +462,7 @@ impl Worker {
         self.release_if_owed();
         let mut n = if self.core.tick.is_multiple_of(IDLE_POLL_EVERY) {
             self.watch_cpu_share();
+            self.keepalive_due();
             self.progress_all_ifaces()
         } else {
             let mut n = 0;
@@ -654,6 +663,7 @@ impl Worker {
     /// work already; progress instead of sleeping.
     pub fn arm(&mut self) -> UcsResult<()> {
         self.release_if_owed();
+        self.keepalive_due();
         // A signal that came before arming is not lost: it is the work found.
         if self.signal.drain()
             || self.core.work
@@ -692,6 +702,7 @@ impl Worker {
             }
             return Err(Status::Busy);
         }
+        self.keepalive_arm();
         self.armed = true;
         Ok(())
     }

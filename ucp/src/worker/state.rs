@@ -70,6 +70,8 @@ pub struct WorkerStats {
     pub amo_device: u64,
     /// Protocol messages refused as malformed.
     pub malformed: u64,
+    /// Keepalive messages sent (`UCX_KEEPALIVE_INTERVAL`).
+    pub keepalives: u64,
     /// Rendezvous whose data was read through the memory lane for device memory (counted
     /// by the receiver), and device data staged through host buffers by the driver (counted
     /// by the side that copied: sender packing, receiver unpacking).
@@ -97,7 +99,7 @@ pub struct WorkerStats {
 
 impl WorkerStats {
     /// Every counter with its name, in declaration order.
-    pub fn counters(&self) -> [(&'static str, u64); 28] {
+    pub fn counters(&self) -> [(&'static str, u64); 29] {
         [
             ("unexpected", self.unexpected),
             ("eager short", self.eager_short),
@@ -119,6 +121,7 @@ impl WorkerStats {
             ("rma mapped", self.rma_mapped),
             ("atomics on the device", self.amo_device),
             ("malformed", self.malformed),
+            ("keepalives", self.keepalives),
             ("rendezvous device", self.rndv_device),
             ("rendezvous device direct", self.rndv_device_direct),
             ("late", self.late),
@@ -315,6 +318,8 @@ pub(crate) enum Ctrl {
     WireupReq {
         dst: u32,
     },
+    /// `WIREUP_KEEPALIVE` (`worker::keepalive`).
+    Keepalive,
 }
 
 /// `Core::poll_one` when not exactly one interface is active (`Worker::new` refuses more
@@ -461,6 +466,9 @@ pub struct Worker {
     /// `arm` succeeded and no `progress` came since: a thread may be asleep on the
     /// descriptor (`Worker::wake_if_asleep`).
     pub(crate) armed: bool,
+    /// The keepalive rounds (`UCX_KEEPALIVE_INTERVAL`), when on and a network transport
+    /// is in use.
+    pub(crate) keepalive: Option<super::keepalive::Keepalive>,
     pub(crate) sock: Sockets,
     pub(crate) am_handlers: Vec<Option<AmHandler>>,
     /// The channels (`crate::channel`) and the generation of the last one opened

@@ -3844,3 +3844,141 @@ fn sleeping_workers_move_a_large_stream_both_ways() {
         let _ = (ta.join().unwrap(), tb.join().unwrap());
     }
 }
+
+/// `UCX_KEEPALIVE_INTERVAL`: endpoints over tcp get a keepalive message every interval,
+/// which the peer drops without a word (no endpoint error, nothing malformed); a worker
+/// asleep on its descriptor wakes for the round; over shared memory, or with `inf`, none
+/// is sent.
+#[test]
+fn keepalive_rounds_go_over_network_lanes_only() {
+    let run = |tls: &str, ms: u64| {
+        let (mut a, mut b, ab, _) = pair(tls);
+        round(&mut a, &mut b, ab, 8, false);
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(ms) {
+            a.progress();
+            b.progress();
+        }
+        assert_eq!(a.poll_ep_error(), None, "{tls}");
+        assert_eq!(b.poll_ep_error(), None, "{tls}");
+        assert_eq!(b.stats().malformed, 0, "{tls}");
+        (a, b)
+    };
+    let (a, b) = run("tcp;KEEPALIVE_INTERVAL=20ms", 300);
+    let sent = a.stats().keepalives;
+    assert!((5..=20).contains(&sent), "{sent} keepalives in 300 ms");
+    assert!(b.stats().keepalives >= 5);
+    // Asleep: the round's timer wakes the worker.
+    let (mut a, _b) = (a, b);
+    while a.arm() == Err(Status::Busy) {
+        a.progress();
+    }
+    let t0 = std::time::Instant::now();
+    assert!(
+        a.wait_event(2000).unwrap(),
+        "the keepalive timer did not wake the worker"
+    );
+    assert!(t0.elapsed() < std::time::Duration::from_millis(500));
+    while a.arm() == Err(Status::Busy) {
+        a.progress();
+    }
+    assert!(a.stats().keepalives > sent, "no round after the wakeup");
+    let (a, _) = run("posix,cma;KEEPALIVE_INTERVAL=20ms", 100);
+    assert_eq!(a.stats().keepalives, 0, "same-host lanes need none");
+    let (a, _) = run("tcp;KEEPALIVE_INTERVAL=inf", 100);
+    assert_eq!(a.stats().keepalives, 0, "inf turns them off");
+}
+
+/// A peer host that goes silent (its link cut: no reset, no close ever arrives) behind an
+/// idle tcp connection: with `UCX_KEEPALIVE_INTERVAL=100ms` its endpoint fails within a
+/// few intervals, through the keepalive messages that tcp sees go unanswered; with `inf`
+/// it is still up 2 s later (the kernel's keepalive would take TCP_KEEPIDLE + KEEPINTVL x
+/// KEEPCNT, 16 s). Two workers in two network namespaces joined by a veth pair; needs
+/// `ip netns` (root), says SKIPPED otherwise.
+#[test]
+fn keepalive_finds_a_silent_peer_host_on_an_idle_connection() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use ucs::testing::Netns;
+    let first = match Netns::new() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("SKIPPED: network namespaces cannot be made here ({e})");
+            return;
+        }
+    };
+    let found_after = |net: &Netns, interval: &str, give_up: std::time::Duration| {
+        let dev = net.dev;
+        let cfg = move || {
+            Context::new(
+                Config::from_lookup(|k| match k {
+                    "TLS" => Some("tcp".into()),
+                    "NET_DEVICES" => Some(dev.into()),
+                    "KEEPALIVE_INTERVAL" => Some(interval.into()),
+                    _ => None,
+                })
+                .unwrap(),
+            )
+        };
+        let stop = AtomicBool::new(false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            // b lives in namespace 1: its sockets, and its progress, stay there.
+            s.spawn(|| {
+                net.run(1, || {
+                    let mut b = Worker::new(&cfg()).unwrap();
+                    tx.send(b.address().to_vec()).unwrap();
+                    let mut got = [0u8; 8];
+                    let r = b
+                        .tag_recv(&contig_mut(&mut got), 1, u64::MAX, RecvParams::default())
+                        .unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        b.progress();
+                    }
+                    assert_eq!(b.request_status(r), Status::Ok);
+                })
+            });
+            let b_addr = rx.recv().unwrap();
+            let at = net.run(0, || {
+                let mut a = Worker::new(&cfg()).unwrap();
+                let ab = a.ep_create(&b_addr).unwrap();
+                let msg = [1u8; 8];
+                if let Some(sreq) = a
+                    .tag_send(ab, &contig(&msg), 1, SendParams::default())
+                    .unwrap()
+                {
+                    while a.request_status(sreq) == Status::InProgress {
+                        a.progress();
+                    }
+                    assert_eq!(a.request_status(sreq), Status::Ok);
+                }
+                // Idle from here on.
+                net.cut(1);
+                let cut = std::time::Instant::now();
+                loop {
+                    a.progress();
+                    if let Some(e) = a.poll_ep_error() {
+                        assert_eq!(e, (ab, Status::EndpointTimeout));
+                        break Some(cut.elapsed());
+                    }
+                    if cut.elapsed() > give_up {
+                        break None;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            });
+            stop.store(true, Ordering::Relaxed);
+            at
+        })
+    };
+    let with = found_after(&first, "100ms", std::time::Duration::from_secs(5));
+    drop(first);
+    eprintln!("keepalive 100ms: silent peer host found after {with:?}");
+    let with = with.expect("a silent peer host was not found within 5 s with keepalive");
+    assert!(with < std::time::Duration::from_secs(3), "{with:?}");
+    let second = Netns::new().unwrap();
+    let without = found_after(&second, "inf", std::time::Duration::from_secs(2));
+    assert_eq!(
+        without, None,
+        "found without keepalive: not the keepalive's doing"
+    );
+}

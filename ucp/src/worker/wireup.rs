@@ -555,6 +555,9 @@ impl Core {
                 if e.remote_uuid != w.uuid {
                     return Err(Bad::Late);
                 }
+                if w.kind == wire::WIREUP_KEEPALIVE {
+                    return Ok(());
+                }
                 if w.kind == wire::WIREUP_CLOSE {
                     if e.remote_id != Some(w.src_ep) {
                         return Err(Bad::Late);
@@ -609,6 +612,16 @@ pub(crate) fn send_ctrl(
                 src_ep: ep as u32,
                 dst_ep: dst,
                 addr: core.address.clone(),
+            };
+            bcopy(iface, wire::AM_WIREUP, &m.encode())
+        }
+        Ctrl::Keepalive => {
+            let m = Wireup {
+                kind: wire::WIREUP_KEEPALIVE,
+                uuid: core.uuid,
+                src_ep: ep as u32,
+                dst_ep: peer_id?,
+                addr: Vec::new(),
             };
             bcopy(iface, wire::AM_WIREUP, &m.encode())
         }

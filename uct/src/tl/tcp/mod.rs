@@ -39,7 +39,9 @@
 //! `UCX_ERROR_CHECK_INTERVAL`: it asks the kernel (`TCP_INFO`) whether it holds data for
 //! the peer that it has retransmitted, or whose closed window it has probed, twice or more
 //! without an answer, and fails the connection once that has lasted, with no
-//! acknowledgment at all, `KEEPINTVL` x `KEEPCNT` (6 s by default). A live peer's kernel
+//! acknowledgment at all, `KEEPINTVL` x `KEEPCNT` (6 s by default), or three
+//! `UCX_KEEPALIVE_INTERVAL`s where that is shorter (ucp's keepalive messages keep data
+//! going to every peer, so an idle connection is found that way too). A live peer's kernel
 //! answers retransmissions and window probes even while its process does not read, so a
 //! slow peer is never taken for a dead one; `TCP_USER_TIMEOUT`, which also ends a
 //! connection whose window stayed closed that long (Linux 5.11 and later), is not used.
@@ -1040,12 +1042,22 @@ impl TcpIface {
                     cfg.tcp_keepcnt as i32,
                 )
             }),
+            // ucp's keepalive (`UCX_KEEPALIVE_INTERVAL`) keeps data going to every peer;
+            // a peer that acknowledges none of it for three intervals is given up on when
+            // that is sooner than KEEPINTVL x KEEPCNT.
             silence: cfg.tcp_keepidle_ns.map(|_| SilenceCheck {
                 timeout_ns: cfg
                     .tcp_keepintvl_ns
                     .saturating_mul(u64::from(cfg.tcp_keepcnt))
+                    .min(
+                        cfg.keepalive_interval_ns
+                            .map_or(u64::MAX, |k| k.saturating_mul(3)),
+                    )
                     .max(1_000_000),
-                every_ns: cfg.error_check_interval_ns.max(1_000_000),
+                every_ns: cfg
+                    .error_check_interval_ns
+                    .min(cfg.keepalive_interval_ns.unwrap_or(u64::MAX))
+                    .max(1_000_000),
                 next_ns: 0,
                 cursor: 0,
             }),
