@@ -22,55 +22,43 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 use uct::component::DeviceKind;
 
-use super::state::{Ctrl, Worker};
+use super::state::{Ctrl, Keepalive, Worker};
 
 /// The epoll data of the keepalive timer (interfaces use their index).
 pub(crate) const KEEPALIVE_EVENT: u64 = u64::MAX - 2;
 
-#[derive(Debug)]
-pub(crate) struct Keepalive {
-    every_ns: u64,
-    num_eps: usize,
-    next_ns: u64,
-    /// The endpoint slot the next round starts from.
-    cursor: usize,
-    timer: TimerFd,
-}
-
-impl Keepalive {
-    /// The rounds of a worker whose interfaces include a network transport, if
-    /// `UCX_KEEPALIVE_INTERVAL` is not `inf`; the timer joins `epoll`.
-    pub(crate) fn new(
-        cfg: &ucs::Config,
-        network: bool,
-        epoll: &ucs::wakeup::Epoll,
-    ) -> Option<Keepalive> {
-        let every_ns = cfg.keepalive_interval_ns?;
-        if !network {
+/// The rounds of a worker whose interfaces include a network transport, if
+/// `UCX_KEEPALIVE_INTERVAL` is not `inf`; the timer joins `epoll`.
+pub(crate) fn start(
+    cfg: &ucs::Config,
+    network: bool,
+    epoll: &ucs::wakeup::Epoll,
+) -> Option<Keepalive> {
+    let every_ns = cfg.keepalive_interval_ns?;
+    if !network {
+        return None;
+    }
+    let timer = match TimerFd::new(
+        ClockId::CLOCK_MONOTONIC,
+        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            log::warn!("ucp: no keepalive timer (timerfd_create: {e}); keepalive is off");
             return None;
         }
-        let timer = match TimerFd::new(
-            ClockId::CLOCK_MONOTONIC,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        ) {
-            Ok(t) => t,
-            Err(e) => {
-                log::warn!("ucp: no keepalive timer (timerfd_create: {e}); keepalive is off");
-                return None;
-            }
-        };
-        let fd = timer.as_fd().as_raw_fd();
-        if let Err(e) = epoll.add(fd, libc::EPOLLIN as u32, KEEPALIVE_EVENT) {
-            log::warn!("ucp: the keepalive timer cannot wake this worker (epoll_ctl: {e})");
-        }
-        Some(Keepalive {
-            every_ns,
-            num_eps: cfg.keepalive_num_eps,
-            next_ns: ucs::time::now_ns().saturating_add(every_ns),
-            cursor: 0,
-            timer,
-        })
+    };
+    let fd = timer.as_fd().as_raw_fd();
+    if let Err(e) = epoll.add(fd, libc::EPOLLIN as u32, KEEPALIVE_EVENT) {
+        log::warn!("ucp: the keepalive timer cannot wake this worker (epoll_ctl: {e})");
     }
+    Some(Keepalive {
+        every_ns,
+        num_eps: cfg.keepalive_num_eps,
+        next_ns: ucs::time::now_ns().saturating_add(every_ns),
+        cursor: 0,
+        timer,
+    })
 }
 
 impl Worker {

@@ -196,7 +196,7 @@ impl Worker {
                     source,
                 })?;
         }
-        let keepalive = keepalive::Keepalive::new(
+        let keepalive = keepalive::start(
             &ctx.config,
             info.iter()
                 .any(|i| i.kind == uct::component::DeviceKind::Network),

@@ -468,7 +468,7 @@ pub struct Worker {
     pub(crate) armed: bool,
     /// The keepalive rounds (`UCX_KEEPALIVE_INTERVAL`), when on and a network transport
     /// is in use.
-    pub(crate) keepalive: Option<super::keepalive::Keepalive>,
+    pub(crate) keepalive: Option<Keepalive>,
     pub(crate) sock: Sockets,
     pub(crate) am_handlers: Vec<Option<AmHandler>>,
     /// The channels (`crate::channel`) and the generation of the last one opened
@@ -559,6 +559,18 @@ pub(crate) struct Handshake {
     /// The client's worker address, once its hello is complete and answered; the
     /// handshake then waits for the id of the client's endpoint.
     pub(crate) worker_addr: Option<Vec<u8>>,
+}
+
+/// The keepalive rounds' state (`worker::keepalive`).
+#[derive(Debug)]
+pub(crate) struct Keepalive {
+    pub(crate) every_ns: u64,
+    pub(crate) num_eps: usize,
+    pub(crate) next_ns: u64,
+    /// The endpoint slot the next round starts from.
+    pub(crate) cursor: usize,
+    /// Set to the next round while the worker sleeps; in its epoll set.
+    pub(crate) timer: nix::sys::timerfd::TimerFd,
 }
 
 /// The socket-level state of a worker.
