@@ -103,6 +103,8 @@ void ct_wait_flag(struct ct_pair *p, volatile int *flag);
 ucp_context_h ct_context(uint64_t features);
 ucp_worker_h ct_worker(ucp_context_h ctx);
 ucp_ep_h ct_ep(ucp_worker_h w, const ucp_address_t *addr, int flags, struct ct_rec *err);
+/* The error handler ct_ep installs: records into the ct_rec given as its argument. */
+void ct_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status);
 
 /* Request parameters for a contiguous buffer: a send/recv callback (ct_send_cb /
  * ct_recv_cb recording into rec) when rec is not NULL. */

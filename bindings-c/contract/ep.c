@@ -2,6 +2,8 @@
  * with a peer process that dies or leaves. */
 #include "contract.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -280,7 +282,153 @@ static void modify_and_evaluate(void)
     ct_pair_fini(&p);
 }
 
+/* Client and server: a listener on one worker, and its connection handler. */
+static ucp_conn_request_h sa_req;
+static int sa_calls;
+static void sa_on_conn(ucp_conn_request_h req, void *arg)
+{
+    (void)arg;
+    sa_req = req;
+    sa_calls++;
+}
+
+static ucp_listener_h sa_listen(ucp_worker_h w, struct sockaddr_in *at)
+{
+    ucp_listener_params_t lp;
+    memset(&lp, 0, sizeof(lp));
+    struct sockaddr_in sin;
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&sin;
+    lp.sockaddr.addrlen = sizeof(sin);
+    lp.conn_handler.cb = sa_on_conn;
+    ucp_listener_h l;
+    CT_OK(ucp_listener_create(w, &lp, &l));
+    ucp_listener_attr_t la;
+    memset(&la, 0, sizeof(la));
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    CT_OK(ucp_listener_query(l, &la));
+    memcpy(at, &la.sockaddr, sizeof(*at));
+    return l;
+}
+
+static ucs_status_t sa_connect(ucp_worker_h w, const struct sockaddr_in *at, struct ct_rec *err,
+                               ucp_ep_h *ep)
+{
+    ucp_ep_params_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    cp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    cp.sockaddr.addr = (const struct sockaddr *)at;
+    cp.sockaddr.addrlen = sizeof(*at);
+    cp.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    cp.err_handler.cb = ct_err_cb;
+    cp.err_handler.arg = err;
+    return ucp_ep_create(w, &cp, ep);
+}
+
+/* ucp_ep_create with a socket address returns at once, though the server's worker does
+ * not progress; messages sent before the server accepts wait, and arrive in order once it
+ * has. */
+static void sockaddr_connect_returns_at_once(void)
+{
+    ucp_context_h ctx = ct_context(UCP_FEATURE_TAG);
+    ucp_worker_h srv = ct_worker(ctx), cli = ct_worker(ctx);
+    struct sockaddr_in at;
+    ucp_listener_h l = sa_listen(srv, &at);
+    struct ct_rec err;
+    memset(&err, 0, sizeof(err));
+    ucp_ep_h ep;
+    double t0 = now();
+    CT_OK(sa_connect(cli, &at, &err, &ep));
+    double took = now() - t0;
+    CT_CHECK(took < 0.5, "ucp_ep_create took %.2f s while the server did not progress", took);
+    /* Sent before the server has seen the connection: a small and a large message. */
+    static char big[200000], got_big[200000];
+    for (size_t i = 0; i < sizeof(big); i++) big[i] = (char)(i * 7 + 1);
+    char small[16] = "first", got_small[16] = {0};
+    ucp_request_param_t sp = ct_send_param(NULL), sp2 = ct_send_param(NULL);
+    void *s1 = ucp_tag_send_nbx(ep, small, sizeof(small), 5, &sp);
+    void *s2 = ucp_tag_send_nbx(ep, big, sizeof(big), 6, &sp2);
+    CT_CHECK(!UCS_PTR_IS_ERR(s1) && !UCS_PTR_IS_ERR(s2), "sends before the connection");
+    for (int i = 0; i < 100; i++) ucp_worker_progress(cli);
+    t0 = now();
+    while (sa_calls == 0) {
+        ucp_worker_progress(srv);
+        ucp_worker_progress(cli);
+        CT_CHECK(now() - t0 < 10, "no connection request");
+    }
+    ucp_ep_params_t ap;
+    memset(&ap, 0, sizeof(ap));
+    ap.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    ap.conn_request = sa_req;
+    ucp_ep_h sep;
+    CT_OK(ucp_ep_create(srv, &ap, &sep));
+    ucp_request_param_t rp = ct_recv_param(NULL), rp2 = ct_recv_param(NULL);
+    void *r1 = ucp_tag_recv_nbx(srv, got_small, sizeof(got_small), 5, ~0ull, &rp);
+    void *r2 = ucp_tag_recv_nbx(srv, got_big, sizeof(got_big), 6, ~0ull, &rp2);
+    void *reqs[4] = {s1, s2, r1, r2};
+    t0 = now();
+    for (int k = 0; k < 4; k++) {
+        while (reqs[k] != NULL && ucp_request_check_status(reqs[k]) == UCS_INPROGRESS) {
+            ucp_worker_progress(srv);
+            ucp_worker_progress(cli);
+            CT_CHECK(now() - t0 < 10, "operation %d did not complete", k);
+        }
+        if (reqs[k] != NULL) {
+            CT_CHECK(ucp_request_check_status(reqs[k]) == UCS_OK, "operation %d", k);
+            ucp_request_free(reqs[k]);
+        }
+    }
+    CT_CHECK(strcmp(got_small, "first") == 0, "the small message: '%s'", got_small);
+    CT_CHECK(memcmp(big, got_big, sizeof(big)) == 0, "the large message");
+    CT_CHECK(err.calls == 0, "the error handler was called (status %d)", (int)err.status);
+    ucp_listener_destroy(l);
+    void *c1 = close_ep(ep, 1), *c2 = close_ep(sep, 1);
+    (void)c1;
+    (void)c2;
+    ucp_worker_destroy(cli);
+    ucp_worker_destroy(srv);
+    ucp_cleanup(ctx);
+}
+
+/* A client whose server is gone (nobody listens on the port) learns it through its
+ * error handler with an error status, or from ucp_ep_create itself; never a hang. */
+static void sockaddr_refused_is_an_error(void)
+{
+    ucp_context_h ctx = ct_context(UCP_FEATURE_TAG);
+    ucp_worker_h srv = ct_worker(ctx), cli = ct_worker(ctx);
+    struct sockaddr_in at;
+    ucp_listener_h l = sa_listen(srv, &at);
+    ucp_listener_destroy(l);
+    ucp_worker_destroy(srv);
+    struct ct_rec err;
+    memset(&err, 0, sizeof(err));
+    ucp_ep_h ep;
+    ucs_status_t st = sa_connect(cli, &at, &err, &ep);
+    if (st == UCS_OK) {
+        double t0 = now();
+        while (err.calls == 0) {
+            ucp_worker_progress(cli);
+            CT_CHECK(now() - t0 < 10, "no error 10 s after connecting to a closed port");
+        }
+        CT_CHECK(err.status != UCS_OK, "the handler's status");
+        if (getenv("CT_DEBUG")) fprintf(stderr, "    handler: status %d\n", (int)err.status);
+        void *c = close_ep(ep, 1);
+        (void)c;
+    } else if (getenv("CT_DEBUG")) {
+        fprintf(stderr, "    ucp_ep_create: status %d\n", (int)st);
+    }
+    ucp_worker_destroy(cli);
+    ucp_cleanup(ctx);
+}
+
 const struct ct_test ct_endpoints[] = {
+    {"sockaddr_connect_returns_at_once", "ucp_ep_create with a socket address returns at once while the server does not progress; messages sent before the server accepts arrive once it has", sockaddr_connect_returns_at_once},
+    {"sockaddr_refused_is_an_error", "connecting to a port nobody listens on ends in an error: from ucp_ep_create, or through the error handler, within 10 s", sockaddr_refused_is_an_error},
     {"close_flush_delivers", "messages sent before a flush-mode ucp_ep_close_nbx arrive, and the close completes with UCS_OK", close_flush_delivers},
     {"close_force_cancels", "a force close completes at once and ends outstanding operations with UCS_ERR_CANCELED (PEER error mode)", close_force_cancels},
     {"dead_peer_fails_outstanding_sends", "PEER error mode: a dead peer ends outstanding sends with an error and calls the error handler once, inside progress", dead_peer_fails_outstanding_sends},

@@ -53,7 +53,7 @@ ucp_worker_h ct_worker(ucp_context_h ctx)
     return w;
 }
 
-static void ct_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+void ct_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     struct ct_rec *r = arg;
     r->calls++;

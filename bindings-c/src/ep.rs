@@ -539,6 +539,11 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
         let Some((&n, mut rest)) = body.split_first() else {
             return code(Status::InvalidParam);
         };
+        // The worker the endpoint reaches: from its address, or (client/server) as the
+        // connection learned it.
+        let target = e
+            .remote_uuid
+            .or_else(|| w.with(|wk| wk.ep_remote_worker(e.h)));
         let mut pick: Option<&[u8]> = None;
         for _ in 0..n {
             if rest.len() < 12 {
@@ -549,7 +554,7 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
             let Some(k) = rest.get(12..12 + len) else {
                 return code(Status::InvalidParam);
             };
-            if e.remote_uuid == Some(uuid) || (e.remote_uuid.is_none() && n == 1) {
+            if target == Some(uuid) || (target.is_none() && n == 1) {
                 pick = Some(k);
             }
             rest = &rest[12 + len..];

@@ -111,6 +111,24 @@ pub struct LaneAttrs<'a> {
 
 impl Thresholds {
     /// Computes the ranges of an endpoint from its lanes and the configuration.
+    /// For an endpoint whose lanes are not known yet (a socket-address client before the
+    /// server's address came): every send of data goes by active-message rendezvous, which
+    /// every lane carries whatever it turns out to be (eager limits and memory lanes depend
+    /// on it); an empty one is a bare eager header.
+    pub fn before_connect() -> Thresholds {
+        Thresholds {
+            max_short: None,
+            max_bcopy: 0,
+            max_bcopy_sync: 0,
+            zcopy: None,
+            rndv: 1,
+            rma: false,
+            rma_dev: false,
+            dev_eager: 0,
+            put: false,
+        }
+    }
+
     pub fn new(
         l: LaneAttrs,
         rndv_cfg: AutoSize,

@@ -11,23 +11,27 @@
 //! server -> client   'A' (the application accepted) or 'R' (it rejected), then close
 //! ```
 //!
-//! The client's endpoint is created from the server's address as soon as it arrives, but
-//! sends no wire-up request: the server's `accept` creates the server-side endpoint, whose
-//! request names the client's endpoint and pairs exactly it (a worker with several
-//! connections in flight to one server, or connected to itself, would otherwise pair
-//! whichever endpoint came first). The application sees the connection request once that
-//! id has arrived. Sends posted meanwhile wait in the endpoint's queue. A reject
-//! (or the socket closing before a decision) fails the client endpoint with `Rejected`
-//! (or `NotConnected`), reported through `poll_ep_error`. The server never blocks: sockets
-//! are non-blocking and half-received hellos wait for the next progress call.
+//! Neither side blocks. `ep_connect_sockaddr` returns an endpoint at once, its socket
+//! connecting; until the server's address arrives, the endpoint's lanes reach this worker
+//! (`Ep::provisional`), nothing is sent on them, and sends posted meanwhile wait in its
+//! queue, their protocol one that any lane carries (`Thresholds::before_connect`). With
+//! the server's address the endpoint gets its real lanes (`wireup::rebind_ep`) and tells
+//! the server its id. It sends no wire-up request: the server's `accept` creates the
+//! server-side endpoint, whose request names the client's endpoint and pairs exactly it (a
+//! worker with several connections in flight to one server, or connected to itself, would
+//! otherwise pair whichever endpoint came first); the queued sends go then, in order. The
+//! application sees the connection request once that id has arrived. A refused connect,
+//! no answer within 10 s, a reject, or the socket closing before a decision fails the
+//! client endpoint with `Unreachable`, `TimedOut`, `Rejected` or `NotConnected`, reported
+//! through `poll_ep_error` (the C API's error handler). Half-received hellos and replies
+//! wait for the next progress call.
 //!
-//! Every socket the worker waits on (listeners, hellos being received, clients waiting for
-//! the server's decision) is in the worker's epoll set (`SOCKET_EVENT`), so that a worker
-//! asleep on `ucp_worker_get_efd`'s descriptor wakes for a connection request or an
-//! answer, and the progress call after such a wakeup (or after `arm` found one) looks at
-//! the sockets at once instead of on its usual one call in `POLL_EVERY`. A client waiting
-//! for the server's address progresses this worker's own listeners meanwhile, so a client
-//! and a server on one worker connect.
+//! Every socket the worker waits on (listeners, connects under way, hellos being
+//! received, clients waiting for the server's decision) is in the worker's epoll set
+//! (`SOCKET_EVENT`), so that a worker asleep on `ucp_worker_get_efd`'s descriptor wakes for
+//! a connection request or an answer, and the progress call after such a wakeup (or after
+//! `arm` found one) looks at the sockets at once instead of on its usual one call in
+//! `POLL_EVERY`. A client and a server on one worker connect through the same steps.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -36,9 +40,10 @@ use std::time::Duration;
 
 use ucs::{Status, UcsResult};
 
-use super::state::{ConnRequest, Ctrl, Handshake, Worker, SOCKET_EVENT};
-use super::wireup::{destroy_ep, fail_ep, new_ep, Failure};
+use super::state::{ConnRequest, Connecting, Core, Ctrl, Handshake, Worker, SOCKET_EVENT};
+use super::wireup::{fail_ep, new_ep, rebind_ep, Failure};
 use crate::address::WorkerAddress;
+use crate::proto::select::Thresholds;
 use crate::request::EpHandle;
 
 const HELLO: &[u8; 8] = b"RUCXCONN";
@@ -120,75 +125,83 @@ impl Worker {
         let _ = s.write_all(b"R");
     }
 
-    /// Connects to a listening worker at `addr`. Waits (at most 10 s) for the server to
-    /// answer with its worker address; the endpoint becomes usable once the server's
-    /// application accepts.
+    /// Connects to a listening worker at `addr` (`ucp_ep_create` with a socket address).
+    /// Returns at once: the endpoint takes sends and receives, which wait in order until
+    /// the server's address has come and its wire-up request has paired the endpoint. A
+    /// server that refuses the connection, does not answer within 10 s, or rejects it fails
+    /// the endpoint (`poll_ep_error`) with `Unreachable`, `TimedOut` or `Rejected`.
     pub fn ep_connect_sockaddr(&mut self, addr: SocketAddr) -> UcsResult<EpHandle> {
-        let mut s = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| {
-            log::warn!("ucp: connect to {addr}: {e}");
-            match e.kind() {
-                ErrorKind::ConnectionRefused => Status::Unreachable,
-                ErrorKind::TimedOut => Status::TimedOut,
-                _ => Status::IoError,
-            }
-        })?;
-        let _ = s.set_nodelay(true);
-        s.write_all(&frame(HELLO, &self.core.address))
-            .map_err(|_| Status::IoError)?;
-        // Exactly the reply, no further: the decision byte that follows is read later.
-        let io = |e: std::io::Error| match e.kind() {
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => Status::TimedOut,
-            ErrorKind::UnexpectedEof => Status::NotConnected,
-            _ => Status::IoError,
-        };
-        // The server may be this very worker: serve its listeners while waiting. Exactly
-        // the reply is read, no further: the decision byte that follows is read later.
-        s.set_nonblocking(true).map_err(|_| Status::IoError)?;
-        let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
-        let mut got = Vec::new();
-        let server = loop {
-            match parse(&got, REPLY) {
-                // The server's word for its address size is checked before allocating.
-                Err(()) => return Err(Status::InvalidParam),
-                Ok(Some(addr)) => break addr,
-                Ok(None) => {}
-            }
-            let need = if got.len() < 12 {
-                12 - got.len()
-            } else {
-                let len = u32::from_le_bytes([got[8], got[9], got[10], got[11]]) as usize;
-                12 + len - got.len()
-            };
-            let mut chunk = [0u8; 4096];
-            match s.read(&mut chunk[..need.min(4096)]) {
-                Ok(0) => return Err(Status::NotConnected),
-                Ok(n) => {
-                    got.extend_from_slice(&chunk[..n]);
-                    continue;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(io(e)),
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(Status::TimedOut);
-            }
-            if !self.sock.listeners.is_empty() {
-                poll_listeners(self);
-            }
-            let _ = ucs::wakeup::wait_readable(s.as_raw_fd(), 1);
-        };
-        let peer = WorkerAddress::decode(&server)?;
-        let Worker { ifaces, core, .. } = self;
-        let idx = new_ep(ifaces, core, &peer)?;
-        core.eps[idx].named_pairing = true;
-        // Four bytes into a socket that has sent nothing else: they fit its buffer.
-        if let Err(e) = s.write_all(&(idx as u32).to_le_bytes()) {
-            destroy_unpaired(self, idx);
-            return Err(io(e));
+        let own = WorkerAddress::decode(&self.core.address)?;
+        let (stream, refused) = connect_nonblocking(addr)?;
+        // Until the server's address comes, the endpoint's lanes reach this worker; nothing
+        // goes out on them (`Ep::provisional`).
+        let Worker {
+            ifaces, core, sock, ..
+        } = self;
+        let idx = new_ep(ifaces, core, &own)?;
+        sock.conns += 1;
+        let conn = sock.conns;
+        let e = &mut core.eps[idx];
+        e.conn = Some(conn);
+        e.provisional = true;
+        e.thresh = Thresholds::before_connect();
+        e.tuner = None;
+        if let Some(status) = refused {
+            log::debug!("ucp: connect to {addr}: {status}");
+            fail_ep(core, idx, status, Failure::Error);
+            return Ok(EpHandle(idx as u32));
         }
-        watch(self, s.as_raw_fd());
-        self.sock.pending.push((idx, s));
+        let fd = stream.as_raw_fd();
+        if let Err(e) = self
+            .epoll
+            .add(fd, (libc::EPOLLIN | libc::EPOLLOUT) as u32, SOCKET_EVENT)
+        {
+            log::warn!("ucp: a socket cannot wake this worker (epoll_ctl: {e})");
+        }
+        self.sock.connecting.push(Connecting {
+            ep: idx,
+            conn,
+            stream,
+            hello: Some(frame(HELLO, &self.core.address)),
+            got: Vec::new(),
+            deadline_ns: ucs::time::now_ns() + CONNECT_TIMEOUT.as_nanos() as u64,
+        });
+        self.sock.due = true;
         Ok(EpHandle(idx as u32))
+    }
+}
+
+/// A non-blocking connect to `addr`, under way; or the status of a refusal that came at
+/// once.
+fn connect_nonblocking(addr: SocketAddr) -> UcsResult<(TcpStream, Option<Status>)> {
+    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, SockaddrStorage};
+    let family = if addr.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket::socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| Status::from_errno(e as i32))?;
+    let refused = match socket::connect(fd.as_raw_fd(), &SockaddrStorage::from(addr)) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => None,
+        Err(e) => Some(connect_status(e as i32)),
+    };
+    let stream = TcpStream::from(fd);
+    let _ = stream.set_nodelay(true);
+    Ok((stream, refused))
+}
+
+/// The endpoint status for a connect that failed with `errno`.
+fn connect_status(errno: i32) -> Status {
+    match errno {
+        libc::ECONNREFUSED | libc::ENETUNREACH | libc::EHOSTUNREACH => Status::Unreachable,
+        libc::ETIMEDOUT => Status::TimedOut,
+        _ => Status::IoError,
     }
 }
 
@@ -207,6 +220,7 @@ pub(crate) fn poll_sockets(w: &mut Worker) {
     }
     w.sock.due = false;
     poll_listeners(w);
+    poll_connecting(w);
     poll_pending(w);
 }
 
@@ -308,25 +322,24 @@ fn step_handshake(h: &mut Handshake, own: &[u8]) -> Result<Option<u32>, ()> {
     }
 }
 
-/// Takes back a client endpoint that never reached its server.
-fn destroy_unpaired(w: &mut Worker, idx: usize) {
-    let Worker { ifaces, core, .. } = w;
-    destroy_ep(ifaces, core, idx);
-}
-
 fn poll_pending(w: &mut Worker) {
     let Worker { sock, core, .. } = w;
     let mut i = 0;
     while i < sock.pending.len() {
-        let (ep, s) = &mut sock.pending[i];
-        let ep = *ep;
+        let (ep, conn, s) = &mut sock.pending[i];
+        let (ep, conn) = (*ep, *conn);
         let mut b = [0u8; 1];
-        let verdict = match s.read(&mut b) {
-            Ok(1) if b[0] == b'A' => Some(Ok(())),
-            Ok(1) => Some(Err(Status::Rejected)),
-            Ok(_) => Some(Err(Status::NotConnected)),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
-            Err(_) => Some(Err(Status::NotConnected)),
+        let verdict = if !is_conn(core, ep, conn) {
+            // Closed meanwhile: the socket goes.
+            Some(Ok(()))
+        } else {
+            match s.read(&mut b) {
+                Ok(1) if b[0] == b'A' => Some(Ok(())),
+                Ok(1) => Some(Err(Status::Rejected)),
+                Ok(_) => Some(Err(Status::NotConnected)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+                Err(_) => Some(Err(Status::NotConnected)),
+            }
         };
         match verdict {
             None => i += 1,
@@ -338,4 +351,99 @@ fn poll_pending(w: &mut Worker) {
             }
         }
     }
+}
+
+/// Whether endpoint slot `ep` still holds client connection `conn`'s endpoint.
+fn is_conn(core: &Core, ep: usize, conn: u64) -> bool {
+    core.eps
+        .get(ep)
+        .is_some_and(|e| e.conn == Some(conn) && e.failed.is_none())
+}
+
+/// Advances the client connections under way: sends the hello once the socket is
+/// connected, reads the server's address, gives the endpoint its lanes, and tells the
+/// server which endpoint pairs its own; the connection then waits for the server's
+/// decision (`poll_pending`). A failure fails the endpoint.
+fn poll_connecting(w: &mut Worker) {
+    let mut i = 0;
+    while i < w.sock.connecting.len() {
+        match step_connecting(w, i) {
+            Ok(false) => i += 1,
+            Ok(true) => {
+                let c = w.sock.connecting.swap_remove(i);
+                let _ = w.epoll.delete(c.stream.as_raw_fd());
+                watch(w, c.stream.as_raw_fd());
+                w.sock.pending.push((c.ep, c.conn, c.stream));
+            }
+            Err(status) => {
+                let c = w.sock.connecting.swap_remove(i);
+                if is_conn(&w.core, c.ep, c.conn) {
+                    log::debug!("ucp: client connection {} failed: {status}", c.conn);
+                    fail_ep(&mut w.core, c.ep, status, Failure::Error);
+                }
+            }
+        }
+    }
+}
+
+/// One step of client connection `i`: `Ok(true)` once the server's address is in and the
+/// endpoint rebound, `Ok(false)` while waiting.
+fn step_connecting(w: &mut Worker, i: usize) -> Result<bool, Status> {
+    let Worker {
+        ifaces,
+        core,
+        sock,
+        epoll,
+        ..
+    } = w;
+    let c = &mut sock.connecting[i];
+    if !is_conn(core, c.ep, c.conn) {
+        // Closed meanwhile.
+        return Err(Status::Canceled);
+    }
+    if ucs::time::now_ns() > c.deadline_ns {
+        return Err(Status::TimedOut);
+    }
+    if let Some(hello) = &c.hello {
+        if let Ok(Some(e)) = c.stream.take_error() {
+            return Err(connect_status(e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+        if c.stream.peer_addr().is_err() {
+            return Ok(false);
+        }
+        // Connected; the hello (a worker address) fits the empty socket buffer.
+        c.stream.write_all(hello).map_err(|_| Status::IoError)?;
+        c.hello = None;
+        let _ = epoll.modify(c.stream.as_raw_fd(), libc::EPOLLIN as u32, SOCKET_EVENT);
+    }
+    // Exactly the reply, no further: the decision byte that follows is read later.
+    let server = loop {
+        match parse(&c.got, REPLY) {
+            // The server's word for its address size is checked before allocating.
+            Err(()) => return Err(Status::InvalidParam),
+            Ok(Some(addr)) => break addr,
+            Ok(None) => {}
+        }
+        let need = if c.got.len() < 12 {
+            12 - c.got.len()
+        } else {
+            let len = u32::from_le_bytes([c.got[8], c.got[9], c.got[10], c.got[11]]) as usize;
+            12 + len - c.got.len()
+        };
+        let mut chunk = [0u8; 4096];
+        match c.stream.read(&mut chunk[..need.min(4096)]) {
+            Ok(0) => return Err(Status::NotConnected),
+            Ok(n) => c.got.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => return Err(Status::Unreachable),
+            Err(_) => return Err(Status::IoError),
+        }
+    };
+    let peer = WorkerAddress::decode(&server)?;
+    rebind_ep(ifaces, core, c.ep, &peer)?;
+    // Four bytes into a socket that has sent only the hello: they fit its buffer.
+    c.stream
+        .write_all(&(c.ep as u32).to_le_bytes())
+        .map_err(|_| Status::IoError)?;
+    Ok(true)
 }

@@ -173,9 +173,14 @@ pub(crate) struct Ep {
     pub(crate) remote_uuid: u64,
     /// The peer's endpoint id for us, from wire-up.
     pub(crate) remote_id: Option<u32>,
-    /// The client side of a socket-address connection: paired only by the wire-up request
-    /// that names it (the server's), never by another endpoint's request to this worker.
-    pub(crate) named_pairing: bool,
+    /// The client side of a socket-address connection, with the connection's number
+    /// (`Sockets::connecting`): paired only by the wire-up request that names it (the
+    /// server's), never by another endpoint's request to this worker.
+    pub(crate) conn: Option<u64>,
+    /// Its lanes reach this worker, not the peer: a socket-address client whose server
+    /// has not sent its address yet (`listener`). Nothing is sent on them; sends wait in
+    /// the queue.
+    pub(crate) provisional: bool,
     pub(crate) am: Lane,
     /// The memory lane for host-accessible memory (zero-copy rendezvous, RMA).
     pub(crate) rma: Option<Lane>,
@@ -573,14 +578,34 @@ pub(crate) struct Keepalive {
     pub(crate) timer: nix::sys::timerfd::TimerFd,
 }
 
+/// A client connection whose server has not sent its address yet (`listener`).
+#[derive(Debug)]
+pub(crate) struct Connecting {
+    /// Its endpoint, and the connection's number (`Ep::conn`): the endpoint may have been
+    /// closed, and its slot reused, meanwhile.
+    pub(crate) ep: usize,
+    pub(crate) conn: u64,
+    pub(crate) stream: TcpStream,
+    /// The hello, until the socket is connected and it went out.
+    pub(crate) hello: Option<Vec<u8>>,
+    /// The server's reply so far.
+    pub(crate) got: Vec<u8>,
+    /// Gives up then (`ucs::time::now_ns`).
+    pub(crate) deadline_ns: u64,
+}
+
 /// The socket-level state of a worker.
 #[derive(Debug, Default)]
 pub(crate) struct Sockets {
     pub(crate) listeners: Vec<TcpListener>,
     pub(crate) handshakes: Vec<Handshake>,
     pub(crate) requests: VecDeque<ConnRequest>,
-    /// Client endpoints waiting for the server's decision.
-    pub(crate) pending: Vec<(usize, TcpStream)>,
+    /// Client connections on their way to the server's address: each with its endpoint.
+    pub(crate) connecting: Vec<Connecting>,
+    /// Client endpoints (and their connection's number) waiting for the server's decision.
+    pub(crate) pending: Vec<(usize, u64, TcpStream)>,
+    /// The number of the last client connection made.
+    pub(crate) conns: u64,
     pub(crate) tick: u32,
     /// A socket became readable: look at them at the next progress call.
     pub(crate) due: bool,
@@ -588,7 +613,7 @@ pub(crate) struct Sockets {
 
 impl Sockets {
     pub(crate) fn active(&self) -> bool {
-        !self.listeners.is_empty() || !self.pending.is_empty()
+        !self.listeners.is_empty() || !self.pending.is_empty() || !self.connecting.is_empty()
     }
 
     /// Connection requests received (complete handshakes) and not yet taken.

@@ -1293,44 +1293,160 @@ fn sockaddr_listener_accepts_and_rejects() {
     }
     assert_eq!(err, Some((rejected, Status::Rejected)));
     let (_server, _ep) = t.join().unwrap();
-    // Nobody listens here any more: a clear error, not a hang.
+    // Nobody listens here any more: the endpoint fails with Unreachable, not a hang.
     drop(_server);
-    assert!(client.ep_connect_sockaddr(at).is_err());
+    let nobody = client.ep_connect_sockaddr(at).unwrap();
+    let start = std::time::Instant::now();
+    let err = loop {
+        client.progress();
+        // (The accepted endpoint reports its server's end first.)
+        if let Some(e) = client.poll_ep_error().filter(|e| e.0 == nobody) {
+            break e;
+        }
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "a refused connect did not fail"
+        );
+    };
+    assert_eq!(err, (nobody, Status::Unreachable));
+}
+
+/// `ep_connect_sockaddr` returns at once, whether or not the server progresses; sends and
+/// receives posted before the server's address came wait, and go in order once the
+/// server has accepted (tag messages of every protocol range, and stream bytes both
+/// ways).
+#[test]
+fn sockaddr_connect_returns_at_once_and_queues_until_accepted() {
+    use crate::proto::stream::StreamRecv;
+    for tls in ["posix,cma", "tcp"] {
+        let c = ctx(tls);
+        let mut server = Worker::new(&c).unwrap();
+        let mut client = Worker::new(&c).unwrap();
+        let at = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let t0 = std::time::Instant::now();
+        let ep = client.ep_connect_sockaddr(at).unwrap();
+        assert!(
+            t0.elapsed() < std::time::Duration::from_millis(200),
+            "{tls}: ep_connect_sockaddr waited {:?} for a server that does not progress",
+            t0.elapsed()
+        );
+        // Posted before the server has even seen the connection.
+        let sizes = [0usize, 8, 5000, 70_000, 1 << 20];
+        let srcs: Vec<Vec<u8>> = sizes.iter().map(|&n| pattern(n, n as u8)).collect();
+        let mut sends = Vec::new();
+        for (i, src) in srcs.iter().enumerate() {
+            sends.push(
+                client
+                    .tag_send(ep, &contig(src), 40 + i as u64, SendParams::default())
+                    .unwrap(),
+            );
+        }
+        let hello = *b"client stream";
+        let ss = client
+            .stream_send(ep, &contig(&hello), SendParams::default())
+            .unwrap();
+        let mut back = [0u8; 13];
+        let sr = client
+            .stream_recv(ep, &contig_mut(&mut back), true, RecvParams::default())
+            .unwrap();
+        for _ in 0..50 {
+            client.progress();
+        }
+        // Now the server: its connection request, accepted.
+        let start = std::time::Instant::now();
+        let req = loop {
+            client.progress();
+            server.progress();
+            if let Some(r) = server.poll_conn_request() {
+                break r;
+            }
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "{tls}: no connection request"
+            );
+        };
+        let sep = server.accept(req).unwrap();
+        let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        let mut recvs = Vec::new();
+        for (i, d) in dsts.iter_mut().enumerate() {
+            recvs.push(
+                server
+                    .tag_recv(
+                        &contig_mut(d),
+                        40 + i as u64,
+                        u64::MAX,
+                        RecvParams::default(),
+                    )
+                    .unwrap(),
+            );
+        }
+        let mut got = [0u8; 13];
+        let gr = server
+            .stream_recv(sep, &contig_mut(&mut got), true, RecvParams::default())
+            .unwrap();
+        let reply = *b"server stream";
+        let rs = server
+            .stream_send(sep, &contig(&reply), SendParams::default())
+            .unwrap();
+        let pending = |w: &Worker, id: Option<ReqId>| {
+            id.is_some_and(|id| w.request_status(id) == Status::InProgress)
+        };
+        let start = std::time::Instant::now();
+        while sends.iter().any(|&s| pending(&client, s))
+            || recvs.iter().any(|&r| pending(&server, Some(r)))
+            || pending(&client, ss)
+            || pending(&server, rs)
+            || matches!(sr, StreamRecv::Pending(id) if pending(&client, Some(id)))
+            || matches!(gr, StreamRecv::Pending(id) if pending(&server, Some(id)))
+        {
+            client.progress();
+            server.progress();
+            assert!(
+                start.elapsed().as_secs() < 20,
+                "{tls}: the queued operations did not finish"
+            );
+        }
+        assert_eq!(client.poll_ep_error(), None, "{tls}");
+        for (i, d) in dsts.iter().enumerate() {
+            assert!(*d == srcs[i], "{tls}: message {i} ({} bytes)", sizes[i]);
+        }
+        assert_eq!(&got, &hello, "{tls}");
+        assert_eq!(&back, &reply, "{tls}");
+        // The endpoint reaches the server's worker now.
+        assert_eq!(client.ep_remote_worker(ep), Some(server.core.uuid));
+    }
 }
 
 /// Several socket-address connections in flight at once, accepted in the reverse order
-/// of their requests, each pair its own endpoints: every server endpoint's stream bytes
-/// reach the client endpoint of its own connection. Once on one worker that is its own
+/// of their requests, each pair their own endpoints: each client endpoint sends its
+/// number on its stream, each server endpoint answers what it got plus 100 on its own,
+/// and every client must get its own number back. Once on one worker that is its own
 /// server (as UCXX and Dask run a client and a server in one process), where its
 /// requests to itself used to pair whichever unpaired endpoint came first, and once
 /// between two workers.
 #[test]
 fn sockaddr_connections_pair_their_own_endpoints() {
-    fn exchange(server: &mut Worker, client: Option<&mut Worker>, at: std::net::SocketAddr) {
+    use crate::proto::stream::StreamRecv;
+    fn exchange(server: &mut Worker, mut client: Option<&mut Worker>, at: std::net::SocketAddr) {
         const N: usize = 3;
-        let mut client = client;
         let mut clients = Vec::new();
-        for _ in 0..N {
-            let ep = match client.as_deref_mut() {
-                Some(c) => {
-                    // The other worker's connect waits for the server's address: answer
-                    // from this thread, which owns the server, in a helper thread's stead.
-                    std::thread::scope(|sc| {
-                        let t = sc.spawn(|| c.ep_connect_sockaddr(at).unwrap());
-                        while !t.is_finished() {
-                            server.progress();
-                        }
-                        t.join().unwrap()
-                    })
-                }
-                None => server.ep_connect_sockaddr(at).unwrap(),
-            };
-            clients.push(ep);
+        // Each send waits in its endpoint's queue, reading its buffer when it goes.
+        let msgs: Vec<[u8; 8]> = (0..N as u64).map(|i| i.to_le_bytes()).collect();
+        for msg in &msgs {
+            let w = client.as_deref_mut().unwrap_or(&mut *server);
+            let ep = w.ep_connect_sockaddr(at).unwrap();
+            let s = w
+                .stream_send(ep, &contig(msg), SendParams::default())
+                .unwrap();
+            clients.push((ep, s));
         }
         let mut reqs = Vec::new();
         let start = std::time::Instant::now();
         while reqs.len() < N {
             server.progress();
+            if let Some(c) = client.as_deref_mut() {
+                c.progress();
+            }
             if let Some(r) = server.poll_conn_request() {
                 reqs.push(r);
             }
@@ -1339,54 +1455,65 @@ fn sockaddr_connections_pair_their_own_endpoints() {
                 "connection requests missing"
             );
         }
-        // The requests come in connection order; accept the last first.
-        let mut servers = [None; N];
-        for (i, r) in reqs.into_iter().enumerate().rev() {
-            servers[i] = Some(server.accept(r).unwrap());
+        // Accept the last request first.
+        let mut servers = Vec::new();
+        for r in reqs.into_iter().rev() {
+            servers.push(server.accept(r).unwrap());
         }
-        let mut bufs = [[0u8; 8]; N];
-        let mut recvs = Vec::new();
-        for (i, ep) in clients.iter().enumerate() {
-            let w = client.as_deref_mut().unwrap_or(&mut *server);
-            let r = w
-                .stream_recv(*ep, &contig_mut(&mut bufs[i]), true, RecvParams::default())
+        let progress = |server: &mut Worker, client: &mut Option<&mut Worker>| {
+            server.progress();
+            if let Some(c) = client.as_deref_mut() {
+                c.progress();
+            }
+        };
+        let wait = |w: &mut Worker, r: StreamRecv, other: &mut dyn FnMut(&mut Worker)| {
+            if let StreamRecv::Pending(id) = r {
+                let start = std::time::Instant::now();
+                while w.request_status(id) == Status::InProgress {
+                    other(w);
+                    assert!(start.elapsed().as_secs() < 10, "stream bytes missing");
+                }
+                assert_eq!(w.request_status(id), Status::Ok);
+            }
+        };
+        // Each server endpoint echoes what its client sent, plus 100.
+        for &sep in &servers {
+            let mut got = [0u8; 8];
+            let r = server
+                .stream_recv(sep, &contig_mut(&mut got), true, RecvParams::default())
                 .unwrap();
-            recvs.push(r);
-        }
-        for (i, ep) in servers.iter().enumerate() {
-            let msg = (i as u64 + 100).to_le_bytes();
+            wait(server, r, &mut |w| {
+                w.progress();
+                if let Some(c) = client.as_deref_mut() {
+                    c.progress();
+                }
+            });
+            let echo = (u64::from_le_bytes(got) + 100).to_le_bytes();
             if let Some(s) = server
-                .stream_send(ep.unwrap(), &contig(&msg), SendParams::default())
+                .stream_send(sep, &contig(&echo), SendParams::default())
                 .unwrap()
             {
                 while server.request_status(s) == Status::InProgress {
-                    server.progress();
-                    if let Some(c) = client.as_deref_mut() {
-                        c.progress();
-                    }
+                    progress(server, &mut client);
                 }
             }
         }
-        for r in recvs {
-            if let StreamRecv::Pending(id) = r {
-                let start = std::time::Instant::now();
-                loop {
-                    server.progress();
-                    let w = client.as_deref_mut().unwrap_or(&mut *server);
-                    w.progress();
-                    if w.request_status(id) != Status::InProgress {
-                        assert_eq!(w.request_status(id), Status::Ok);
-                        break;
-                    }
-                    assert!(start.elapsed().as_secs() < 10, "stream bytes missing");
-                }
+        for (i, (ep, s)) in clients.into_iter().enumerate() {
+            let w = client.as_deref_mut().unwrap_or(&mut *server);
+            if let Some(s) = s {
+                assert_ne!(w.request_status(s), Status::InProgress);
             }
-        }
-        for (i, b) in bufs.iter().enumerate() {
+            let mut back = [0u8; 8];
+            let r = w
+                .stream_recv(ep, &contig_mut(&mut back), true, RecvParams::default())
+                .unwrap();
+            wait(w, r, &mut |w| {
+                w.progress();
+            });
             assert_eq!(
-                u64::from_le_bytes(*b),
+                u64::from_le_bytes(back),
                 i as u64 + 100,
-                "client endpoint {i} got another connection's bytes"
+                "client endpoint {i} got another connection's answer"
             );
         }
     }
@@ -3083,10 +3210,19 @@ fn a_listener_reply_announcing_a_huge_address_is_refused() {
     });
     let c = ctx("posix,cma");
     let mut client = Worker::new(&c).unwrap();
-    assert_eq!(
-        client.ep_connect_sockaddr(at).err(),
-        Some(Status::InvalidParam)
-    );
+    let ep = client.ep_connect_sockaddr(at).unwrap();
+    let start = std::time::Instant::now();
+    let err = loop {
+        client.progress();
+        if let Some(e) = client.poll_ep_error() {
+            break e;
+        }
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "the bad reply was not refused"
+        );
+    };
+    assert_eq!(err, (ep, Status::InvalidParam));
     drop(client);
     t.join().unwrap();
 }

@@ -171,13 +171,13 @@ fn dev_eager() -> usize {
     0
 }
 
-/// Creates an endpoint to `peer` and registers its lanes.
-pub(crate) fn new_ep(
-    ifaces: &mut [OpenIface],
-    core: &mut Core,
-    peer: &WorkerAddress,
-) -> UcsResult<usize> {
-    let Lanes { am, rma, rma_dev } = select_lanes(ifaces, core, peer)?;
+/// The protocol thresholds and the eager/rendezvous tuner of an endpoint on these lanes.
+fn lane_setup(
+    core: &Core,
+    am: Lane,
+    rma: Option<Lane>,
+    rma_dev: Option<Lane>,
+) -> (Thresholds, Option<Box<crate::proto::tune::Tuner>>) {
     let thresh = Thresholds::new(
         LaneAttrs {
             am: &core.info[am.iface].attr,
@@ -191,10 +191,28 @@ pub(crate) fn new_ep(
         core.zcopy_cfg,
         core.rndv_scheme,
     );
+    // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
+    let tuner = (rma.is_some_and(|l| !by_messages(&core.info[l.iface]))
+        && core.rndv_cfg == ucs::config::AutoSize::Auto
+        && core.rndv_scheme != ucs::config::RndvScheme::PutZcopy
+        && thresh.rndv > crate::proto::tune::MIN_TUNED)
+        .then(Box::default);
+    (thresh, tuner)
+}
+
+/// Creates an endpoint to `peer` and registers its lanes.
+pub(crate) fn new_ep(
+    ifaces: &mut [OpenIface],
+    core: &mut Core,
+    peer: &WorkerAddress,
+) -> UcsResult<usize> {
+    let Lanes { am, rma, rma_dev } = select_lanes(ifaces, core, peer)?;
+    let (thresh, tuner) = lane_setup(core, am, rma, rma_dev);
     let idx = core.eps.insert(Ep {
         remote_uuid: peer.uuid,
         remote_id: None,
-        named_pairing: false,
+        conn: None,
+        provisional: false,
         am,
         rma,
         rma_dev,
@@ -222,13 +240,18 @@ pub(crate) fn new_ep(
         layout_in: None,
         umr_taught: VecDeque::new(),
         umr_known: VecDeque::new(),
-        // Tuned where both protocols are zero-copy capable and nobody fixed the threshold.
-        tuner: (rma.is_some_and(|l| !by_messages(&core.info[l.iface]))
-            && core.rndv_cfg == ucs::config::AutoSize::Auto
-            && core.rndv_scheme != ucs::config::RndvScheme::PutZcopy
-            && thresh.rndv > crate::proto::tune::MIN_TUNED)
-            .then(Box::default),
+        tuner,
     });
+    register_lanes(core, idx);
+    log_ep(core, idx);
+    Ok(idx)
+}
+
+/// Makes the transports' events of `idx`'s lanes reach it, and polls their interfaces.
+fn register_lanes(core: &mut Core, idx: usize) {
+    let Ep {
+        am, rma, rma_dev, ..
+    } = core.eps[idx];
     core.uct_eps.insert((am.iface, am.ep), idx);
     core.mark_active(am.iface);
     for r in [rma, rma_dev].into_iter().flatten() {
@@ -239,22 +262,71 @@ pub(crate) fn new_ep(
     if let Some(r) = rma_dev {
         core.mark_active(r.iface);
     }
+}
+
+/// Says which lanes endpoint `idx` uses (debug log; the protocol table with
+/// `UCX_PROTO_INFO`).
+fn log_ep(core: &Core, idx: usize) {
     if core.proto_info {
         if let Some(t) = proto_table(core, idx) {
             eprint!("[rucx] {t}");
         }
     }
+    let e = &core.eps[idx];
     let name =
         |l: Option<Lane>| l.map_or("none".to_string(), |l| core.info[l.iface].tl.to_string());
     log::debug!(
         "ucp: ep {idx} to worker {:#x}: am lane {}/{}, memory lanes: host {}, device {}",
-        peer.uuid,
-        core.info[am.iface].tl,
-        core.info[am.iface].device,
-        name(rma),
-        name(rma_dev),
+        e.remote_uuid,
+        core.info[e.am.iface].tl,
+        core.info[e.am.iface].device,
+        name(e.rma),
+        name(e.rma_dev),
     );
-    Ok(idx)
+}
+
+/// Destroys the transport endpoints of an endpoint's lanes (`am`, `rma`, `rma_dev`), each
+/// once, and forgets their events.
+fn drop_lanes(ifaces: &mut [OpenIface], core: &mut Core, lanes: [Option<Lane>; 3]) {
+    let mut gone: SmallVec<[Lane; 3]> = SmallVec::new();
+    for l in lanes.into_iter().flatten() {
+        if !gone.contains(&l) {
+            core.uct_eps.remove(&(l.iface, l.ep));
+            ifaces[l.iface].ep_destroy(l.ep);
+            gone.push(l);
+        }
+    }
+}
+
+/// The client endpoint of a socket-address connection, created before the server's
+/// address was known, gets its real lanes to `peer` (`listener`): its provisional ones,
+/// which reach this worker and on which nothing was sent, go. Sends queued meanwhile
+/// chose a protocol every lane carries (`Thresholds::before_connect`) and go out once the
+/// server's wire-up request pairs the endpoint.
+pub(crate) fn rebind_ep(
+    ifaces: &mut [OpenIface],
+    core: &mut Core,
+    idx: usize,
+    peer: &WorkerAddress,
+) -> UcsResult<()> {
+    let Lanes { am, rma, rma_dev } = select_lanes(ifaces, core, peer)?;
+    let (thresh, tuner) = lane_setup(core, am, rma, rma_dev);
+    let old = {
+        let e = &mut core.eps[idx];
+        let old = [Some(e.am), e.rma, e.rma_dev];
+        e.am = am;
+        e.rma = rma;
+        e.rma_dev = rma_dev;
+        e.thresh = thresh;
+        e.tuner = tuner;
+        e.remote_uuid = peer.uuid;
+        e.provisional = false;
+        old
+    };
+    drop_lanes(ifaces, core, old);
+    register_lanes(core, idx);
+    log_ep(core, idx);
+    Ok(())
 }
 
 impl Worker {
@@ -381,6 +453,16 @@ impl Worker {
         Ok(())
     }
 
+    /// The id of the worker `ep` reaches (`WorkerAddress::uuid`); `None` for an unknown
+    /// handle, or a socket-address client whose server's address has not come.
+    pub fn ep_remote_worker(&self, ep: EpHandle) -> Option<u64> {
+        self.core
+            .eps
+            .get(ep.idx())
+            .filter(|e| !e.provisional)
+            .map(|e| e.remote_uuid)
+    }
+
     /// Whether `ep` is one of this worker's endpoints (not closed).
     pub(crate) fn ep_exists(&self, ep: EpHandle) -> bool {
         self.core.eps.contains(ep.idx())
@@ -502,7 +584,7 @@ pub(crate) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer:
     };
     let idx = if w.dst_ep != u32::MAX {
         match core.eps.get(w.dst_ep as usize) {
-            Some(e) if e.named_pairing && fits(e) => w.dst_ep as usize,
+            Some(e) if e.conn.is_some() && fits(e) => w.dst_ep as usize,
             // The client closed its endpoint before the server's request came (or the
             // request is not ours to answer): nobody is left to pair.
             _ => {
@@ -518,7 +600,7 @@ pub(crate) fn accept(ifaces: &mut [OpenIface], core: &mut Core, w: Wireup, peer:
         let existing = core
             .eps
             .iter()
-            .find(|(_, e)| !e.named_pairing && fits(e))
+            .find(|(_, e)| e.conn.is_none() && fits(e))
             .map(|(i, _)| i);
         match existing {
             Some(i) => i,
@@ -977,16 +1059,7 @@ pub(crate) fn destroy_ep(ifaces: &mut [OpenIface], core: &mut Core, ep: usize) {
     let Some(e) = core.eps.try_remove(ep) else {
         return;
     };
-    core.uct_eps.remove(&(e.am.iface, e.am.ep));
-    ifaces[e.am.iface].ep_destroy(e.am.ep);
-    let mut gone = vec![e.am];
-    for r in [e.rma, e.rma_dev].into_iter().flatten() {
-        if !gone.contains(&r) {
-            core.uct_eps.remove(&(r.iface, r.ep));
-            ifaces[r.iface].ep_destroy(r.ep);
-            gone.push(r);
-        }
-    }
+    drop_lanes(ifaces, core, [Some(e.am), e.rma, e.rma_dev]);
 }
 
 /// How an endpoint ended, for [`fail_ep`].

@@ -286,6 +286,11 @@ impl Worker {
             .eps
             .get(ep.0 as usize)
             .ok_or(Status::InvalidParam)?;
+        if e.provisional {
+            // A socket-address client whose server's address has not come: its lanes do
+            // not reach the key's owner yet.
+            return Err(Status::NotConnected);
+        }
         let bad = Status::InvalidParam;
         let mut r = Reader::new(blob);
         if r.bytes(4) != Some(RKEY_MAGIC.as_slice()) {
