@@ -2,6 +2,7 @@
 #include "contract.h"
 
 #include <string.h>
+#include <time.h>
 
 /* Region of `len` bytes mapped on w[1] (allocated by the library when alloc), its key
  * unpacked on ep[0]. */
@@ -351,6 +352,87 @@ static void zero_length_mem_map(void)
     ct_pair_fini(&p);
 }
 
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* A key packed before its context has any worker is unpacked by a peer once the
+ * application has made its worker and connected it, and a put through it lands; a
+ * context that packed a key and never made a worker cleans up. */
+static void rkey_packed_before_any_worker(void)
+{
+    ucp_context_h tctx = ct_context(UCP_FEATURE_RMA | UCP_FEATURE_TAG);
+    static uint64_t target[4];
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = target;
+    mp.length = sizeof(target);
+    ucp_mem_h memh;
+    CT_OK(ucp_mem_map(tctx, &mp, &memh));
+    void *packed;
+    size_t plen;
+    CT_OK(ucp_rkey_pack(tctx, memh, &packed, &plen));
+    /* Only now the workers: the target's, and an initiator in another context. */
+    ucp_worker_h tw = ct_worker(tctx);
+    ucp_context_h ictx = ct_context(UCP_FEATURE_RMA | UCP_FEATURE_TAG);
+    ucp_worker_h iw = ct_worker(ictx);
+    ucp_address_t *ta, *ia;
+    size_t tl, il;
+    CT_OK(ucp_worker_get_address(tw, &ta, &tl));
+    CT_OK(ucp_worker_get_address(iw, &ia, &il));
+    ucp_ep_h ep = ct_ep(iw, ta, 0, NULL);
+    ucp_ep_h back = ct_ep(tw, ia, 0, NULL);
+    ucp_worker_release_address(tw, ta);
+    ucp_worker_release_address(iw, ia);
+    ucp_rkey_h rkey;
+    CT_OK(ucp_ep_rkey_unpack(ep, packed, &rkey));
+    uint64_t v = 0x5eed0000cafe0001ull;
+    ucp_request_param_t pp;
+    memset(&pp, 0, sizeof(pp));
+    void *r = ucp_put_nbx(ep, &v, sizeof(v), (uint64_t)(uintptr_t)&target[1], rkey, &pp);
+    CT_CHECK(!UCS_PTR_IS_ERR(r), "put");
+    memset(&pp, 0, sizeof(pp));
+    void *f = ucp_ep_flush_nbx(ep, &pp);
+    void *reqs[2] = {r, f};
+    double t0 = now();
+    for (int k = 0; k < 2; k++) {
+        while (reqs[k] != NULL && ucp_request_check_status(reqs[k]) == UCS_INPROGRESS) {
+            ucp_worker_progress(iw);
+            ucp_worker_progress(tw);
+            CT_CHECK(now() - t0 < 10, "the put did not complete");
+        }
+        if (reqs[k] != NULL) {
+            CT_CHECK(ucp_request_check_status(reqs[k]) == UCS_OK, "request %d", k);
+            ucp_request_free(reqs[k]);
+        }
+    }
+    CT_CHECK(target[1] == v, "the target holds %llx", (unsigned long long)target[1]);
+    ucp_rkey_destroy(rkey);
+    ucp_rkey_buffer_release(packed);
+    ucp_request_param_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)ucp_ep_close_nbx(ep, &cp);
+    (void)ucp_ep_close_nbx(back, &cp);
+    CT_OK(ucp_mem_unmap(tctx, memh));
+    ucp_worker_destroy(iw);
+    ucp_worker_destroy(tw);
+    ucp_cleanup(ictx);
+    ucp_cleanup(tctx);
+    /* Packed, and no worker ever. */
+    ucp_context_h lone = ct_context(UCP_FEATURE_RMA);
+    CT_OK(ucp_mem_map(lone, &mp, &memh));
+    CT_OK(ucp_rkey_pack(lone, memh, &packed, &plen));
+    ucp_rkey_buffer_release(packed);
+    CT_OK(ucp_mem_unmap(lone, memh));
+    ucp_cleanup(lone);
+}
+
 const struct ct_test ct_rma[] = {
     {"put_then_flush", "put_nbi data is in the target once a worker or endpoint flush completes, for user and library-allocated memory; a key unpacked from a copy works after ucp_rkey_buffer_release", put_then_flush},
     {"fence_orders_puts", "ucp_worker_fence orders puts to one location: the last value written stays", fence_orders_puts},
@@ -359,6 +441,7 @@ const struct ct_test ct_rma[] = {
     {"key_lifetimes", "several keys of one mapping work side by side; destroying keys before unmapping, and mapping again, work", key_lifetimes},
     {"get_then_put_keeps_order", "a get then a put to the same address on one endpoint: the get reads the old value and a flush completes both (OpenMPI's MPI_REPLACE)", get_then_put_keeps_order},
     {"flush_completes_gets", "a flush completes every get posted before it", flush_completes_gets},
+    {"rkey_packed_before_any_worker", "a key packed before its context has a worker is unpacked by a peer once the worker exists and is connected, and a put through it lands; a context that packed a key and never made a worker cleans up", rkey_packed_before_any_worker},
     {"zero_length_mem_map", "ucp_mem_map of zero bytes (with or without an address, or ALLOCATE) gives a handle whose key packs, unpacks and is destroyed, and that unmaps", zero_length_mem_map},
     {"atomics_right_or_refused", "an atomic of an operand size UCX may not support is refused, or done right; never a wrong value", atomics_right_or_refused},
     {0},

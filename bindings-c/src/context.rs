@@ -68,6 +68,10 @@ pub struct CContext {
     /// `mems`, then `workers`, then a worker, then a region's `regs`.
     pub(crate) workers: Mutex<Vec<usize>>,
     pub(crate) mems: Mutex<Vec<usize>>,
+    /// A worker made for a key packed before the application had one (`early_worker`),
+    /// not yet handed out: the application's first `ucp_worker_create` gets it. Listed
+    /// in `workers` too. Locked after `workers`.
+    pub(crate) early: Mutex<Option<usize>>,
 }
 
 impl CContext {
@@ -99,6 +103,8 @@ pub struct CMem {
     #[cfg(feature = "cuda")]
     _dev: Option<ucs::cuda::DeviceAlloc>,
     pub(crate) regs: Mutex<Vec<(usize, MemHandle)>>,
+    /// Its context (`*const CContext`, which outlives its regions), set when published.
+    ctx: usize,
 }
 
 impl CMem {
@@ -453,6 +459,7 @@ pub unsafe extern "C" fn ucp_init_version(
             name,
             workers: Mutex::new(Vec::new()),
             mems: Mutex::new(Vec::new()),
+            early: Mutex::new(None),
         };
         // SAFETY: context_p writable (checked non-NULL).
         unsafe { *context_p = Box::into_raw(Box::new(c)) };
@@ -469,7 +476,12 @@ pub unsafe extern "C" fn ucp_cleanup(context: *mut CContext) {
         let Some(c) = (unsafe { CContext::from_ptr(context.cast()) }) else {
             return;
         };
-        let _ = c;
+        // A worker made for an early key that the application never asked for.
+        let early = c.early.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = early {
+            // SAFETY: made by `early_worker`, never handed out, so destroyed once, here.
+            unsafe { crate::worker::ucp_worker_destroy(w as *mut CWorker) };
+        }
         // SAFETY: our context, made by Box::into_raw; the magic is cleared before the free
         // so that a second cleanup is refused.
         unsafe {
@@ -590,6 +602,7 @@ pub unsafe extern "C" fn ucp_mem_map(
                 #[cfg(feature = "cuda")]
                 _dev: None,
                 regs: Mutex::new(Vec::new()),
+                ctx: 0,
             });
             return publish(c, mem, memh_p);
         }
@@ -694,6 +707,7 @@ pub unsafe extern "C" fn ucp_mem_map(
             #[cfg(feature = "cuda")]
             _dev: None,
             regs: Mutex::new(Vec::new()),
+            ctx: 0,
         });
         publish(c, mem, memh_p)
     })
@@ -711,6 +725,7 @@ fn alloc_gpu(_c: &CContext, t: ucs::memtype::MemoryType, len: usize) -> Result<B
         shm: None,
         _dev: Some(a),
         regs: Mutex::new(Vec::new()),
+        ctx: 0,
     }))
 }
 
@@ -724,7 +739,8 @@ fn alloc_gpu(
 }
 
 /// Maps `mem` on every worker of the context and hands it to the application.
-fn publish(c: &CContext, mem: Box<CMem>, memh_p: *mut *mut CMem) -> ucs_status_t {
+fn publish(c: &CContext, mut mem: Box<CMem>, memh_p: *mut *mut CMem) -> ucs_status_t {
+    mem.ctx = c as *const CContext as usize;
     {
         let mut mems = c.mems.lock().unwrap_or_else(|e| e.into_inner());
         let workers = c.workers.lock().unwrap_or_else(|e| e.into_inner());
@@ -887,6 +903,10 @@ pub unsafe extern "C" fn ucp_rkey_pack(
 /// The packed key of a region (`ucp_rkey_pack`, `ucp_memh_pack`). Blob: magic u32, body
 /// length u32, entry count u8, then per worker: worker id u64, key length u32, key.
 pub(crate) fn rkey_blob(m: &CMem) -> Result<Vec<u8>, Status> {
+    if m.regs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() && m.ctx != 0 {
+        // SAFETY: a region's context outlives it.
+        early_worker(unsafe { &*(m.ctx as *const CContext) })?;
+    }
     let regs = m.regs.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut body = Vec::with_capacity(256 * regs.len());
     let mut n = 0u8;
@@ -905,6 +925,31 @@ pub(crate) fn rkey_blob(m: &CMem) -> Result<Vec<u8>, Status> {
     blob.push(n);
     blob.extend_from_slice(&body);
     Ok(blob)
+}
+
+/// A key packed before the context has a worker names none, and no peer could use it:
+/// UCX registers memory on the context, a Rucx region belongs to a worker. So the context
+/// makes its worker then (thread-safe, `UCS_THREAD_MODE_MULTI`, since the application has
+/// not said how it will use it), maps its regions on it, and hands it to the
+/// application's first `ucp_worker_create`; keys packed meanwhile name that worker.
+/// Nothing happens when the context has a worker already.
+fn early_worker(c: &CContext) -> Result<(), Status> {
+    let mems = c.mems.lock().unwrap_or_else(|e| e.into_inner());
+    let mut workers = c.workers.lock().unwrap_or_else(|e| e.into_inner());
+    if !workers.is_empty() {
+        return Ok(());
+    }
+    let w = crate::worker::new_cworker(c, UCS_THREAD_MODE_MULTI, None)?;
+    for &m in mems.iter() {
+        // SAFETY: listed regions are live (removed under this lock before freeing).
+        let m = unsafe { &*(m as *const CMem) };
+        m.map_on(&w)?;
+    }
+    let raw = Box::into_raw(w) as usize;
+    workers.push(raw);
+    *c.early.lock().unwrap_or_else(|e| e.into_inner()) = Some(raw);
+    log::debug!("ucp: a key was packed before any worker existed: made the context's worker");
+    Ok(())
 }
 
 /// A `malloc`ed copy of `b` (freed with `free` by the matching release call).

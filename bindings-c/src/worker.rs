@@ -978,52 +978,25 @@ pub unsafe extern "C" fn ucp_worker_create(
         } else {
             UCS_THREAD_MODE_SINGLE
         };
-        let name = if p.field_mask & UCP_WORKER_PARAM_FIELD_NAME != 0 && !p.name.is_null() {
-            // SAFETY: a C string by contract.
-            unsafe { CStr::from_ptr(p.name) }
-                .to_string_lossy()
-                .into_owned()
-        } else {
-            format!("rucx:{}", std::process::id())
-        };
-        let w = match Worker::new(&c.ctx) {
+        let name = (p.field_mask & UCP_WORKER_PARAM_FIELD_NAME != 0 && !p.name.is_null())
+            .then(|| {
+                // SAFETY: a C string by contract.
+                unsafe { CStr::from_ptr(p.name) }
+                    .to_string_lossy()
+                    .into_owned()
+            });
+        // The worker a key packed before this call made (`context::early_worker`): it is
+        // this one, already listed and mapped.
+        let early = lock(&c.early).take();
+        if let Some(raw) = early {
+            // SAFETY: writable (checked non-NULL).
+            unsafe { *worker_p = raw as *mut CWorker };
+            return code(Status::Ok);
+        }
+        let cw = match new_cworker(c, thread_mode, name) {
             Ok(w) => w,
-            Err(e) => {
-                eprintln!("[rucx] ucp_worker_create: {e}");
-                return code(e.into());
-            }
+            Err(s) => return code(s),
         };
-        let uuid = ucp::address::WorkerAddress::decode(w.address())
-            .map(|a| a.uuid)
-            .unwrap_or(0);
-        let signaler = w.signaler();
-        let cw = Box::new(CWorker {
-            magic: WORKER_MAGIC,
-            ctx: c as *const CContext,
-            inner: State::new(
-                Inner {
-                    w,
-                    eps: HashMap::new(),
-                    am: Vec::new(),
-                    held: HashMap::new(),
-                    deferred: Vec::new(),
-                    done: Vec::new(),
-                    listeners: Vec::new(),
-                    events: Vec::with_capacity(64),
-                },
-                thread_mode,
-            ),
-            uuid,
-            thread_mode,
-            name,
-            am_queue: Arc::new(AmQueue::default()),
-            // SAFETY: the context outlives its workers (ucp_cleanup comes after
-            // ucp_worker_destroy).
-            reqs: unsafe { ReqSource::new(&c.pool, thread_mode != UCS_THREAD_MODE_MULTI) },
-            idle_first: std::cell::Cell::new(false),
-            signaler,
-            broken: std::sync::atomic::AtomicBool::new(false),
-        });
         // Map the context's regions on the new worker, then publish it.
         let mems = lock(&c.mems);
         for &m in mems.iter() {
@@ -1040,6 +1013,49 @@ pub unsafe extern "C" fn ucp_worker_create(
         unsafe { *worker_p = raw };
         code(Status::Ok)
     })
+}
+
+/// A worker of context `c`, not yet listed in it.
+pub(crate) fn new_cworker(
+    c: &CContext,
+    thread_mode: c_int,
+    name: Option<String>,
+) -> Result<Box<CWorker>, Status> {
+    let w = Worker::new(&c.ctx).map_err(|e| {
+        eprintln!("[rucx] ucp_worker_create: {e}");
+        Status::from(e)
+    })?;
+    let uuid = ucp::address::WorkerAddress::decode(w.address())
+        .map(|a| a.uuid)
+        .unwrap_or(0);
+    let signaler = w.signaler();
+    Ok(Box::new(CWorker {
+        magic: WORKER_MAGIC,
+        ctx: c as *const CContext,
+        inner: State::new(
+            Inner {
+                w,
+                eps: HashMap::new(),
+                am: Vec::new(),
+                held: HashMap::new(),
+                deferred: Vec::new(),
+                done: Vec::new(),
+                listeners: Vec::new(),
+                events: Vec::with_capacity(64),
+            },
+            thread_mode,
+        ),
+        uuid,
+        thread_mode,
+        name: name.unwrap_or_else(|| format!("rucx:{}", std::process::id())),
+        am_queue: Arc::new(AmQueue::default()),
+        // SAFETY: the context outlives its workers (ucp_cleanup comes after
+        // ucp_worker_destroy).
+        reqs: unsafe { ReqSource::new(&c.pool, thread_mode != UCS_THREAD_MODE_MULTI) },
+        idle_first: std::cell::Cell::new(false),
+        signaler,
+        broken: std::sync::atomic::AtomicBool::new(false),
+    }))
 }
 
 /// # Safety
