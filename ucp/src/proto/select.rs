@@ -66,6 +66,10 @@ impl fmt::Display for Proto {
     }
 }
 
+/// The rendezvous threshold of sends posted before an endpoint's lanes are known
+/// (`Thresholds::before_connect`).
+pub const BEFORE_CONNECT_RNDV: usize = 64 * 1024;
+
 /// The size ranges of one endpoint configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Thresholds {
@@ -112,16 +116,18 @@ pub struct LaneAttrs<'a> {
 impl Thresholds {
     /// Computes the ranges of an endpoint from its lanes and the configuration.
     /// For an endpoint whose lanes are not known yet (a socket-address client before the
-    /// server's address came): every send of data goes by active-message rendezvous, which
-    /// every lane carries whatever it turns out to be (eager limits and memory lanes depend
-    /// on it); an empty one is a bare eager header.
-    pub fn before_connect() -> Thresholds {
+    /// server's address came): eager sends in one buffer up to `am_max_bcopy` (the
+    /// smallest of the worker's interfaces, so that any lane takes them), in fragments
+    /// (sized by the lane when they go) up to `BEFORE_CONNECT_RNDV`, and by
+    /// active-message rendezvous beyond, which every lane carries too. A small send thus
+    /// completes without the receiver, as it will once connected.
+    pub fn before_connect(am_max_bcopy: usize) -> Thresholds {
         Thresholds {
             max_short: None,
-            max_bcopy: 0,
-            max_bcopy_sync: 0,
+            max_bcopy: am_max_bcopy.saturating_sub(EAGER_HDR),
+            max_bcopy_sync: am_max_bcopy.saturating_sub(EAGER_SYNC_HDR),
             zcopy: None,
-            rndv: 1,
+            rndv: BEFORE_CONNECT_RNDV,
             rma: false,
             rma_dev: false,
             dev_eager: 0,

@@ -14,7 +14,7 @@
 //! Neither side blocks. `ep_connect_sockaddr` returns an endpoint at once, its socket
 //! connecting; until the server's address arrives, the endpoint's lanes reach this worker
 //! (`Ep::provisional`), nothing is sent on them, and sends posted meanwhile wait in its
-//! queue, their protocol one that any lane carries (`Thresholds::before_connect`). With
+//! queue, their protocols ones that any lane carries (`Thresholds::before_connect`). With
 //! the server's address the endpoint gets its real lanes (`wireup::rebind_ep`) and tells
 //! the server its id. It sends no wire-up request: the server's `accept` creates the
 //! server-side endpoint, whose request names the client's endpoint and pairs exactly it (a
@@ -144,7 +144,7 @@ impl Worker {
         let e = &mut core.eps[idx];
         e.conn = Some(conn);
         e.provisional = true;
-        e.thresh = Thresholds::before_connect();
+        e.thresh = Thresholds::before_connect(core.min_am_bcopy);
         e.tuner = None;
         if let Some(status) = refused {
             log::debug!("ucp: connect to {addr}: {status}");

@@ -228,6 +228,12 @@ impl Worker {
                 .collect(),
         }
         .encode();
+        let min_am_bcopy = info
+            .iter()
+            .filter(|i| i.attr.flags.contains(uct::IfaceFlags::AM_BCOPY))
+            .map(|i| i.attr.am.max_bcopy)
+            .min()
+            .unwrap_or(0);
         let core = Core {
             uuid,
             address,
@@ -295,6 +301,7 @@ impl Worker {
             tick: 0,
             stats: WorkerStats::default(),
             queues_armed: false,
+            min_am_bcopy,
         };
         Ok(Worker {
             ctx: Arc::clone(ctx),

@@ -457,6 +457,10 @@ pub(crate) struct Core {
     /// Some stream-triggered queue has a released operation to fire or one running
     /// (`crate::queue`); keeps `work` set.
     pub(crate) queues_armed: bool,
+    /// The smallest `max_bcopy` among the interfaces that carry active messages: what a
+    /// send posted before its endpoint's lanes are known may count on
+    /// (`Thresholds::before_connect`).
+    pub(crate) min_am_bcopy: usize,
 }
 
 /// A worker. Driven by one thread at a time (`&mut self`); wrap it in a mutex for the

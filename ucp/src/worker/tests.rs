@@ -1366,6 +1366,20 @@ fn sockaddr_connect_returns_at_once_and_queues_until_accepted() {
             );
         };
         let sep = server.accept(req).unwrap();
+        // Small sends go eager, as they would once connected: they complete before the
+        // server posts a receive (UCXX's test_probe.py counts on it).
+        let start = std::time::Instant::now();
+        while sends[..3]
+            .iter()
+            .any(|&s| s.is_some_and(|id| client.request_status(id) == Status::InProgress))
+        {
+            client.progress();
+            server.progress();
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "{tls}: small sends wait for the receiver"
+            );
+        }
         let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
         let mut recvs = Vec::new();
         for (i, d) in dsts.iter_mut().enumerate() {

@@ -157,7 +157,12 @@ impl Worker {
             return Err(s);
         }
         let flags = if p.reply { AM_FLAG_REPLY } else { 0 };
-        let seg = core.info[e.am.iface].attr.am.max_bcopy;
+        // Before its lanes are known, what every lane takes (`Thresholds::before_connect`).
+        let seg = if e.provisional {
+            core.min_am_bcopy
+        } else {
+            core.info[e.am.iface].attr.am.max_bcopy
+        };
         let mut st = data.start_pack();
         let total = st.len();
         let fits = AM_USER_HDR + header.len() + total <= seg;
