@@ -978,8 +978,8 @@ pub unsafe extern "C" fn ucp_worker_create(
         } else {
             UCS_THREAD_MODE_SINGLE
         };
-        let name = (p.field_mask & UCP_WORKER_PARAM_FIELD_NAME != 0 && !p.name.is_null())
-            .then(|| {
+        let name =
+            (p.field_mask & UCP_WORKER_PARAM_FIELD_NAME != 0 && !p.name.is_null()).then(|| {
                 // SAFETY: a C string by contract.
                 unsafe { CStr::from_ptr(p.name) }
                     .to_string_lossy()
