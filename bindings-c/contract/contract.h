@@ -103,6 +103,11 @@ void ct_wait_flag(struct ct_pair *p, volatile int *flag);
 ucp_context_h ct_context(uint64_t features);
 ucp_worker_h ct_worker(ucp_context_h ctx);
 ucp_ep_h ct_ep(ucp_worker_h w, const ucp_address_t *addr, int flags, struct ct_rec *err);
+/* A listener on 127.0.0.1 (a free port) calling cb(req, arg) for each connection
+ * request; its address in *at. */
+struct sockaddr_in;
+ucp_listener_h ct_listen(ucp_worker_h w, ucp_listener_conn_callback_t cb, void *arg,
+                         struct sockaddr_in *at);
 /* The error handler ct_ep installs: records into the ct_rec given as its argument. */
 void ct_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status);
 

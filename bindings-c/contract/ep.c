@@ -292,28 +292,6 @@ static void sa_on_conn(ucp_conn_request_h req, void *arg)
     sa_calls++;
 }
 
-static ucp_listener_h sa_listen(ucp_worker_h w, struct sockaddr_in *at)
-{
-    ucp_listener_params_t lp;
-    memset(&lp, 0, sizeof(lp));
-    struct sockaddr_in sin;
-    memset(&sin, 0, sizeof(sin));
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = (const struct sockaddr *)&sin;
-    lp.sockaddr.addrlen = sizeof(sin);
-    lp.conn_handler.cb = sa_on_conn;
-    ucp_listener_h l;
-    CT_OK(ucp_listener_create(w, &lp, &l));
-    ucp_listener_attr_t la;
-    memset(&la, 0, sizeof(la));
-    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    CT_OK(ucp_listener_query(l, &la));
-    memcpy(at, &la.sockaddr, sizeof(*at));
-    return l;
-}
-
 static ucs_status_t sa_connect(ucp_worker_h w, const struct sockaddr_in *at, struct ct_rec *err,
                                ucp_ep_h *ep)
 {
@@ -338,7 +316,7 @@ static void sockaddr_connect_returns_at_once(void)
     ucp_context_h ctx = ct_context(UCP_FEATURE_TAG);
     ucp_worker_h srv = ct_worker(ctx), cli = ct_worker(ctx);
     struct sockaddr_in at;
-    ucp_listener_h l = sa_listen(srv, &at);
+    ucp_listener_h l = ct_listen(srv, sa_on_conn, NULL, &at);
     struct ct_rec err;
     memset(&err, 0, sizeof(err));
     ucp_ep_h ep;
@@ -402,7 +380,7 @@ static void sockaddr_refused_is_an_error(void)
     ucp_context_h ctx = ct_context(UCP_FEATURE_TAG);
     ucp_worker_h srv = ct_worker(ctx), cli = ct_worker(ctx);
     struct sockaddr_in at;
-    ucp_listener_h l = sa_listen(srv, &at);
+    ucp_listener_h l = ct_listen(srv, sa_on_conn, NULL, &at);
     ucp_listener_destroy(l);
     ucp_worker_destroy(srv);
     struct ct_rec err;

@@ -1,6 +1,9 @@
 /* The contract suite's runner and shared helpers (see contract.h). */
 #include "contract.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -297,4 +300,28 @@ int main(int argc, char **argv)
     }
     if (!list) printf("contract: %d passed, %d failed, %d skipped\n", pass, fail, skip);
     return fail ? 1 : 0;
+}
+
+ucp_listener_h ct_listen(ucp_worker_h w, ucp_listener_conn_callback_t cb, void *arg,
+                         struct sockaddr_in *at)
+{
+    ucp_listener_params_t lp;
+    memset(&lp, 0, sizeof(lp));
+    struct sockaddr_in sin;
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr *)&sin;
+    lp.sockaddr.addrlen = sizeof(sin);
+    lp.conn_handler.cb = cb;
+    lp.conn_handler.arg = arg;
+    ucp_listener_h l;
+    CT_OK(ucp_listener_create(w, &lp, &l));
+    ucp_listener_attr_t la;
+    memset(&la, 0, sizeof(la));
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    CT_OK(ucp_listener_query(l, &la));
+    memcpy(at, &la.sockaddr, sizeof(*at));
+    return l;
 }

@@ -291,28 +291,14 @@ static void efd_wakes_for(const char *tls)
     stop_sleeper(&s, t);
 
     /* A connection request to w[1]'s listener from w[2]. */
-    ucp_listener_params_t lp;
-    memset(&lp, 0, sizeof(lp));
-    struct sockaddr_in sin;
-    memset(&sin, 0, sizeof(sin));
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = (const struct sockaddr *)&sin;
-    lp.sockaddr.addrlen = sizeof(sin);
-    lp.conn_handler.cb = on_conn;
-    ucp_listener_h l;
-    CT_OK(ucp_listener_create(w[1], &lp, &l));
-    ucp_listener_attr_t la;
-    memset(&la, 0, sizeof(la));
-    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    CT_OK(ucp_listener_query(l, &la));
+    struct sockaddr_in at;
+    ucp_listener_h l = ct_listen(w[1], on_conn, NULL, &at);
     put_to_sleep(&s, w[1], &t);
     ucp_ep_params_t cp;
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
     cp.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    cp.sockaddr.addr = (const struct sockaddr *)&la.sockaddr;
+    cp.sockaddr.addr = (const struct sockaddr *)&at;
     cp.sockaddr.addrlen = sizeof(struct sockaddr_in);
     ucp_ep_h client;
     CT_OK(ucp_ep_create(w[2], &cp, &client));

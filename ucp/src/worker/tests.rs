@@ -3944,21 +3944,12 @@ fn unexpected_buffers_are_kept_within_their_bounds() {
 /// Two workers, each driven by a thread that sleeps on its wakeup descriptor whenever
 /// `arm` lets it (UCXX's progress thread), move 16 MiB each way through the stream API:
 /// the sender's FIFO fills many times over, and neither side may sleep through work.
+/// Over shared memory, where UCXX's stream hung. (Over tcp the same stopped once, both
+/// threads asleep with the stream in flight, in a full suite run on 2026-12-07, and not in
+/// eight reruns; the missed wakeup is not found yet.)
 #[test]
 fn sleeping_workers_move_a_large_stream_both_ways() {
-    sleeping_workers_stream("posix,cma");
-}
-
-/// The same over tcp. Ignored: in one full suite run (2026-12-07) both threads slept
-/// 10 s with the stream in flight, and 8 runs since did not repeat it; the missed wakeup
-/// is not found yet. Run with `--ignored`.
-#[test]
-#[ignore]
-fn sleeping_workers_move_a_large_stream_both_ways_over_tcp() {
-    sleeping_workers_stream("tcp");
-}
-
-fn sleeping_workers_stream(tls: &'static str) {
+    let tls = "posix,cma";
     use crate::proto::stream::StreamRecv;
     {
         let (a, b, ab, ba) = pair(tls);
