@@ -22,7 +22,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 use uct::component::DeviceKind;
 
-use super::state::{Ctrl, Keepalive, Worker};
+use super::state::{Core, Ctrl, Ep, Keepalive, Worker};
 
 /// The epoll data of the keepalive timer (interfaces use their index).
 pub(crate) const KEEPALIVE_EVENT: u64 = u64::MAX - 2;
@@ -61,6 +61,11 @@ pub(crate) fn start(
     })
 }
 
+/// Whether a round sends `e` a keepalive: paired, not failed, over a network lane.
+fn probed(core: &Core, e: &Ep) -> bool {
+    e.failed.is_none() && e.remote_id.is_some() && core.info[e.am.iface].kind == DeviceKind::Network
+}
+
 impl Worker {
     /// Runs the keepalive round if one is due.
     pub(crate) fn keepalive_due(&mut self) {
@@ -81,11 +86,7 @@ impl Worker {
         let slots: Vec<usize> = core
             .eps
             .iter()
-            .filter(|(_, e)| {
-                e.failed.is_none()
-                    && e.remote_id.is_some()
-                    && core.info[e.am.iface].kind == DeviceKind::Network
-            })
+            .filter(|(_, e)| probed(core, e))
             .map(|(i, _)| i)
             .collect();
         if slots.is_empty() {
@@ -111,11 +112,7 @@ impl Worker {
         let Some(k) = keepalive else {
             return;
         };
-        let any = core.eps.iter().any(|(_, e)| {
-            e.failed.is_none()
-                && e.remote_id.is_some()
-                && core.info[e.am.iface].kind == DeviceKind::Network
-        });
+        let any = core.eps.iter().any(|(_, e)| probed(core, e));
         let r = if any {
             let wait = k.next_ns.saturating_sub(ucs::time::now_ns()).max(1);
             k.timer.set(
