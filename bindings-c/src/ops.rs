@@ -5,7 +5,9 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use ucp::{AtomicOp, Buf, Data, EpHandle, RecvParams, ReqId, SendParams, StreamRecv, Worker};
+use ucp::{
+    AtomicOp, Buf, Data, EpHandle, FlushPoll, RecvParams, ReqId, SendParams, StreamRecv, Worker,
+};
 use ucs::{Status, UcsResult};
 
 use crate::dt::{contig_size, data};
@@ -928,6 +930,54 @@ fn nbi(r: ucs_status_ptr_t) -> ucs_status_t {
     code(Status::InProgress)
 }
 
+/// `ucp_put_nbi` / `ucp_get_nbi` of contiguous bytes: one call into the worker and no C
+/// request, since the application sees the completion through a flush only. A running
+/// operation's request is released there and then; one that finished in the call reports
+/// its status. (MPICH's `MPI_Get` is a `ucp_get_nbi` and `MPI_Win_flush` a `ucp_ep_flush`:
+/// through the general post, a get of 8 bytes took about 1070 instructions on the
+/// origin, against UCX 1.13's 350; callgrind, 2026-12-07.)
+fn rma_nbi(
+    ep: *mut c_void,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut c_void,
+    kind: Rma,
+) -> ucs_status_t {
+    // SAFETY: the application passes an endpoint of ours (checked by magic).
+    let Some((e, w)) = (unsafe { CEp::from_ptr(ep) }) else {
+        return code(Status::InvalidParam);
+    };
+    // SAFETY: a key of ours (checked by magic).
+    let Some(k) = (unsafe { CRkey::from_ptr(rkey) }) else {
+        return code(Status::InvalidParam);
+    };
+    if length > 0 && buffer.is_null() {
+        return code(Status::InvalidParam);
+    }
+    // SAFETY: ucp.h's contract: `buffer` holds `length` bytes (a get's writable), valid
+    // until the operation completes, which a flush tells.
+    let local = unsafe { Buf::from_raw(buffer.cast(), length) };
+    let h = e.h;
+    let r = w.with(|wk| {
+        if let Some(r) = wk.rma_mapped(h, kind == Rma::Get, local, remote_addr, &k.rkey) {
+            return r.map(|()| Status::Ok);
+        }
+        let d = Data::Contig(local);
+        let posted = match kind {
+            Rma::Put => wk.put(h, &d, remote_addr, &k.rkey, send_p(false)),
+            Rma::Get => wk.get(h, &d, remote_addr, &k.rkey, send_p(false)),
+        }?;
+        let Some(id) = posted else {
+            return Ok(Status::Ok);
+        };
+        let s = wk.request_status(id);
+        wk.request_free(id);
+        Ok(s)
+    });
+    code(r.unwrap_or_else(|s| s))
+}
+
 /// # Safety
 /// ucp.h's contract for this call.
 #[no_mangle]
@@ -947,15 +997,7 @@ pub unsafe extern "C" fn ucp_put_nbi(
     // What the copy above left (a failed endpoint, memory types in play, not mapped) goes
     // the general way, which copies into a mapped region too when it may.
     guard(code(Status::InvalidParam), || {
-        nbi(rma(
-            ep,
-            buffer.cast_mut(),
-            length,
-            remote_addr,
-            rkey,
-            Post::legacy(Cb::None),
-            Rma::Put,
-        ))
+        rma_nbi(ep, buffer.cast_mut(), length, remote_addr, rkey, Rma::Put)
     })
 }
 
@@ -975,15 +1017,7 @@ pub unsafe extern "C" fn ucp_get_nbi(
         return s;
     }
     guard(code(Status::InvalidParam), || {
-        nbi(rma(
-            ep,
-            buffer,
-            length,
-            remote_addr,
-            rkey,
-            Post::legacy(Cb::None),
-            Rma::Get,
-        ))
+        rma_nbi(ep, buffer, length, remote_addr, rkey, Rma::Get)
     })
 }
 
@@ -1559,11 +1593,23 @@ fn wait_id(w: &CWorker, id: ReqId) -> Status {
     }
 }
 
-/// `ucp_worker_flush` (`ep` `None`) and `ucp_ep_flush`: the flush, waited for.
+/// `ucp_worker_flush` (`ep` `None`) and `ucp_ep_flush`: progress until nothing posted
+/// before the call is in flight (`Worker::flush_poll`), with a flush request only where
+/// a transport must be asked.
 fn flush(w: &CWorker, ep: Option<EpHandle>) -> ucs_status_t {
-    match w.with(|wk| wk.flush(ep)) {
-        Ok(id) => code(wait_id(w, id)),
-        Err(s) => code(s),
+    loop {
+        match w.with(|wk| wk.flush_poll(ep)) {
+            FlushPoll::Done(s) => return code(s),
+            FlushPoll::InFlight => {
+                w.progress();
+            }
+            FlushPoll::Transport => {
+                return match w.with(|wk| wk.flush(ep)) {
+                    Ok(id) => code(wait_id(w, id)),
+                    Err(s) => code(s),
+                }
+            }
+        }
     }
 }
 

@@ -82,4 +82,4 @@ pub use queue::{ProgressThread, QueueId, QueueInfo, QueueParams, QueueStream, Tr
 pub use request::{Completion, EpHandle, ReqId};
 pub use worker::op::{RecvParams, SendParams};
 pub use worker::state::{AmHandler, ConnRequest, Worker, WorkerStats};
-pub use worker::Signaler;
+pub use worker::{FlushPoll, Signaler};

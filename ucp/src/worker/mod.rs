@@ -76,6 +76,7 @@ pub use crate::proto::{am, rma, stream};
 pub use crate::request::EpHandle;
 pub use op::{RecvParams, SendParams};
 pub use state::{ConnRequest, Worker, WorkerStats};
+pub use wireup::FlushPoll;
 
 /// Interfaces no endpoint uses as its AM lane are progressed once every this many
 /// `progress` calls (an idle tcp interface costs an `epoll_wait` system call; cma only
@@ -259,6 +260,7 @@ impl Worker {
             unexp_bufs: UnexpPool::default(),
             ctrl_eps: VecDeque::new(),
             put_ack_eps: Vec::new(),
+            reply_pool: Vec::new(),
             accepts: VecDeque::new(),
             ready: VecDeque::new(),
             gets: VecDeque::new(),
@@ -857,7 +859,9 @@ impl RunActions for Worker {
                     Err(e) => log::debug!("ucp: control message to ep {ep} dropped: {e}"),
                     Ok(()) => n += 1,
                 }
-                q.pop_front();
+                if let Some(c) = q.pop_front() {
+                    core.recycle_ctrl(c);
+                }
             }
             // Sending may have ended the endpoint (its messages go with it) or queued more
             // for it (behind these).

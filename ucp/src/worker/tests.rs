@@ -2427,6 +2427,20 @@ fn rma_put_get_atomics_and_bounds() {
             drive(a, b, |a, _| a.request_status(f) != Status::InProgress);
             a.wait(f).0
         };
+        // Progress until `flush_poll` answers.
+        let polled = |a: &mut Worker, b: &mut Worker, ep: Option<EpHandle>| {
+            let start = std::time::Instant::now();
+            loop {
+                match a.flush_poll(ep) {
+                    crate::FlushPoll::Done(s) => return s,
+                    crate::FlushPoll::InFlight => {}
+                    t => panic!("{tls}: {t:?} (every transport here tells when it is idle)"),
+                }
+                a.progress();
+                b.progress();
+                assert!(start.elapsed() < std::time::Duration::from_secs(10));
+            }
+        };
         for n in [1usize, 100, 8192, 300_000] {
             let src = pattern(n, 3);
             let off = 1000u64;
@@ -2577,7 +2591,31 @@ fn rma_put_get_atomics_and_bounds() {
             assert_eq!(flushed(&mut a, &mut b), Status::Ok, "{tls}");
             b.mem_read(region, 0, &mut w).unwrap();
             assert_eq!(w, [0u8; 8]);
+            // The same through `flush_poll` (the C shim's blocking flush, no request):
+            // the refusal once, for the endpoint or the worker, then nothing.
+            for ep in [Some(ab), None] {
+                let r = a.put(ab, &contig(&[1u8; 8]), base, &forged, sp).unwrap();
+                assert_eq!(run(&mut a, &mut b, r), Status::Ok, "{tls}");
+                assert_eq!(polled(&mut a, &mut b, ep), Status::InvalidParam, "{tls}");
+                assert_eq!(polled(&mut a, &mut b, ep), Status::Ok, "{tls}");
+            }
         }
+        // A small get by messages is in flight until its reply: `flush_poll` answers
+        // nothing before, `Ok` after, and the bytes are there.
+        let mut back8 = [0u8; 8];
+        let r = a
+            .get(ab, &contig_mut(&mut back8), own_base + 10, &rk_own, sp)
+            .unwrap();
+        if let Some(r) = r {
+            a.request_free(r);
+            assert_eq!(
+                a.flush_poll(Some(ab)),
+                crate::FlushPoll::InFlight,
+                "{tls}: the get is in flight"
+            );
+        }
+        assert_eq!(polled(&mut a, &mut b, Some(ab)), Status::Ok, "{tls}");
+        assert_eq!(back8[..], own[10..18], "{tls}");
         // The C shim's fast path: contiguous bytes through the mapped region, in the call,
         // bounds checked; a flush then has nothing to wait for and makes no request.
         let src = pattern(16, 9);

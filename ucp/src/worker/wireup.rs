@@ -435,6 +435,50 @@ impl Worker {
         Ok(quick)
     }
 
+    /// A flush waited for in place (`ucp_ep_flush`, `ucp_worker_flush`), without a flush
+    /// request: `InFlight` while something posted on `ep` (or on any endpoint) is still
+    /// under way at this layer; once nothing is, `Done` with what the flush reports (the
+    /// endpoint's failure, or the first error a target reported for puts that completed
+    /// when their messages were out, or `Ok`) when every lane says it has nothing in
+    /// flight, else `Transport`: then only a flush request ([`flush`](Self::flush)) waits
+    /// for the transports. `MPI_Win_flush` after a small get (MPICH: `ucp_ep_flush`) then
+    /// costs the get's round trip and no pass of the protocol actions.
+    pub fn flush_poll(&mut self, ep: Option<EpHandle>) -> FlushPoll {
+        let core = &mut self.core;
+        let ifaces = &self.ifaces;
+        let lane_idle = |l: Option<Lane>| l.is_none_or(|l| ifaces[l.iface].ep_idle(l.ep));
+        let idle = |e: &Ep| lane_idle(Some(e.am)) && lane_idle(e.rma) && lane_idle(e.rma_dev);
+        match ep {
+            Some(h) => {
+                let Some(e) = core.eps.get(h.idx()) else {
+                    return FlushPoll::Done(Status::InvalidParam);
+                };
+                if let Some(s) = e.failed {
+                    return FlushPoll::Done(s);
+                }
+                if ep_busy(core, h.idx()) {
+                    return FlushPoll::InFlight;
+                }
+                if !idle(e) {
+                    return FlushPoll::Transport;
+                }
+                let e = &mut core.eps[h.idx()];
+                FlushPoll::Done(e.put_error.take().unwrap_or(Status::Ok))
+            }
+            None => {
+                let live = || core.eps.iter().filter(|(_, e)| e.failed.is_none());
+                if live().any(|(i, _)| ep_busy(core, i)) {
+                    return FlushPoll::InFlight;
+                }
+                if !live().all(|(_, e)| idle(e)) {
+                    return FlushPoll::Transport;
+                }
+                let err = core.eps.iter_mut().find_map(|(_, e)| e.put_error.take());
+                FlushPoll::Done(err.unwrap_or(Status::Ok))
+            }
+        }
+    }
+
     /// Closes an endpoint after flushing it (`ucp_ep_close_nbx` in flush mode); the handle
     /// is invalid once the returned request completes.
     pub fn ep_close(&mut self, ep: EpHandle) -> UcsResult<ReqId> {
@@ -911,6 +955,17 @@ pub(crate) fn send_layout_parts(
         }
     }
     Ok(true)
+}
+
+/// What [`Worker::flush_poll`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPoll {
+    /// Nothing in flight: the flush's status.
+    Done(Status),
+    /// Operations are under way: progress, and ask again.
+    InFlight,
+    /// A transport cannot tell that it has nothing in flight: wait with a flush request.
+    Transport,
 }
 
 /// Moves flush requests along; returns how many completed. Allocates nothing in the

@@ -57,7 +57,7 @@ use crate::datatype::{Data, DataState};
 use crate::proto::wire::ShmWindow;
 use crate::request::{EpHandle, ReqId};
 use crate::worker::op::{Op, SendParams};
-use crate::worker::state::{Bad, Core, Ctrl, Res, Worker};
+use crate::worker::state::{Bad, Core, Ctrl, ReplyBytes, Res, Worker};
 use crate::worker::wireup;
 use state::{MemReg, Owned, RmaKind, RmaOp};
 
@@ -973,20 +973,19 @@ impl Core {
                     _ => return Err(Bad::Malformed(Some(ep))),
                 };
                 match self.target(slot, nonce, addr, len as u64) {
-                    Ok((a, host)) => {
-                        let mut v = vec![0u8; len];
-                        let r = if host {
-                            buf::read_raw(a, &mut v);
-                            Ok(())
-                        } else {
-                            buf::read_raw_device(a, &mut v)
-                        };
-                        match r {
+                    // Host bytes are copied once, without zeroing the reply first.
+                    Ok((a, true)) => {
+                        let v = buf::with_raw(a, len, |src| self.reply_bytes(src));
+                        (Status::Ok, off, v)
+                    }
+                    Ok((a, false)) => {
+                        let mut v = ReplyBytes::from_elem(0, len);
+                        match buf::read_raw_device(a, &mut v) {
                             Ok(()) => (Status::Ok, off, v),
-                            Err(s) => (s, off, Vec::new()),
+                            Err(s) => (s, off, ReplyBytes::new()),
                         }
                     }
-                    Err(s) => (s, off, Vec::new()),
+                    Err(s) => (s, off, ReplyBytes::new()),
                 }
             }
             _ => {
@@ -1003,11 +1002,11 @@ impl Core {
                 match self.target(slot, nonce, addr, u64::from(size)) {
                     Ok((a, true)) => {
                         let old = buf::atomic_raw(a, size, op, value, compare);
-                        (Status::Ok, 0, old.to_le_bytes().to_vec())
+                        (Status::Ok, 0, ReplyBytes::from_slice(&old.to_le_bytes()))
                     }
                     // Atomics on device memory need a GPU-side operation this build lacks.
-                    Ok((_, false)) => (Status::Unsupported, 0, Vec::new()),
-                    Err(s) => (s, 0, Vec::new()),
+                    Ok((_, false)) => (Status::Unsupported, 0, ReplyBytes::new()),
+                    Err(s) => (s, 0, ReplyBytes::new()),
                 }
             }
         };

@@ -1927,6 +1927,13 @@ impl Iface for TcpIface {
         }
     }
 
+    fn ep_idle(&self, ep: EpId) -> bool {
+        // What `flush` answers `Done::Now` for.
+        self.eps.get(ep.index()).is_some_and(|e| {
+            e.failed.is_none() && (!e.committed || self.conns.get(e.conn).is_some_and(|c| c.idle()))
+        })
+    }
+
     fn flush(&mut self, ep: Option<EpId>, comp: Comp) -> UcsResult<Done> {
         if let Some(ep) = ep {
             let e = self.eps.get(ep.index()).ok_or(Status::InvalidParam)?;
