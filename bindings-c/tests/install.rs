@@ -288,6 +288,7 @@ fn make_install_serves_pkg_config_and_openmpi_then_uninstalls() {
 
     // Debian's OpenMPI, built against UCX 1.13, over the prefix alone.
     let p2p = scratch.join("p2p");
+    let ld_trace = scratch.join("ld-trace");
     let mut c = Command::new("mpicc.openmpi");
     c.args(["-O2", "-Wall", "-o"])
         .arg(&p2p)
@@ -305,18 +306,31 @@ fn make_install_serves_pkg_config_and_openmpi_then_uninstalls() {
             "RUCX_ANNOUNCE",
             "-x",
             "LD_DEBUG",
+            "-x",
+            "LD_DEBUG_OUTPUT",
         ])
         .arg(&p2p)
         .env("LD_LIBRARY_PATH", &lib)
         .env("RUCX_ANNOUNCE", "1")
         .env("LD_DEBUG", "libs")
+        // The loader's trace goes to files (ld-trace.<pid>): on stderr its many lines make
+        // mpirun forward each rank's output in chunks that can split the announcement line
+        // of one rank around the other's output.
+        .env("LD_DEBUG_OUTPUT", &ld_trace)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     let (out, err) = ok(c, "mpirun.openmpi -np 2 p2p", Duration::from_secs(120));
     assert!(out.contains("p2p: OK"), "p2p:\n{out}\n{err}");
     let pids = announced_pids(&err);
-    assert_eq!(pids.len(), 2, "expected 2 ranks on Rucx, got {pids:?}");
-    let inits: Vec<&str> = err
+    assert_eq!(pids.len(), 2, "expected 2 ranks on Rucx, got {pids:?}:\n{err}");
+    let mut trace = String::new();
+    for e in std::fs::read_dir(&scratch).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("ld-trace.") {
+            trace.push_str(&std::fs::read_to_string(e.path()).unwrap());
+        }
+    }
+    let inits: Vec<&str> = trace
         .lines()
         .filter(|l| l.contains("calling init:") && l.contains("/libuc"))
         .collect();

@@ -266,6 +266,12 @@ fn mpi_runs_with_no_ucx_library_loaded() {
     };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = compile(&cc, "p2p");
+    // The loader's trace goes to files (ld-trace.<pid>), not to stderr, where mpirun could
+    // forward a rank's lines in chunks split around the other rank's output.
+    let traces = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi-ld-trace");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).unwrap();
+    let trace_base = traces.join("ld-trace");
     let (ok, out, err) = mpirun(
         &launcher,
         2,
@@ -274,18 +280,25 @@ fn mpi_runs_with_no_ucx_library_loaded() {
         &[],
         Lib::Rucx,
         Duration::from_secs(60),
-        &[("LD_DEBUG", "libs")],
+        &[
+            ("LD_DEBUG", "libs"),
+            ("LD_DEBUG_OUTPUT", &trace_base.to_string_lossy()),
+        ],
         Cpus::Default,
     );
     assert!(ok && out.contains("p2p: OK"), "p2p failed:\n{out}\n{err}");
     let ours = common::rucx_only_dir();
-    let inits: Vec<&str> = err
+    let mut trace = String::new();
+    for e in std::fs::read_dir(&traces).unwrap() {
+        trace.push_str(&std::fs::read_to_string(e.unwrap().path()).unwrap());
+    }
+    let inits: Vec<&str> = trace
         .lines()
         .filter(|l| l.contains("calling init:") && l.contains("/libuc"))
         .collect();
     assert!(
         !inits.is_empty(),
-        "no UCX-named library initialized at all?\n{err}"
+        "no UCX-named library initialized at all?\n{err}\n{trace}"
     );
     let foreign: Vec<&&str> = inits
         .iter()
