@@ -322,7 +322,11 @@ fn make_install_serves_pkg_config_and_openmpi_then_uninstalls() {
     let (out, err) = ok(c, "mpirun.openmpi -np 2 p2p", Duration::from_secs(120));
     assert!(out.contains("p2p: OK"), "p2p:\n{out}\n{err}");
     let pids = announced_pids(&err);
-    assert_eq!(pids.len(), 2, "expected 2 ranks on Rucx, got {pids:?}:\n{err}");
+    assert_eq!(
+        pids.len(),
+        2,
+        "expected 2 ranks on Rucx, got {pids:?}:\n{err}"
+    );
     let mut trace = String::new();
     for e in std::fs::read_dir(&scratch).unwrap() {
         let e = e.unwrap();
