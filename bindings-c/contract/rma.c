@@ -209,45 +209,54 @@ static void rkey_ptr_reaches_the_target(void)
  * a get of the old value, then a put of the new one to the same address, on one
  * endpoint, then a flush. The get reads the value from before the put, and the flush
  * completes both. For user and library-allocated memory, _nbi and _nbx calls, endpoint
- * and worker flush. */
+ * and worker flush, a word and 1 KiB (a reply a library may build in place). */
 static void get_then_put_keeps_order(void)
 {
+    enum { WORDS = 128 };
     struct ct_pair p;
     ct_pair_init(&p, 0);
     for (int alloc = 0; alloc < 2; alloc++) {
-        for (int variant = 0; variant < 4; variant++) {
-            int nbx = variant & 1, ep = variant >> 1;
+        for (int variant = 0; variant < 8; variant++) {
+            int nbx = variant & 1, ep = (variant >> 1) & 1;
+            size_t words = (variant & 4) ? WORDS : 1, len = words * 8;
             struct region r;
             region_map(&p, &r, 4096, alloc);
             uint64_t addr = (uint64_t)(uintptr_t)r.base + 64;
             ucp_request_param_t pp;
             memset(&pp, 0, sizeof(pp));
             for (int round = 0; round < 16; round++) {
-                uint64_t first = 1000 + round, second = 0, old = 0xdead;
-                CT_OK(ct_wait(&p, ucp_put_nbx(p.ep[0], &first, 8, addr, r.rkey, &pp)));
+                uint64_t first[WORDS], second[WORDS], old[WORDS];
+                for (size_t i = 0; i < WORDS; i++) {
+                    first[i] = 1000 + round + i;
+                    second[i] = 0;
+                    old[i] = 0xdead;
+                }
+                CT_OK(ct_wait(&p, ucp_put_nbx(p.ep[0], first, len, addr, r.rkey, &pp)));
                 CT_OK(flush(&p, ep));
                 if (nbx) {
-                    void *g = ucp_get_nbx(p.ep[0], &old, 8, addr, r.rkey, &pp);
+                    void *g = ucp_get_nbx(p.ep[0], old, len, addr, r.rkey, &pp);
                     CT_CHECK(!UCS_PTR_IS_ERR(g), "get_nbx");
-                    void *q = ucp_put_nbx(p.ep[0], &second, 8, addr, r.rkey, &pp);
+                    void *q = ucp_put_nbx(p.ep[0], second, len, addr, r.rkey, &pp);
                     CT_CHECK(!UCS_PTR_IS_ERR(q), "put_nbx");
                     if (g != NULL) ucp_request_free(g);
                     if (q != NULL) ucp_request_free(q);
                 } else {
-                    ucs_status_t s = ucp_get_nbi(p.ep[0], &old, 8, addr, r.rkey);
+                    ucs_status_t s = ucp_get_nbi(p.ep[0], old, len, addr, r.rkey);
                     CT_CHECK(s == UCS_OK || s == UCS_INPROGRESS, "get_nbi: %d", (int)s);
-                    s = ucp_put_nbi(p.ep[0], &second, 8, addr, r.rkey);
+                    s = ucp_put_nbi(p.ep[0], second, len, addr, r.rkey);
                     CT_CHECK(s == UCS_OK || s == UCS_INPROGRESS, "put_nbi: %d", (int)s);
                 }
                 CT_OK(flush(&p, ep));
-                CT_CHECK(old == first,
-                         "%s memory, %s, %s flush, round %d: the get read %llu, not the "
-                         "value before the put (%llu)",
-                         alloc ? "allocated" : "user", nbx ? "nbx" : "nbi",
-                         ep ? "ep" : "worker", round, (unsigned long long)old,
-                         (unsigned long long)first);
-                CT_CHECK(*(volatile uint64_t *)(r.base + 64) == 0,
-                         "the put's value is not in the target after the flush");
+                for (size_t i = 0; i < words; i++) {
+                    CT_CHECK(old[i] == first[i],
+                             "%s memory, %s, %s flush, %zu bytes, round %d: the get read "
+                             "%llu at word %zu, not the value before the put (%llu)",
+                             alloc ? "allocated" : "user", nbx ? "nbx" : "nbi",
+                             ep ? "ep" : "worker", len, round, (unsigned long long)old[i],
+                             i, (unsigned long long)first[i]);
+                    CT_CHECK(((volatile uint64_t *)(r.base + 64))[i] == 0,
+                             "the put's value is not in the target after the flush");
+                }
             }
             region_unmap(&p, &r, alloc);
         }
@@ -439,7 +448,7 @@ const struct ct_test ct_rma[] = {
     {"get_and_atomic_after_flush", "a get after a flushed put reads the new value; a fetching atomic returns the old one", get_and_atomic_after_flush},
     {"rkey_ptr_reaches_the_target", "ucp_rkey_ptr gives a pointer through which stores reach the target's memory, or UCS_ERR_UNREACHABLE", rkey_ptr_reaches_the_target},
     {"key_lifetimes", "several keys of one mapping work side by side; destroying keys before unmapping, and mapping again, work", key_lifetimes},
-    {"get_then_put_keeps_order", "a get then a put to the same address on one endpoint: the get reads the old value and a flush completes both (OpenMPI's MPI_REPLACE)", get_then_put_keeps_order},
+    {"get_then_put_keeps_order", "a get then a put to the same address on one endpoint (8 B and 1 KiB): the get reads the old value and a flush completes both (OpenMPI's MPI_REPLACE)", get_then_put_keeps_order},
     {"flush_completes_gets", "a flush completes every get posted before it", flush_completes_gets},
     {"rkey_packed_before_any_worker", "a key packed before its context has a worker is unpacked by a peer once the worker exists and is connected, and a put through it lands; a context that packed a key and never made a worker cleans up", rkey_packed_before_any_worker},
     {"zero_length_mem_map", "ucp_mem_map of zero bytes (with or without an address, or ALLOCATE) gives a handle whose key packs, unpacks and is destroyed, and that unmaps", zero_length_mem_map},

@@ -21,6 +21,9 @@ use crate::request::ReqId;
 impl Handler for Core {
     #[inline]
     fn am(&mut self, id: u8, data: &[u8]) {
+        if self.lazy_replies != 0 && id != wire::AM_RMA_GET {
+            self.materialize_replies();
+        }
         // The small-message case first, with nothing else inlined around it.
         let ok = match id {
             wire::AM_EAGER => self.on_eager(data),
@@ -37,6 +40,9 @@ impl Handler for Core {
     /// then pays no extra call.
     #[inline(always)]
     fn am_keep(&mut self, id: u8, data: &[u8]) -> bool {
+        if self.lazy_replies != 0 && id != wire::AM_RMA_GET {
+            self.materialize_replies();
+        }
         let ok = match id {
             wire::AM_EAGER => self.on_eager(data),
             wire::AM_USER_SHORT | wire::AM_USER => match self.keep_am_user(id, data) {

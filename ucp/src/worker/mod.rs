@@ -261,6 +261,7 @@ impl Worker {
             ctrl_eps: VecDeque::new(),
             put_ack_eps: Vec::new(),
             reply_pool: Vec::new(),
+            lazy_replies: 0,
             accepts: VecDeque::new(),
             ready: VecDeque::new(),
             gets: VecDeque::new(),
@@ -878,6 +879,9 @@ impl RunActions for Worker {
                     }
                 }
             }
+        }
+        if core.lazy_replies != 0 {
+            core.materialize_replies();
         }
         if !core.rma_queue.is_empty() {
             n += rma::progress_queue(ifaces, core);

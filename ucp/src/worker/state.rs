@@ -15,7 +15,7 @@ use uct::{EpId, IfaceAttr, MemH, OpenIface};
 
 use super::op::{FragBuf, FragTarget, Op, UmrUse, Unexp, UnexpData, UnexpPool};
 use crate::address::WorkerAddress;
-use crate::buf::Bounce;
+use crate::buf::{self, Bounce};
 use crate::channel::state::Channel;
 use crate::context::Context;
 use crate::datatype::VectorCache;
@@ -245,7 +245,7 @@ pub(crate) struct Ep {
 /// The bytes of a get's or an atomic's reply: inline up to 64 (no allocation per small
 /// get on the target; `Ctrl` is larger than that already, for its rendezvous variants).
 pub(crate) type ReplyBytes = SmallVec<[u8; INLINE_REPLY]>;
-const INLINE_REPLY: usize = 64;
+pub(crate) const INLINE_REPLY: usize = 64;
 
 /// A protocol message to send from `run_actions`.
 #[derive(Debug)]
@@ -300,6 +300,19 @@ pub(crate) enum Ctrl {
         offset: u64,
         status: Status,
         data: ReplyBytes,
+    },
+    /// A successful get's reply whose bytes are read from the target's host memory when
+    /// the reply is sent (`len` bytes at `addr`, a range the handler checked): written
+    /// straight into the transport's buffer, without a copy of its own. It lives only
+    /// until the next message is handled or the control messages of this pass have gone
+    /// ([`Core::materialize_replies`]), so that a put or atomic handled after the get,
+    /// or anything the application does once progress returns, cannot change what the
+    /// get returns nor unmap what it reads.
+    RmaReplyAt {
+        req: u64,
+        offset: u64,
+        addr: u64,
+        len: usize,
     },
     PutAck {
         count: u32,
@@ -382,6 +395,8 @@ pub(crate) struct Core {
     /// Buffers of sent replies larger than `ReplyBytes` holds inline, for the next ones
     /// (`reply_bytes`).
     pub(crate) reply_pool: Vec<Vec<u8>>,
+    /// `Ctrl::RmaReplyAt` messages queued (at most; a dropped one may leave it high).
+    pub(crate) lazy_replies: usize,
     /// Wire-up requests from peers, to answer (their decoded message and address).
     pub(crate) accepts: VecDeque<(Wireup, WorkerAddress)>,
     /// Endpoints whose queue may move.
@@ -825,8 +840,50 @@ impl Core {
         ReplyBytes::from_vec(v)
     }
 
+    /// Turns every queued `Ctrl::RmaReplyAt` into a `Ctrl::RmaReply` holding a copy of
+    /// its bytes now: called before a message other than a get is handled, and after a
+    /// pass of control messages left some queued (a full lane).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn materialize_replies(&mut self) {
+        self.lazy_replies = 0;
+        for ep in 0..self.eps.len() {
+            let Some(e) = self.eps.get_mut(ep) else {
+                continue;
+            };
+            if e.ctrl.is_empty() {
+                continue;
+            }
+            let mut q = std::mem::take(&mut e.ctrl);
+            for c in q.iter_mut() {
+                if let Ctrl::RmaReplyAt {
+                    req,
+                    offset,
+                    addr,
+                    len,
+                } = *c
+                {
+                    let data = buf::with_raw(addr, len, |src| self.reply_bytes(src));
+                    *c = Ctrl::RmaReply {
+                        req,
+                        offset,
+                        status: Status::Ok,
+                        data,
+                    };
+                }
+            }
+            if let Some(e) = self.eps.get_mut(ep) {
+                e.ctrl = q;
+            }
+        }
+    }
+
     /// Takes back the buffer of a control message that was sent or dropped.
     pub(crate) fn recycle_ctrl(&mut self, c: Ctrl) {
+        if let Ctrl::RmaReplyAt { .. } = c {
+            self.lazy_replies = self.lazy_replies.saturating_sub(1);
+            return;
+        }
         /// Buffers kept, and the largest kept: a burst of replies to a window of gets
         /// (osu's 64) reuses them; what a rare larger reply allocated goes.
         const POOL: usize = 256;

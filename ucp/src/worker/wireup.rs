@@ -874,6 +874,24 @@ pub(crate) fn send_ctrl(
                 })
                 .map(drop)
         }
+        Ctrl::RmaReplyAt {
+            req,
+            offset,
+            addr,
+            len,
+        } => {
+            let rid = peer_id?;
+            if wire::REPLY_HDR + len > core.info[lane.iface].attr.am.max_bcopy {
+                return Err(Status::ExceedsLimit);
+            }
+            iface
+                .am_bcopy(lane.ep, wire::AM_RMA_REPLY, &mut |buf| {
+                    crate::buf::with_raw(addr, len, |data| {
+                        wire::write_reply(buf, rid, req, offset, Status::Ok.code(), data)
+                    })
+                })
+                .map(drop)
+        }
         Ctrl::PutAck { count, status } => {
             let rid = peer_id?;
             let mut m = [0u8; 9];
