@@ -171,6 +171,10 @@ impl Worker {
             Some(m) if m.nonce == h.nonce => {}
             _ => return Err(Status::InvalidParam),
         }
+        // A reply still to be read from memory (`Ctrl::RmaReplyAt`) takes its copy first.
+        if self.core.lazy_replies != 0 {
+            self.core.materialize_replies();
+        }
         let m = self.core.mems.remove(h.slot as usize);
         if matches!(m.owned, Some(Owned::Shm(_))) {
             self.core.shm_regions -= 1;
