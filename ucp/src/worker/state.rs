@@ -840,20 +840,27 @@ impl Core {
         ReplyBytes::from_vec(v)
     }
 
+    /// [`reply_bytes`](Self::reply_bytes) of `len` bytes of host memory at `addr`, a range
+    /// a handler checked against the region table.
+    pub(crate) fn reply_from(&mut self, addr: u64, len: usize) -> ReplyBytes {
+        buf::with_raw(addr, len, |src| self.reply_bytes(src))
+    }
+
     /// Turns every queued `Ctrl::RmaReplyAt` into a `Ctrl::RmaReply` holding a copy of
-    /// its bytes now: called before a message other than a get is handled, and after a
-    /// pass of control messages left some queued (a full lane).
+    /// its bytes now: called before a message other than a get is handled, after a pass
+    /// of control messages left some queued (a full lane), and before a region is
+    /// unmapped.
     #[cold]
     #[inline(never)]
     pub(crate) fn materialize_replies(&mut self) {
         self.lazy_replies = 0;
-        for ep in 0..self.eps.len() {
+        // Every endpoint with control messages queued is in `ctrl_eps` (outside the pass
+        // that sends them, which calls this only after it).
+        for i in 0..self.ctrl_eps.len() {
+            let ep = self.ctrl_eps[i];
             let Some(e) = self.eps.get_mut(ep) else {
                 continue;
             };
-            if e.ctrl.is_empty() {
-                continue;
-            }
             let mut q = std::mem::take(&mut e.ctrl);
             for c in q.iter_mut() {
                 if let Ctrl::RmaReplyAt {
@@ -863,7 +870,7 @@ impl Core {
                     len,
                 } = *c
                 {
-                    let data = buf::with_raw(addr, len, |src| self.reply_bytes(src));
+                    let data = self.reply_from(addr, len);
                     *c = Ctrl::RmaReply {
                         req,
                         offset,

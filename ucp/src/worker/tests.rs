@@ -2394,6 +2394,54 @@ fn rbuf_of(base: u64, n: usize) -> Buf {
     unsafe { Buf::from_raw(base as *mut u8, n) }
 }
 
+/// Gets answered from the target's memory as their replies go out (`Ctrl::RmaReplyAt`),
+/// each followed on the endpoint by a put of other bytes to the same place, all arriving
+/// in the same progress passes of the target: every get returns the bytes from before
+/// its put (without the copy taken before the put is handled, they read the put's).
+/// Messages only (`posix`, the target's own memory), 1 KiB each.
+#[test]
+fn gets_read_before_the_puts_behind_them() {
+    const N: usize = 256;
+    const LEN: usize = 1024;
+    let (mut a, mut b, ab, _) = pair("posix");
+    // The target's own memory (a worker-allocated region would be mapped into the
+    // origin, which then copies directly).
+    let before = pattern(N * LEN, 7);
+    let mut window = before.clone();
+    // SAFETY: `window` outlives the mapping (unmapped below before it is read).
+    let region = b
+        .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), N * LEN)
+        .unwrap();
+    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    let base = rk.bounds().0;
+    let after = vec![0u8; LEN];
+    let mut got = vec![vec![0u8; LEN]; N];
+    let sp = SendParams::default();
+    let mut reqs = Vec::new();
+    for (i, g) in got.iter_mut().enumerate() {
+        let at = base + (i * LEN) as u64;
+        reqs.extend(a.get(ab, &contig_mut(g), at, &rk, sp).unwrap());
+        reqs.extend(a.put(ab, &contig(&after), at, &rk, sp).unwrap());
+    }
+    let f = a.flush(Some(ab)).unwrap();
+    drive(&mut a, &mut b, |a, _| {
+        a.request_status(f) != Status::InProgress
+    });
+    assert_eq!(a.wait(f).0, Status::Ok);
+    for r in reqs {
+        assert_eq!(a.wait(r).0, Status::Ok);
+    }
+    for (i, g) in got.iter().enumerate() {
+        assert!(
+            g[..] == before[i * LEN..(i + 1) * LEN],
+            "get {i} read bytes written after it"
+        );
+    }
+    assert_eq!(a.stats().rma_mapped, 0, "the operations went by messages");
+    b.mem_unmap(region).unwrap();
+    assert!(window.iter().all(|&x| x == 0), "a put did not land");
+}
+
 #[test]
 fn rma_put_get_atomics_and_bounds() {
     use crate::proto::rma::AtomicOp;

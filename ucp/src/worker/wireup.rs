@@ -722,6 +722,17 @@ pub(crate) fn send_ctrl(
     // endpoint: `NoResource` keeps the control message for the next progress call.
     let peer_id = e.remote_id.ok_or(Status::NoResource);
     let iface = &mut ifaces[lane.iface];
+    let max_bcopy = core.info[lane.iface].attr.am.max_bcopy;
+    let reply = |iface: &mut OpenIface, rid, req, offset, status: Status, data: &[u8]| {
+        if wire::REPLY_HDR + data.len() > max_bcopy {
+            return Err(Status::ExceedsLimit);
+        }
+        iface
+            .am_bcopy(lane.ep, wire::AM_RMA_REPLY, &mut |buf| {
+                wire::write_reply(buf, rid, req, offset, status.code(), data)
+            })
+            .map(drop)
+    };
     let bcopy = |iface: &mut OpenIface, id: u8, b: &[u8]| {
         iface
             .am_bcopy(lane.ep, id, &mut |buf| {
@@ -863,17 +874,7 @@ pub(crate) fn send_ctrl(
             offset,
             status,
             ref data,
-        } => {
-            let rid = peer_id?;
-            if wire::REPLY_HDR + data.len() > core.info[lane.iface].attr.am.max_bcopy {
-                return Err(Status::ExceedsLimit);
-            }
-            iface
-                .am_bcopy(lane.ep, wire::AM_RMA_REPLY, &mut |buf| {
-                    wire::write_reply(buf, rid, req, offset, status.code(), data)
-                })
-                .map(drop)
-        }
+        } => reply(iface, peer_id?, req, offset, status, data),
         Ctrl::RmaReplyAt {
             req,
             offset,
@@ -881,16 +882,9 @@ pub(crate) fn send_ctrl(
             len,
         } => {
             let rid = peer_id?;
-            if wire::REPLY_HDR + len > core.info[lane.iface].attr.am.max_bcopy {
-                return Err(Status::ExceedsLimit);
-            }
-            iface
-                .am_bcopy(lane.ep, wire::AM_RMA_REPLY, &mut |buf| {
-                    crate::buf::with_raw(addr, len, |data| {
-                        wire::write_reply(buf, rid, req, offset, Status::Ok.code(), data)
-                    })
-                })
-                .map(drop)
+            crate::buf::with_raw(addr, len, |data| {
+                reply(iface, rid, req, offset, Status::Ok, data)
+            })
         }
         Ctrl::PutAck { count, status } => {
             let rid = peer_id?;

@@ -996,10 +996,7 @@ impl Core {
                         return Ok(());
                     }
                     // Small host bytes are copied once, without zeroing the reply first.
-                    Ok((a, true)) => {
-                        let v = buf::with_raw(a, len, |src| self.reply_bytes(src));
-                        (Status::Ok, off, v)
-                    }
+                    Ok((a, true)) => (Status::Ok, off, self.reply_from(a, len)),
                     Ok((a, false)) => {
                         let mut v = ReplyBytes::from_elem(0, len);
                         match buf::read_raw_device(a, &mut v) {
