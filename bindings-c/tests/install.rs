@@ -313,9 +313,9 @@ fn make_install_serves_pkg_config_and_openmpi_then_uninstalls() {
         .env("LD_LIBRARY_PATH", &lib)
         .env("RUCX_ANNOUNCE", "1")
         .env("LD_DEBUG", "libs")
-        // The loader's trace goes to files (ld-trace.<pid>): on stderr its many lines make
-        // mpirun forward each rank's output in chunks that can split the announcement line
-        // of one rank around the other's output.
+        // The loader's trace goes to files (ld-trace.<pid>), not to stderr: CI once found
+        // one rank's announcement missing among its many lines there (mpirun forwards each
+        // rank's output in chunks, which may split a line around the other rank's).
         .env("LD_DEBUG_OUTPUT", &ld_trace)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");

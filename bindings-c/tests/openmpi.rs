@@ -266,7 +266,7 @@ fn mpi_runs_with_no_ucx_library_loaded() {
     };
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let exe = compile(&cc, "p2p");
-    // The loader's trace goes to files (ld-trace.<pid>), not to stderr, where mpirun could
+    // The loader's trace goes to files (ld-trace.<pid>), not to stderr, where mpirun may
     // forward a rank's lines in chunks split around the other rank's output.
     let traces = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rucx-mpi-ld-trace");
     let _ = std::fs::remove_dir_all(&traces);
