@@ -294,6 +294,8 @@ impl Worker {
             shm_regions: 0,
             vectors: Default::default(),
             rma_queue: VecDeque::new(),
+            light_gets: Slab::new(),
+            light_gen: 0,
             ep_errors: VecDeque::new(),
             bound_recvs: Vec::new(),
             work: false,
@@ -370,13 +372,14 @@ impl Worker {
         let _ = writeln!(s, "direct receives {}", c.direct.len());
         let _ = writeln!(
             s,
-            "ctrl {} ready {} gets {} puts {} flushes {} rma {} am events {} work {}",
+            "ctrl {} ready {} gets {} puts {} flushes {} rma {} light gets {} am events {} work {}",
             c.eps.iter().map(|(_, e)| e.ctrl.len()).sum::<usize>(),
             c.ready.len(),
             c.gets.len(),
             c.puts.len(),
             c.flushes.len(),
             c.rma_queue.len(),
+            c.light_gets.len(),
             c.am_events.len(),
             c.work
         );

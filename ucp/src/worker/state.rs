@@ -21,7 +21,7 @@ use crate::context::Context;
 use crate::datatype::VectorCache;
 use crate::dt::{Canon, DtLayout};
 use crate::proto::am::state::{AmEvent, KeptAm, QueuedAm};
-use crate::proto::rma::state::{MappingCache, MemReg, Order};
+use crate::proto::rma::state::{LightGet, MappingCache, MemReg, Order};
 use crate::proto::rndv::stage::StageCfg;
 use crate::proto::select::Thresholds;
 use crate::proto::tune::Tuner;
@@ -66,6 +66,8 @@ pub struct WorkerStats {
     pub layout_misses: u64,
     /// Puts and gets done as copies into a same-host peer's mapped memory.
     pub rma_mapped: u64,
+    /// Gets posted without a request (`Worker::get_light`).
+    pub light_gets: u64,
     /// Atomics executed by the network device (`UCX_ATOMIC_MODE=device`).
     pub amo_device: u64,
     /// Protocol messages refused as malformed.
@@ -199,8 +201,10 @@ pub(crate) struct Ep {
     /// Replies still due for puts carried by messages that completed when their messages
     /// were out (the data was copied into them); a flush waits for them.
     pub(crate) puts_unacked: u32,
-    /// The first error such a reply reported, for the next flush of the endpoint.
-    pub(crate) put_error: Option<Status>,
+    /// The first error reported for an operation that had no request left to carry it
+    /// (a put complete once sent, a get posted by `ucp_get_nbi`), for the next flush of
+    /// the endpoint.
+    pub(crate) rma_error: Option<Status>,
     /// RMA operations of this endpoint not yet complete, and those of them carried by
     /// messages.
     pub(crate) rma_ops: u32,
@@ -456,6 +460,10 @@ pub(crate) struct Core {
     /// Peers' shared-memory regions mapped here, by (pid, fd, region nonce).
     pub(crate) mappings: MappingCache,
     pub(crate) rma_queue: VecDeque<ReqId>,
+    /// Small gets posted without a request, by the slot their reply names
+    /// (`Worker::get_light`), and the generation the next one takes.
+    pub(crate) light_gets: Slab<LightGet>,
+    pub(crate) light_gen: u32,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,
     /// Receives bound to the endpoint they expect a message from (`Worker::bind_recv`):
     /// when it fails, those not matched yet end with its error.
@@ -715,6 +723,9 @@ impl Core {
             e.outstanding = e.outstanding.saturating_sub(1);
             if rma {
                 e.rma_ops = e.rma_ops.saturating_sub(1);
+                if r.released && status != Status::Ok && e.rma_error.is_none() {
+                    e.rma_error = Some(status);
+                }
             }
             if carried {
                 e.rma_carried = e.rma_carried.saturating_sub(1);

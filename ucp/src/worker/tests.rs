@@ -2442,6 +2442,175 @@ fn gets_read_before_the_puts_behind_them() {
     assert!(window.iter().all(|&x| x == 0), "a put did not land");
 }
 
+/// Wires `ab` up for RMA through `rk`: one get by the general path, waited for (a light
+/// get needs the peer's endpoint id).
+fn rma_wired(a: &mut Worker, b: &mut Worker, ab: EpHandle, rk: &Rkey) {
+    let mut one = [0u8; 1];
+    let base = rk.bounds().0;
+    if let Some(r) = a
+        .get(ab, &contig_mut(&mut one), base, rk, SendParams::default())
+        .unwrap()
+    {
+        drive(a, b, |a, _| a.request_status(r) != Status::InProgress);
+        assert_eq!(a.wait(r).0, Status::Ok);
+    }
+}
+
+/// Small gets posted without a request (`Worker::get_light`, `ucp_get_nbi`'s path): each
+/// reads the bytes before the put posted behind it, a flush waits for them, and those
+/// that find the transport full or operations queued go the general way, in order.
+#[test]
+fn light_gets_keep_order_and_complete_at_flush() {
+    const N: usize = 300;
+    const SLOT: usize = 64;
+    for tls in ["posix", "tcp", "posix,cma"] {
+        let (mut a, mut b, ab, _) = pair(tls);
+        let before = pattern(N * SLOT, 5);
+        let mut window = before.clone();
+        // SAFETY: `window` outlives the mapping (unmapped below before it is read).
+        let region = b
+            .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), N * SLOT)
+            .unwrap();
+        let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+        rma_wired(&mut a, &mut b, ab, &rk);
+        let base = rk.bounds().0;
+        let after = [0u8; SLOT];
+        let mut got = vec![vec![0u8; SLOT]; N];
+        let sp = SendParams::default();
+        let mut reqs = Vec::new();
+        let mut light = 0;
+        for (i, g) in got.iter_mut().enumerate() {
+            let len = 1 + i % SLOT;
+            let at = base + (i * SLOT) as u64;
+            match a.get_light(ab, buf_of_mut(&mut g[..len]), at, &rk) {
+                Some(r) => {
+                    assert_eq!(r, Ok(()), "{tls}: get {i}");
+                    light += 1;
+                }
+                None => reqs.extend(a.get(ab, &contig_mut(&mut g[..len]), at, &rk, sp).unwrap()),
+            }
+            reqs.extend(a.put(ab, &contig(&after[..len]), at, &rk, sp).unwrap());
+        }
+        // A get past the region is refused at once.
+        let mut two = [0u8; 2];
+        let end = base + (N * SLOT) as u64 - 1;
+        assert_eq!(
+            a.get_light(ab, buf_of_mut(&mut two), end, &rk),
+            Some(Err(Status::InvalidParam)),
+            "{tls}"
+        );
+        assert!(light > 0, "{tls}: no get went without a request");
+        assert_eq!(a.stats().light_gets, light);
+        let f = a.flush(Some(ab)).unwrap();
+        drive(&mut a, &mut b, |a, _| {
+            a.request_status(f) != Status::InProgress
+        });
+        assert_eq!(a.wait(f).0, Status::Ok, "{tls}");
+        assert!(
+            a.core.light_gets.is_empty(),
+            "{tls}: the flush left gets behind"
+        );
+        for r in reqs {
+            assert_eq!(a.wait(r).0, Status::Ok);
+        }
+        for (i, g) in got.iter().enumerate() {
+            let len = 1 + i % SLOT;
+            assert!(
+                g[..len] == before[i * SLOT..i * SLOT + len],
+                "{tls}: get {i} read bytes written after it"
+            );
+            assert!(
+                g[len..].iter().all(|&x| x == 0),
+                "{tls}: get {i} wrote past its end"
+            );
+        }
+        assert_eq!(
+            a.stats().rma_mapped,
+            0,
+            "{tls}: the operations went by messages"
+        );
+        b.mem_unmap(region).unwrap();
+        for i in 0..N {
+            let len = 1 + i % SLOT;
+            assert!(
+                window[i * SLOT..i * SLOT + len].iter().all(|&x| x == 0),
+                "{tls}: put {i} did not land"
+            );
+        }
+    }
+}
+
+/// A light get the target refuses fails the next flush (once); a reply that names no get
+/// of the endpoint fails the endpoint, and the light gets still out end with it.
+#[test]
+fn light_get_errors_reach_the_flush_and_end_with_the_endpoint() {
+    let (mut a, mut b, ab, _) = pair("posix");
+    let mut window = vec![7u8; 256];
+    // SAFETY: `window` outlives both mappings (unmapped below).
+    let region = b
+        .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), 256)
+        .unwrap();
+    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    rma_wired(&mut a, &mut b, ab, &rk);
+    let base = rk.bounds().0;
+    let flush = |a: &mut Worker, b: &mut Worker| {
+        let f = a.flush(Some(ab)).unwrap();
+        drive(a, b, |a, _| a.request_status(f) != Status::InProgress);
+        a.wait(f).0
+    };
+    // The region is gone at the target: it refuses the get, and the flush says so.
+    b.mem_unmap(region).unwrap();
+    let mut got = [0u8; 8];
+    assert_eq!(
+        a.get_light(ab, buf_of_mut(&mut got), base, &rk),
+        Some(Ok(()))
+    );
+    assert_eq!(flush(&mut a, &mut b), Status::InvalidParam);
+    assert_eq!(got, [0u8; 8], "a refused get wrote its buffer");
+    assert_eq!(
+        flush(&mut a, &mut b),
+        Status::Ok,
+        "the error is reported once"
+    );
+
+    // Two gets out, and a reply naming a slot's wrong generation: a malformed message.
+    // SAFETY: as above.
+    let region = b
+        .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), 256)
+        .unwrap();
+    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    let (mut x, mut y) = ([0u8; 4], [0u8; 4]);
+    let base = rk.bounds().0;
+    assert_eq!(a.get_light(ab, buf_of_mut(&mut x), base, &rk), Some(Ok(())));
+    assert_eq!(
+        a.get_light(ab, buf_of_mut(&mut y), base + 4, &rk),
+        Some(Ok(()))
+    );
+    assert_eq!(a.core.light_gets.len(), 2);
+    let (slot, g) = a.core.light_gets.iter().next().unwrap();
+    let req = 1u64 << 63 | u64::from(g.gen.wrapping_add(1) & 0x7fff_ffff) << 32 | slot as u64;
+    let mut reply = Vec::new();
+    reply.extend_from_slice(&ab.0.to_le_bytes());
+    reply.extend_from_slice(&req.to_le_bytes());
+    reply.extend_from_slice(&0u64.to_le_bytes());
+    reply.push(0);
+    reply.extend_from_slice(&[9u8; 4]);
+    uct::Handler::am(&mut a.core, crate::proto::wire::AM_RMA_REPLY, &reply);
+    assert_eq!(a.stats().malformed, 1);
+    assert_eq!(a.poll_ep_error().map(|e| e.1), Some(Status::IoError));
+    assert!(
+        a.core.light_gets.is_empty(),
+        "the failed endpoint's gets are dropped"
+    );
+    assert_eq!(flush(&mut a, &mut b), Status::IoError);
+    assert_eq!(
+        (x, y),
+        ([0u8; 4], [0u8; 4]),
+        "a dropped get wrote its buffer"
+    );
+    b.mem_unmap(region).unwrap();
+}
+
 #[test]
 fn rma_put_get_atomics_and_bounds() {
     use crate::proto::rma::AtomicOp;

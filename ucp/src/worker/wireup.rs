@@ -222,7 +222,7 @@ pub(crate) fn new_ep(
         peer_closed: false,
         outstanding: 0,
         puts_unacked: 0,
-        put_error: None,
+        rma_error: None,
         rma_ops: 0,
         rma_carried: 0,
         rma_order: Default::default(),
@@ -463,7 +463,7 @@ impl Worker {
                     return FlushPoll::Transport;
                 }
                 let e = &mut core.eps[h.idx()];
-                FlushPoll::Done(e.put_error.take().unwrap_or(Status::Ok))
+                FlushPoll::Done(e.rma_error.take().unwrap_or(Status::Ok))
             }
             None => {
                 let live = || core.eps.iter().filter(|(_, e)| e.failed.is_none());
@@ -473,7 +473,7 @@ impl Worker {
                 if !live().all(|(_, e)| idle(e)) {
                     return FlushPoll::Transport;
                 }
-                let err = core.eps.iter_mut().find_map(|(_, e)| e.put_error.take());
+                let err = core.eps.iter_mut().find_map(|(_, e)| e.rma_error.take());
                 FlushPoll::Done(err.unwrap_or(Status::Ok))
             }
         }
@@ -1039,15 +1039,15 @@ pub(crate) fn progress_flushes(ifaces: &mut [OpenIface], core: &mut Core) -> usi
         }
         // A put that completed when its messages were out and that the target then
         // refused is reported here, by the flush that waited for its reply.
-        let put_error = match ep {
-            Some(e) => core.eps.get_mut(e).and_then(|e| e.put_error.take()),
-            None => core.eps.iter_mut().find_map(|(_, e)| e.put_error.take()),
+        let rma_error = match ep {
+            Some(e) => core.eps.get_mut(e).and_then(|e| e.rma_error.take()),
+            None => core.eps.iter_mut().find_map(|(_, e)| e.rma_error.take()),
         };
         let status = match ep.and_then(|e| core.eps.get(e)) {
             // Both sides closing at once: the peer's notice came first, nothing failed.
             Some(e) if close && e.peer_closed => Status::Ok,
-            Some(e) => e.failed.or(put_error).unwrap_or(Status::Ok),
-            None => put_error.unwrap_or(Status::Ok),
+            Some(e) => e.failed.or(rma_error).unwrap_or(Status::Ok),
+            None => rma_error.unwrap_or(Status::Ok),
         };
         if close {
             if let Some(e) = ep {
@@ -1162,7 +1162,7 @@ pub(crate) fn fail_ep(core: &mut Core, ep: usize, status: Status, how: Failure) 
         Op::Rma(o) => o.ep == ep,
         _ => false,
     });
-    let lost = queued + victims.len();
+    let lost = queued + victims.len() + core.drop_light_gets(ep);
     if how != Failure::Closed {
         if how == Failure::Error && lost > 0 {
             ucs::warn_limited!(

@@ -30,7 +30,9 @@
 //! RMA_PUT_ACK ep:u32 count:u32 status:i8
 //! ```
 //!
-//! A get or an atomic is answered by its RMA_REPLY. Puts are acknowledged by count: the
+//! A get or an atomic is answered by its RMA_REPLY, which names it by `req`: a request,
+//! or a light get's slot (`ucp_get_nbi` of a few bytes posts no request;
+//! [`Worker::get_light`]). Puts are acknowledged by count: the
 //! target answers the RMA_PUTs it handled in one progress call with one RMA_PUT_ACK
 //! (carrying the first error among them), which halves the messages of a stream of small
 //! puts. A put completes once its messages are out; the acknowledgements are what a flush
@@ -57,9 +59,9 @@ use crate::datatype::{Data, DataState};
 use crate::proto::wire::ShmWindow;
 use crate::request::{EpHandle, ReqId};
 use crate::worker::op::{Op, SendParams};
-use crate::worker::state::{Bad, Core, Ctrl, ReplyBytes, Res, Worker, INLINE_REPLY};
+use crate::worker::state::{Bad, Core, Ctrl, Lane, ReplyBytes, Res, Worker, INLINE_REPLY};
 use crate::worker::wireup;
-use state::{MemReg, Owned, RmaKind, RmaOp};
+use state::{LightGet, MemReg, Owned, RmaKind, RmaOp};
 
 const PUT_HDR: usize = 4 + 8 + 4 + 8 + 8;
 
@@ -72,6 +74,12 @@ const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 /// 8.2 GB/s); at 8 and 16 KiB the messages' fragments and acknowledgements cost more
 /// than a cross-memory-attach call saves (16 KiB windows of puts: 2.5 against 5.5 GB/s).
 const SMALL_RMA: usize = 4096;
+
+/// The top bit of the request id an RMA_GET carries marks a light get (`Core::light_gets`,
+/// see [`Worker::get_light`]): below it, the get's generation (31 bits) and slot (32
+/// bits). Ids of `Requests` never have it.
+const LIGHT_GET: u64 = 1 << 63;
+const LIGHT_GEN: u32 = 0x7fff_ffff;
 
 impl Worker {
     /// Maps memory for remote access (`ucp_mem_map`): `buf` registers the caller's memory,
@@ -498,6 +506,89 @@ impl Worker {
         Some(Ok(()))
     }
 
+    /// A get of contiguous host bytes that one reply carries, posted without a request
+    /// (`ucp_get_nbi`, after [`rma_mapped`](Self::rma_mapped)): its message goes now and
+    /// its reply is written straight to `local`. `None` when the general path must serve
+    /// it: a memory lane would, operations wait in the RMA queue (it goes behind them
+    /// there), the endpoint is not wired up or failed, or the transport has no room.
+    ///
+    /// Through MPICH's `MPI_Get`, a window of 64 one-byte gets cost the origin about 860
+    /// instructions a get by the general path (callgrind, 2026-12-07: a request with a
+    /// data state, a pass of the RMA queue, the request's completion) against about 350
+    /// for UCX 1.13; this path keeps a slot with the destination instead.
+    ///
+    /// It keeps what the general path promises: the get counts as carried by messages on
+    /// the endpoint (puts behind it go by messages too, `Order`), a flush waits for its
+    /// reply, an error the target reports is the next flush's, and a failing endpoint
+    /// drops it (`fail_ep`).
+    pub fn get_light(
+        &mut self,
+        ep: EpHandle,
+        local: Buf,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Option<UcsResult<()>> {
+        let idx = ep.idx();
+        let total = local.len();
+        let Worker { ifaces, core, .. } = self;
+        if rkey.ep != idx || total == 0 || total > SMALL_RMA {
+            return None;
+        }
+        if let Err(s) = rkey.check(remote_addr, total) {
+            return Some(Err(s));
+        }
+        if !core.rma_queue.is_empty() {
+            return None;
+        }
+        let e = core.eps.get(idx)?;
+        let rid = e.remote_id.filter(|_| e.failed.is_none())?;
+        let lane = e.am;
+        if total + REPLY_HDR > core.info[lane.iface].attr.am.max_bcopy || !local.host_accessible() {
+            return None;
+        }
+        let behind = e.rma_carried + e.puts_unacked > 0;
+        let by_messages = behind
+            || (rkey.mapped.is_none()
+                && match (e.rma_dev, rkey.lane_dev, e.rma, rkey.lane) {
+                    (Some(_), Some(_), ..) => false,
+                    (_, _, Some(l), Some(_)) => am_cheaper(core, lane, l),
+                    _ => true,
+                });
+        if !by_messages {
+            return None;
+        }
+        let entry = core.light_gets.vacant_entry();
+        let slot = u32::try_from(entry.key()).ok()?;
+        let gen = core.light_gen & LIGHT_GEN;
+        let req = LIGHT_GET | u64::from(gen) << 32 | u64::from(slot);
+        let mut m = [0u8; PUT_HDR + 12];
+        m[..4].copy_from_slice(&rid.to_le_bytes());
+        m[4..12].copy_from_slice(&req.to_le_bytes());
+        m[12..16].copy_from_slice(&rkey.slot.to_le_bytes());
+        m[16..24].copy_from_slice(&rkey.nonce.to_le_bytes());
+        m[24..32].copy_from_slice(&remote_addr.to_le_bytes());
+        m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(total as u32).to_le_bytes());
+        // Offset 0: the whole get is one reply.
+        match send_bytes(ifaces[lane.iface].as_mut(), lane.ep, AM_RMA_GET, &m) {
+            Ok(()) => {}
+            Err(Status::NoResource) => return None,
+            Err(s) => return Some(Err(s)),
+        }
+        entry.insert(LightGet {
+            ep: idx,
+            gen,
+            buf: local,
+        });
+        core.light_gen = core.light_gen.wrapping_add(1);
+        let e = &mut core.eps[idx];
+        e.outstanding += 1;
+        e.rma_ops += 1;
+        e.rma_carried += 1;
+        e.rma_order.note(e.rma_carried, e.puts_unacked);
+        core.stats.light_gets += 1;
+        Some(Ok(()))
+    }
+
     /// Orders RMA operations posted after it after those posted before (`ucp_ep_fence`,
     /// `ucp_worker_fence`). Operations on one endpoint already execute in posting order
     /// (messages are ordered per endpoint; the memory lane completes before returning), so
@@ -584,13 +675,7 @@ impl Worker {
             // call, which pins the peer's pages (UCX 1.13 over posix,cma makes no such
             // call for them either). MPICH's transposes move a matrix as a million 4-byte
             // puts or gets: by cma, a system call each.
-            (_, _, Some(l), Some(_))
-                if total <= SMALL_RMA
-                    && core.info[l.iface].attr.perf.overhead_ns
-                        > core.info[e.am.iface].attr.perf.overhead_ns =>
-            {
-                None
-            }
+            (_, _, Some(l), Some(_)) if total <= SMALL_RMA && am_cheaper(core, e.am, l) => None,
             (_, _, Some(l), Some(k)) if st.host_only() => st.iovs(0, total).map(|iov| (l, k, iov)),
             _ => None,
         };
@@ -708,6 +793,12 @@ impl Worker {
         }
         Ok(Some(id))
     }
+}
+
+/// Whether a small put or get of host memory costs less by messages on `am` than by the
+/// memory lane `mem` (see `Worker::rma`).
+fn am_cheaper(core: &Core, am: Lane, mem: Lane) -> bool {
+    core.info[mem.iface].attr.perf.overhead_ns > core.info[am.iface].attr.perf.overhead_ns
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1073,8 +1164,8 @@ impl Core {
         e.puts_unacked -= count;
         e.rma_order.note(e.rma_carried, e.puts_unacked);
         let status = Status::from_code(status).unwrap_or(Status::IoError);
-        if status != Status::Ok && e.put_error.is_none() {
-            e.put_error = Some(status);
+        if status != Status::Ok && e.rma_error.is_none() {
+            e.rma_error = Some(status);
         }
         if e.puts_unacked == 0 {
             // A flush may have been waiting for this.
@@ -1092,6 +1183,9 @@ impl Core {
         };
         let ep = self.live_ep(ep)?;
         let payload = r.rest();
+        if req & LIGHT_GET != 0 {
+            return self.on_light_reply(ep, req, offset, status, payload);
+        }
         let id = ReqId(req);
         let Some(Op::Rma(o)) = self.reqs.get_mut(id).map(|r| &mut r.state) else {
             // The answer to part of an operation that ended already (it failed on this
@@ -1138,6 +1232,62 @@ impl Core {
             self.complete(id, s, None);
         }
         Ok(())
+    }
+}
+
+impl Core {
+    /// The reply to a light get (`Worker::get_light`): its bytes go to the get's buffer.
+    fn on_light_reply(
+        &mut self,
+        ep: usize,
+        req: u64,
+        offset: u64,
+        status: i8,
+        payload: &[u8],
+    ) -> Res {
+        let slot = (req & u64::from(u32::MAX)) as usize;
+        let gen = (req >> 32) as u32 & LIGHT_GEN;
+        let status = Status::from_code(status).unwrap_or(Status::IoError);
+        match self.light_gets.get(slot) {
+            Some(g)
+                if g.ep == ep
+                    && g.gen == gen
+                    && offset == 0
+                    && (status != Status::Ok || payload.len() == g.buf.len()) => {}
+            _ => return Err(Bad::Malformed(Some(ep))),
+        }
+        let g = self.light_gets.remove(slot);
+        if status == Status::Ok {
+            g.buf.write_at(0, payload);
+        }
+        let e = &mut self.eps[ep];
+        e.outstanding = e.outstanding.saturating_sub(1);
+        e.rma_ops = e.rma_ops.saturating_sub(1);
+        e.rma_carried = e.rma_carried.saturating_sub(1);
+        e.rma_order.note(e.rma_carried, e.puts_unacked);
+        if status != Status::Ok && e.rma_error.is_none() {
+            e.rma_error = Some(status);
+        }
+        if e.rma_ops == 0 {
+            // A flush may have been waiting for this.
+            self.work = true;
+        }
+        Ok(())
+    }
+
+    /// Drops the light gets of endpoint `ep`, which failed: how many there were.
+    pub(crate) fn drop_light_gets(&mut self, ep: usize) -> usize {
+        let before = self.light_gets.len();
+        self.light_gets.retain(|_, g| g.ep != ep);
+        let n = before - self.light_gets.len();
+        if let Some(e) = self.eps.get_mut(ep) {
+            let n = n as u32;
+            e.outstanding = e.outstanding.saturating_sub(n);
+            e.rma_ops = e.rma_ops.saturating_sub(n);
+            e.rma_carried = e.rma_carried.saturating_sub(n);
+            e.rma_order.note(e.rma_carried, e.puts_unacked);
+        }
+        n
     }
 }
 

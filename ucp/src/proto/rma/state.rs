@@ -203,6 +203,16 @@ impl RmaOp {
     }
 }
 
+/// A get posted without a request (`Worker::get_light`):
+/// one message out, one reply back, written to `buf`. `gen` tells a reply meant for an
+/// earlier get of the same slot.
+#[derive(Debug)]
+pub(crate) struct LightGet {
+    pub(crate) ep: usize,
+    pub(crate) gen: u32,
+    pub(super) buf: Buf,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum RmaKind {
     Put,
