@@ -68,6 +68,8 @@ pub struct WorkerStats {
     pub rma_mapped: u64,
     /// Gets posted without a request (`Worker::get_light`).
     pub light_gets: u64,
+    /// Puts posted without a request (`Worker::put_light`).
+    pub light_puts: u64,
     /// Atomics executed by the network device (`UCX_ATOMIC_MODE=device`).
     pub amo_device: u64,
     /// Protocol messages refused as malformed.

@@ -2456,11 +2456,12 @@ fn rma_wired(a: &mut Worker, b: &mut Worker, ab: EpHandle, rk: &Rkey) {
     }
 }
 
-/// Small gets posted without a request (`Worker::get_light`, `ucp_get_nbi`'s path): each
-/// reads the bytes before the put posted behind it, a flush waits for them, and those
-/// that find the transport full or operations queued go the general way, in order.
+/// Small gets and puts posted without a request (`Worker::get_light`/`put_light`,
+/// `ucp_get_nbi`'s and `ucp_put_nbi`'s path): each get reads the bytes before the put
+/// posted behind it, a flush waits for both, and those that find the transport full or
+/// operations queued go the general way, in order.
 #[test]
-fn light_gets_keep_order_and_complete_at_flush() {
+fn light_gets_and_puts_keep_order_and_complete_at_flush() {
     const N: usize = 300;
     const SLOT: usize = 64;
     for tls in ["posix", "tcp", "posix,cma"] {
@@ -2489,9 +2490,12 @@ fn light_gets_keep_order_and_complete_at_flush() {
                 }
                 None => reqs.extend(a.get(ab, &contig_mut(&mut g[..len]), at, &rk, sp).unwrap()),
             }
-            reqs.extend(a.put(ab, &contig(&after[..len]), at, &rk, sp).unwrap());
+            match a.put_light(ab, buf_of(&after[..len]), at, &rk) {
+                Some(r) => assert_eq!(r, Ok(()), "{tls}: put {i}"),
+                None => reqs.extend(a.put(ab, &contig(&after[..len]), at, &rk, sp).unwrap()),
+            }
         }
-        // A get past the region is refused at once.
+        // A get or put past the region is refused at once.
         let mut two = [0u8; 2];
         let end = base + (N * SLOT) as u64 - 1;
         assert_eq!(
@@ -2499,7 +2503,16 @@ fn light_gets_keep_order_and_complete_at_flush() {
             Some(Err(Status::InvalidParam)),
             "{tls}"
         );
+        assert_eq!(
+            a.put_light(ab, buf_of(&two), end, &rk),
+            Some(Err(Status::InvalidParam)),
+            "{tls}"
+        );
         assert!(light > 0, "{tls}: no get went without a request");
+        assert!(
+            a.stats().light_puts > 0,
+            "{tls}: no put went without a request"
+        );
         assert_eq!(a.stats().light_gets, light);
         let f = a.flush(Some(ab)).unwrap();
         drive(&mut a, &mut b, |a, _| {
@@ -2540,10 +2553,10 @@ fn light_gets_keep_order_and_complete_at_flush() {
     }
 }
 
-/// A light get the target refuses fails the next flush (once); a reply that names no get
-/// of the endpoint fails the endpoint, and the light gets still out end with it.
+/// A light get or put the target refuses fails the next flush (once); a reply that names
+/// no get of the endpoint fails the endpoint, and the light gets still out end with it.
 #[test]
-fn light_get_errors_reach_the_flush_and_end_with_the_endpoint() {
+fn light_rma_errors_reach_the_flush_and_gets_end_with_the_endpoint() {
     let (mut a, mut b, ab, _) = pair("posix");
     let mut window = vec![7u8; 256];
     // SAFETY: `window` outlives both mappings (unmapped below).
@@ -2572,6 +2585,10 @@ fn light_get_errors_reach_the_flush_and_end_with_the_endpoint() {
         Status::Ok,
         "the error is reported once"
     );
+    // So does a put through that key, which was complete once sent.
+    assert_eq!(a.put_light(ab, buf_of(&got), base, &rk), Some(Ok(())));
+    assert_eq!(flush(&mut a, &mut b), Status::InvalidParam);
+    assert_eq!(flush(&mut a, &mut b), Status::Ok);
 
     // Two gets out, and a reply naming a slot's wrong generation: a malformed message.
     // SAFETY: as above.

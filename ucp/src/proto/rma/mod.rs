@@ -509,13 +509,13 @@ impl Worker {
     /// A get of contiguous host bytes that one reply carries, posted without a request
     /// (`ucp_get_nbi`, after [`rma_mapped`](Self::rma_mapped)): its message goes now and
     /// its reply is written straight to `local`. `None` when the general path must serve
-    /// it: a memory lane would, operations wait in the RMA queue (it goes behind them
-    /// there), the endpoint is not wired up or failed, or the transport has no room.
+    /// it ([`light_route`]).
     ///
     /// Through MPICH's `MPI_Get`, a window of 64 one-byte gets cost the origin about 860
     /// instructions a get by the general path (callgrind, 2026-12-07: a request with a
     /// data state, a pass of the RMA queue, the request's completion) against about 350
-    /// for UCX 1.13; this path keeps a slot with the destination instead.
+    /// for UCX 1.13; this path keeps a slot with the destination instead. In the same
+    /// pattern of 512-byte gets, `ucp_get_nbi` then cost 417 instructions (UCX 1.13: 403).
     ///
     /// It keeps what the general path promises: the get counts as carried by messages on
     /// the endpoint (puts behind it go by messages too, `Order`), a flush waits for its
@@ -529,45 +529,18 @@ impl Worker {
         rkey: &Rkey,
     ) -> Option<UcsResult<()>> {
         let idx = ep.idx();
-        let total = local.len();
         let Worker { ifaces, core, .. } = self;
-        if rkey.ep != idx || total == 0 || total > SMALL_RMA {
-            return None;
-        }
-        if let Err(s) = rkey.check(remote_addr, total) {
-            return Some(Err(s));
-        }
-        if !core.rma_queue.is_empty() {
-            return None;
-        }
-        let e = core.eps.get(idx)?;
-        let rid = e.remote_id.filter(|_| e.failed.is_none())?;
-        let lane = e.am;
-        if total + REPLY_HDR > core.info[lane.iface].attr.am.max_bcopy || !local.host_accessible() {
-            return None;
-        }
-        let behind = e.rma_carried + e.puts_unacked > 0;
-        let by_messages = behind
-            || (rkey.mapped.is_none()
-                && match (e.rma_dev, rkey.lane_dev, e.rma, rkey.lane) {
-                    (Some(_), Some(_), ..) => false,
-                    (_, _, Some(l), Some(_)) => am_cheaper(core, lane, l),
-                    _ => true,
-                });
-        if !by_messages {
-            return None;
-        }
+        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, REPLY_HDR)? {
+            Ok(r) => r,
+            Err(s) => return Some(Err(s)),
+        };
         let entry = core.light_gets.vacant_entry();
         let slot = u32::try_from(entry.key()).ok()?;
         let gen = core.light_gen & LIGHT_GEN;
         let req = LIGHT_GET | u64::from(gen) << 32 | u64::from(slot);
         let mut m = [0u8; PUT_HDR + 12];
-        m[..4].copy_from_slice(&rid.to_le_bytes());
-        m[4..12].copy_from_slice(&req.to_le_bytes());
-        m[12..16].copy_from_slice(&rkey.slot.to_le_bytes());
-        m[16..24].copy_from_slice(&rkey.nonce.to_le_bytes());
-        m[24..32].copy_from_slice(&remote_addr.to_le_bytes());
-        m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(total as u32).to_le_bytes());
+        m[..PUT_HDR].copy_from_slice(&rma_head(rid, req, rkey.slot, rkey.nonce, remote_addr));
+        m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(local.len() as u32).to_le_bytes());
         // Offset 0: the whole get is one reply.
         match send_bytes(ifaces[lane.iface].as_mut(), lane.ep, AM_RMA_GET, &m) {
             Ok(()) => {}
@@ -586,6 +559,48 @@ impl Worker {
         e.rma_carried += 1;
         e.rma_order.note(e.rma_carried, e.puts_unacked);
         core.stats.light_gets += 1;
+        Some(Ok(()))
+    }
+
+    /// A put of contiguous host bytes that one message carries, posted without a request
+    /// (`ucp_put_nbi`, after [`rma_mapped`](Self::rma_mapped)): the message goes now, with
+    /// the bytes copied into it, and the put is complete, as the general path's put is
+    /// once its messages are out (`put_sent`); the endpoint counts its acknowledgement
+    /// for the flush. `None` when the general path must serve it ([`light_route`]).
+    ///
+    /// MPICH's `MPI_Put` + `MPI_Win_flush` of 1 to 512 bytes took 1.10–1.19 of UCX 1.13's
+    /// time through the general path (osu.sh, 2026-12-07): a request, a data state and a
+    /// pass of the RMA queue for one message.
+    pub fn put_light(
+        &mut self,
+        ep: EpHandle,
+        local: Buf,
+        remote_addr: u64,
+        rkey: &Rkey,
+    ) -> Option<UcsResult<()>> {
+        let idx = ep.idx();
+        let Worker { ifaces, core, .. } = self;
+        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, PUT_HDR)? {
+            Ok(r) => r,
+            Err(s) => return Some(Err(s)),
+        };
+        // The put names no request: its acknowledgement is counted, not matched.
+        let hdr = rma_head(rid, 0, rkey.slot, rkey.nonce, remote_addr);
+        let len = local.len();
+        let r = ifaces[lane.iface].am_bcopy(lane.ep, AM_RMA_PUT, &mut |buf| {
+            buf[..PUT_HDR].copy_from_slice(&hdr);
+            local.read_at(0, &mut buf[PUT_HDR..PUT_HDR + len]);
+            PUT_HDR + len
+        });
+        match r {
+            Ok(_) => {}
+            Err(Status::NoResource) => return None,
+            Err(s) => return Some(Err(s)),
+        }
+        let e = &mut core.eps[idx];
+        e.puts_unacked += 1;
+        e.rma_order.note(e.rma_carried, e.puts_unacked);
+        core.stats.light_puts += 1;
         Some(Ok(()))
     }
 
@@ -795,6 +810,50 @@ impl Worker {
     }
 }
 
+/// The peer's endpoint id and the AM lane for a light put or get ([`Worker::get_light`],
+/// [`Worker::put_light`]) of `local` at `remote_addr`, whose message or reply holds `hdr`
+/// bytes besides the data: `Some(Err)` for an access outside the key's region, `None` when
+/// the general path must serve it: more than one message's worth or device memory, a
+/// memory lane or mapped copy it would take, operations waiting in the RMA queue (it goes
+/// behind them there), an endpoint not wired up or failed.
+fn light_route(
+    core: &Core,
+    idx: usize,
+    local: &Buf,
+    remote_addr: u64,
+    rkey: &Rkey,
+    hdr: usize,
+) -> Option<UcsResult<(u32, Lane)>> {
+    let total = local.len();
+    if rkey.ep != idx || total == 0 || total > SMALL_RMA {
+        return None;
+    }
+    if let Err(s) = rkey.check(remote_addr, total) {
+        return Some(Err(s));
+    }
+    if !core.rma_queue.is_empty() {
+        return None;
+    }
+    let e = core.eps.get(idx)?;
+    let rid = e.remote_id.filter(|_| e.failed.is_none())?;
+    let lane = e.am;
+    if total + hdr > core.info[lane.iface].attr.am.max_bcopy || !local.host_accessible() {
+        return None;
+    }
+    // As `Worker::rma` chooses: messages when operations carried by messages are ahead,
+    // else a mapped copy, the memory lane for device memory, the host memory lane unless
+    // messages cost less.
+    let behind = e.rma_carried + e.puts_unacked > 0;
+    let by_messages = behind
+        || (rkey.mapped.is_none()
+            && match (e.rma_dev, rkey.lane_dev, e.rma, rkey.lane) {
+                (Some(_), Some(_), ..) => false,
+                (_, _, Some(l), Some(_)) => am_cheaper(core, lane, l),
+                _ => true,
+            });
+    by_messages.then_some(Ok((rid, lane)))
+}
+
 /// Whether a small put or get of host memory costs less by messages on `am` than by the
 /// memory lane `mem` (see `Worker::rma`).
 fn am_cheaper(core: &Core, am: Lane, mem: Lane) -> bool {
@@ -884,12 +943,12 @@ fn put_sent(core: &mut Core, id: ReqId) {
 }
 
 /// The header every RMA request starts with: `ep req slot nonce addr`.
-fn request_head(rid: u32, req: ReqId, o: &RmaOp, addr: u64) -> [u8; PUT_HDR] {
+fn rma_head(rid: u32, req: u64, slot: u32, nonce: u64, addr: u64) -> [u8; PUT_HDR] {
     let mut h = [0u8; PUT_HDR];
     h[..4].copy_from_slice(&rid.to_le_bytes());
-    h[4..12].copy_from_slice(&req.0.to_le_bytes());
-    h[12..16].copy_from_slice(&o.slot.to_le_bytes());
-    h[16..24].copy_from_slice(&o.nonce.to_le_bytes());
+    h[4..12].copy_from_slice(&req.to_le_bytes());
+    h[12..16].copy_from_slice(&slot.to_le_bytes());
+    h[16..24].copy_from_slice(&nonce.to_le_bytes());
     h[24..32].copy_from_slice(&addr.to_le_bytes());
     h
 }
@@ -919,7 +978,7 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
             if o.offset >= o.total && (o.offset > 0 || o.replies > 0) {
                 return Ok(true);
             }
-            let hdr = request_head(rid, id, o, o.addr + o.offset as u64);
+            let hdr = rma_head(rid, id.0, o.slot, o.nonce, o.addr + o.offset as u64);
             let (data, off) = (&mut o.data, o.offset);
             let r = iface.am_bcopy(lane.ep, AM_RMA_PUT, &mut |buf| {
                 buf[..PUT_HDR].copy_from_slice(&hdr);
@@ -945,7 +1004,13 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
             }
             let chunk = (o.total - o.offset).min(seg - REPLY_HDR);
             let mut m = [0u8; PUT_HDR + 12];
-            m[..PUT_HDR].copy_from_slice(&request_head(rid, id, o, o.addr + o.offset as u64));
+            m[..PUT_HDR].copy_from_slice(&rma_head(
+                rid,
+                id.0,
+                o.slot,
+                o.nonce,
+                o.addr + o.offset as u64,
+            ));
             m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(chunk as u32).to_le_bytes());
             m[PUT_HDR + 4..].copy_from_slice(&(o.offset as u64).to_le_bytes());
             match send_bytes(iface, lane.ep, AM_RMA_GET, &m) {
@@ -963,7 +1028,7 @@ fn push_rma(ifaces: &mut [uct::OpenIface], core: &mut Core, id: ReqId) -> UcsRes
         RmaKind::Atomic => {
             let (op, size, value, compare) = o.atomic;
             let m = Writer::with_capacity(PUT_HDR + 18)
-                .bytes(&request_head(rid, id, o, o.addr))
+                .bytes(&rma_head(rid, id.0, o.slot, o.nonce, o.addr))
                 .u8(op as u8)
                 .u8(size)
                 .u64(value)
