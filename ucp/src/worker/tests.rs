@@ -2719,7 +2719,12 @@ fn rma_put_get_atomics_and_bounds() {
                 .find(|(k, _)| *k == "cma_bytes")
                 .map_or(0, |(_, v)| *v)
         };
-        for (n, by_lane) in [(100usize, false), (4096, false), (5000, true)] {
+        for (n, by_lane) in [
+            (100usize, false),
+            (4096, false),
+            (32 << 10, false),
+            (40000, true),
+        ] {
             let before = cma_bytes(&a);
             let mut back = vec![0u8; n];
             let r = a

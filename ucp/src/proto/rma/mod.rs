@@ -75,6 +75,26 @@ const RKEY_MAGIC: &[u8; 4] = b"RKY1";
 /// than a cross-memory-attach call saves (16 KiB windows of puts: 2.5 against 5.5 GB/s).
 const SMALL_RMA: usize = 4096;
 
+/// Gets of at most this many bytes go by messages too: since a reply is read from the
+/// window straight into the transport's buffer, a get of 8 to 32 KiB by messages beats a
+/// cross-memory-attach read, whose pinning of the peer's pages costs about 2 µs a call.
+/// MPICH `MPI_Get` on the 2-core VM (2026-12-07, 3 rounds; UCX 1.13 makes no
+/// `process_vm_readv` call for them either, strace): windows of 8 KiB 3.4 → 8.8–10.0 GB/s
+/// (UCX 7.1–8.8), 32 KiB 7.3–7.9 → 10.4–15.3 GB/s (UCX 8.1–8.5); latency 8 KiB 2.5 → 1.5
+/// µs, 16 KiB 3.2 → 2.4, 32 KiB 4.2–4.3 either way. At 64 KiB the memory lane is ahead
+/// again (latency 6.6 against 7.3 µs), and from 256 KiB its bandwidth too.
+const SMALL_GET: usize = 32 << 10;
+
+/// The largest put or get that goes by messages where the memory lane costs more per
+/// operation.
+fn small_limit(kind: RmaKind) -> usize {
+    if kind == RmaKind::Get {
+        SMALL_GET
+    } else {
+        SMALL_RMA
+    }
+}
+
 /// The top bit of the request id an RMA_GET carries marks a light get (`Core::light_gets`,
 /// see [`Worker::get_light`]): below it, the get's generation (31 bits) and slot (32
 /// bits). Ids of `Requests` never have it.
@@ -530,7 +550,7 @@ impl Worker {
     ) -> Option<UcsResult<()>> {
         let idx = ep.idx();
         let Worker { ifaces, core, .. } = self;
-        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, REPLY_HDR)? {
+        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, RmaKind::Get)? {
             Ok(r) => r,
             Err(s) => return Some(Err(s)),
         };
@@ -580,7 +600,7 @@ impl Worker {
     ) -> Option<UcsResult<()>> {
         let idx = ep.idx();
         let Worker { ifaces, core, .. } = self;
-        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, PUT_HDR)? {
+        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, RmaKind::Put)? {
             Ok(r) => r,
             Err(s) => return Some(Err(s)),
         };
@@ -690,7 +710,9 @@ impl Worker {
             // call, which pins the peer's pages (UCX 1.13 over posix,cma makes no such
             // call for them either). MPICH's transposes move a matrix as a million 4-byte
             // puts or gets: by cma, a system call each.
-            (_, _, Some(l), Some(_)) if total <= SMALL_RMA && am_cheaper(core, e.am, l) => None,
+            (_, _, Some(l), Some(_)) if total <= small_limit(kind) && am_cheaper(core, e.am, l) => {
+                None
+            }
             (_, _, Some(l), Some(k)) if st.host_only() => st.iovs(0, total).map(|iov| (l, k, iov)),
             _ => None,
         };
@@ -811,8 +833,7 @@ impl Worker {
 }
 
 /// The peer's endpoint id and the AM lane for a light put or get ([`Worker::get_light`],
-/// [`Worker::put_light`]) of `local` at `remote_addr`, whose message or reply holds `hdr`
-/// bytes besides the data: `Some(Err)` for an access outside the key's region, `None` when
+/// [`Worker::put_light`]) of `local` at `remote_addr`: `Some(Err)` for an access outside the key's region, `None` when
 /// the general path must serve it: more than one message's worth or device memory, a
 /// memory lane or mapped copy it would take, operations waiting in the RMA queue (it goes
 /// behind them there), an endpoint not wired up or failed.
@@ -822,10 +843,10 @@ fn light_route(
     local: &Buf,
     remote_addr: u64,
     rkey: &Rkey,
-    hdr: usize,
+    kind: RmaKind,
 ) -> Option<UcsResult<(u32, Lane)>> {
     let total = local.len();
-    if rkey.ep != idx || total == 0 || total > SMALL_RMA {
+    if rkey.ep != idx || total == 0 || total > small_limit(kind) {
         return None;
     }
     if let Err(s) = rkey.check(remote_addr, total) {
@@ -837,6 +858,11 @@ fn light_route(
     let e = core.eps.get(idx)?;
     let rid = e.remote_id.filter(|_| e.failed.is_none())?;
     let lane = e.am;
+    let hdr = if kind == RmaKind::Get {
+        REPLY_HDR
+    } else {
+        PUT_HDR
+    };
     if total + hdr > core.info[lane.iface].attr.am.max_bcopy || !local.host_accessible() {
         return None;
     }
