@@ -529,7 +529,7 @@ impl Worker {
     /// A get of contiguous host bytes that one reply carries, posted without a request
     /// (`ucp_get_nbi`, after [`rma_mapped`](Self::rma_mapped)): its message goes now and
     /// its reply is written straight to `local`. `None` when the general path must serve
-    /// it ([`light_route`]).
+    /// it (`light_route`).
     ///
     /// Through MPICH's `MPI_Get`, a window of 64 one-byte gets cost the origin about 860
     /// instructions a get by the general path (callgrind, 2026-12-07: a request with a
@@ -586,7 +586,7 @@ impl Worker {
     /// (`ucp_put_nbi`, after [`rma_mapped`](Self::rma_mapped)): the message goes now, with
     /// the bytes copied into it, and the put is complete, as the general path's put is
     /// once its messages are out (`put_sent`); the endpoint counts its acknowledgement
-    /// for the flush. `None` when the general path must serve it ([`light_route`]).
+    /// for the flush. `None` when the general path must serve it (`light_route`).
     ///
     /// MPICH's `MPI_Put` + `MPI_Win_flush` of 1 to 512 bytes took 1.10–1.19 of UCX 1.13's
     /// time through the general path (osu.sh, 2026-12-07): a request, a data state and a
@@ -833,10 +833,11 @@ impl Worker {
 }
 
 /// The peer's endpoint id and the AM lane for a light put or get ([`Worker::get_light`],
-/// [`Worker::put_light`]) of `local` at `remote_addr`: `Some(Err)` for an access outside the key's region, `None` when
-/// the general path must serve it: more than one message's worth or device memory, a
-/// memory lane or mapped copy it would take, operations waiting in the RMA queue (it goes
-/// behind them there), an endpoint not wired up or failed.
+/// [`Worker::put_light`]) of `local` at `remote_addr`: `Some(Err)` for an access outside
+/// the key's region, `None` when the general path must serve it: more than one message's
+/// worth or device memory, a memory lane or mapped copy it would take, operations
+/// waiting in the RMA queue (it goes behind them there), an endpoint not wired up or
+/// failed.
 fn light_route(
     core: &Core,
     idx: usize,
@@ -1324,9 +1325,7 @@ impl Core {
         }
         Ok(())
     }
-}
 
-impl Core {
     /// The reply to a light get (`Worker::get_light`): its bytes go to the get's buffer.
     fn on_light_reply(
         &mut self,
