@@ -79,10 +79,11 @@ const SMALL_RMA: usize = 4096;
 /// window straight into the transport's buffer, a get of 8 to 32 KiB by messages beats a
 /// cross-memory-attach read, whose pinning of the peer's pages costs about 2 µs a call.
 /// MPICH `MPI_Get` on the 2-core VM (2026-12-07, 3 rounds; UCX 1.13 makes no
-/// `process_vm_readv` call for them either, strace): windows of 8 KiB 3.4 → 8.8–10.0 GB/s
-/// (UCX 7.1–8.8), 32 KiB 7.3–7.9 → 10.4–15.3 GB/s (UCX 8.1–8.5); latency 8 KiB 2.5 → 1.5
-/// µs, 16 KiB 3.2 → 2.4, 32 KiB 4.2–4.3 either way. At 64 KiB the memory lane is ahead
-/// again (latency 6.6 against 7.3 µs), and from 256 KiB its bandwidth too.
+/// `process_vm_readv` call for them either, strace of `contrib/bench/ucx-get-lat.c`):
+/// windows of 8 KiB 3.4 → 8.8–10.0 GB/s (UCX 7.1–8.8), 32 KiB 7.3–7.9 → 10.4–15.3 GB/s
+/// (UCX 8.1–8.5); latency 8 KiB 2.5 → 1.5 µs, 16 KiB 3.2 → 2.4, 32 KiB 4.2–4.3 either
+/// way. At 64 KiB the memory lane is ahead again (latency 6.6 against 7.3 µs), and from
+/// 256 KiB its bandwidth too.
 const SMALL_GET: usize = 32 << 10;
 
 /// The largest put or get that goes by messages where the memory lane costs more per
