@@ -963,11 +963,7 @@ fn rma_nbi(
         if let Some(r) = wk.rma_mapped(h, kind == Rma::Get, local, remote_addr, &k.rkey) {
             return r.map(|()| Status::Ok);
         }
-        let light = match kind {
-            Rma::Put => wk.put_light(h, local, remote_addr, &k.rkey),
-            Rma::Get => wk.get_light(h, local, remote_addr, &k.rkey),
-        };
-        if let Some(r) = light {
+        if let Some(r) = wk.rma_light(h, kind == Rma::Get, local, remote_addr, &k.rkey) {
             return r.map(|()| Status::Ok);
         }
         let d = Data::Contig(local);

@@ -66,9 +66,9 @@ pub struct WorkerStats {
     pub layout_misses: u64,
     /// Puts and gets done as copies into a same-host peer's mapped memory.
     pub rma_mapped: u64,
-    /// Gets posted without a request (`Worker::get_light`).
+    /// Gets posted without a request (`Worker::rma_light`).
     pub light_gets: u64,
-    /// Puts posted without a request (`Worker::put_light`).
+    /// Puts posted without a request (`Worker::rma_light`).
     pub light_puts: u64,
     /// Atomics executed by the network device (`UCX_ATOMIC_MODE=device`).
     pub amo_device: u64,
@@ -463,7 +463,7 @@ pub(crate) struct Core {
     pub(crate) mappings: MappingCache,
     pub(crate) rma_queue: VecDeque<ReqId>,
     /// Small gets posted without a request, by the slot their reply names
-    /// (`Worker::get_light`), and the generation the next one takes.
+    /// (`Worker::rma_light`), and the generation the next one takes.
     pub(crate) light_gets: Slab<LightGet>,
     pub(crate) light_gen: u32,
     pub(crate) ep_errors: VecDeque<(EpHandle, Status)>,

@@ -2394,6 +2394,16 @@ fn rbuf_of(base: u64, n: usize) -> Buf {
     unsafe { Buf::from_raw(base as *mut u8, n) }
 }
 
+/// Maps `window`, memory of `b`'s own (not a worker-allocated region, which would be
+/// mapped into `a`, which then copies directly), and unpacks its key at `a`. The caller
+/// unmaps it before it reads or drops `window`.
+fn map_own(a: &mut Worker, b: &mut Worker, ab: EpHandle, window: &mut [u8]) -> (MemHandle, Rkey) {
+    let len = window.len();
+    let region = b.mem_map(Some(buf_of_mut(window)), len).unwrap();
+    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    (region, rk)
+}
+
 /// Gets answered from the target's memory as their replies go out (`Ctrl::RmaReplyAt`),
 /// each followed on the endpoint by a put of other bytes to the same place, all arriving
 /// in the same progress passes of the target: every get returns the bytes from before
@@ -2404,15 +2414,9 @@ fn gets_read_before_the_puts_behind_them() {
     const N: usize = 256;
     const LEN: usize = 1024;
     let (mut a, mut b, ab, _) = pair("posix");
-    // The target's own memory (a worker-allocated region would be mapped into the
-    // origin, which then copies directly).
     let before = pattern(N * LEN, 7);
     let mut window = before.clone();
-    // SAFETY: `window` outlives the mapping (unmapped below before it is read).
-    let region = b
-        .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), N * LEN)
-        .unwrap();
-    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    let (region, rk) = map_own(&mut a, &mut b, ab, &mut window);
     let base = rk.bounds().0;
     let after = vec![0u8; LEN];
     let mut got = vec![vec![0u8; LEN]; N];
@@ -2456,7 +2460,7 @@ fn rma_wired(a: &mut Worker, b: &mut Worker, ab: EpHandle, rk: &Rkey) {
     }
 }
 
-/// Small gets and puts posted without a request (`Worker::get_light`/`put_light`,
+/// Small gets and puts posted without a request (`Worker::rma_light`,
 /// `ucp_get_nbi`'s and `ucp_put_nbi`'s path): each get reads the bytes before the put
 /// posted behind it, a flush waits for both, and those that find the transport full or
 /// operations queued go the general way, in order.
@@ -2468,11 +2472,7 @@ fn light_gets_and_puts_keep_order_and_complete_at_flush() {
         let (mut a, mut b, ab, _) = pair(tls);
         let before = pattern(N * SLOT, 5);
         let mut window = before.clone();
-        // SAFETY: `window` outlives the mapping (unmapped below before it is read).
-        let region = b
-            .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), N * SLOT)
-            .unwrap();
-        let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+        let (region, rk) = map_own(&mut a, &mut b, ab, &mut window);
         rma_wired(&mut a, &mut b, ab, &rk);
         let base = rk.bounds().0;
         let after = [0u8; SLOT];
@@ -2483,14 +2483,14 @@ fn light_gets_and_puts_keep_order_and_complete_at_flush() {
         for (i, g) in got.iter_mut().enumerate() {
             let len = 1 + i % SLOT;
             let at = base + (i * SLOT) as u64;
-            match a.get_light(ab, buf_of_mut(&mut g[..len]), at, &rk) {
+            match a.rma_light(ab, true, buf_of_mut(&mut g[..len]), at, &rk) {
                 Some(r) => {
                     assert_eq!(r, Ok(()), "{tls}: get {i}");
                     light += 1;
                 }
                 None => reqs.extend(a.get(ab, &contig_mut(&mut g[..len]), at, &rk, sp).unwrap()),
             }
-            match a.put_light(ab, buf_of(&after[..len]), at, &rk) {
+            match a.rma_light(ab, false, buf_of(&after[..len]), at, &rk) {
                 Some(r) => assert_eq!(r, Ok(()), "{tls}: put {i}"),
                 None => reqs.extend(a.put(ab, &contig(&after[..len]), at, &rk, sp).unwrap()),
             }
@@ -2499,12 +2499,12 @@ fn light_gets_and_puts_keep_order_and_complete_at_flush() {
         let mut two = [0u8; 2];
         let end = base + (N * SLOT) as u64 - 1;
         assert_eq!(
-            a.get_light(ab, buf_of_mut(&mut two), end, &rk),
+            a.rma_light(ab, true, buf_of_mut(&mut two), end, &rk),
             Some(Err(Status::InvalidParam)),
             "{tls}"
         );
         assert_eq!(
-            a.put_light(ab, buf_of(&two), end, &rk),
+            a.rma_light(ab, false, buf_of(&two), end, &rk),
             Some(Err(Status::InvalidParam)),
             "{tls}"
         );
@@ -2559,11 +2559,7 @@ fn light_gets_and_puts_keep_order_and_complete_at_flush() {
 fn light_rma_errors_reach_the_flush_and_gets_end_with_the_endpoint() {
     let (mut a, mut b, ab, _) = pair("posix");
     let mut window = vec![7u8; 256];
-    // SAFETY: `window` outlives both mappings (unmapped below).
-    let region = b
-        .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), 256)
-        .unwrap();
-    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    let (region, rk) = map_own(&mut a, &mut b, ab, &mut window);
     rma_wired(&mut a, &mut b, ab, &rk);
     let base = rk.bounds().0;
     let flush = |a: &mut Worker, b: &mut Worker| {
@@ -2575,7 +2571,7 @@ fn light_rma_errors_reach_the_flush_and_gets_end_with_the_endpoint() {
     b.mem_unmap(region).unwrap();
     let mut got = [0u8; 8];
     assert_eq!(
-        a.get_light(ab, buf_of_mut(&mut got), base, &rk),
+        a.rma_light(ab, true, buf_of_mut(&mut got), base, &rk),
         Some(Ok(()))
     );
     assert_eq!(flush(&mut a, &mut b), Status::InvalidParam);
@@ -2586,21 +2582,23 @@ fn light_rma_errors_reach_the_flush_and_gets_end_with_the_endpoint() {
         "the error is reported once"
     );
     // So does a put through that key, which was complete once sent.
-    assert_eq!(a.put_light(ab, buf_of(&got), base, &rk), Some(Ok(())));
+    assert_eq!(
+        a.rma_light(ab, false, buf_of(&got), base, &rk),
+        Some(Ok(()))
+    );
     assert_eq!(flush(&mut a, &mut b), Status::InvalidParam);
     assert_eq!(flush(&mut a, &mut b), Status::Ok);
 
     // Two gets out, and a reply naming a slot's wrong generation: a malformed message.
-    // SAFETY: as above.
-    let region = b
-        .mem_map(Some(unsafe { Buf::from_mut_slice(&mut window) }), 256)
-        .unwrap();
-    let rk = a.rkey_unpack(ab, &b.rkey_pack(region).unwrap()).unwrap();
+    let (region, rk) = map_own(&mut a, &mut b, ab, &mut window);
     let (mut x, mut y) = ([0u8; 4], [0u8; 4]);
     let base = rk.bounds().0;
-    assert_eq!(a.get_light(ab, buf_of_mut(&mut x), base, &rk), Some(Ok(())));
     assert_eq!(
-        a.get_light(ab, buf_of_mut(&mut y), base + 4, &rk),
+        a.rma_light(ab, true, buf_of_mut(&mut x), base, &rk),
+        Some(Ok(()))
+    );
+    assert_eq!(
+        a.rma_light(ab, true, buf_of_mut(&mut y), base + 4, &rk),
         Some(Ok(()))
     );
     assert_eq!(a.core.light_gets.len(), 2);

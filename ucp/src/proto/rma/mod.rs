@@ -32,7 +32,7 @@
 //!
 //! A get or an atomic is answered by its RMA_REPLY, which names it by `req`: a request,
 //! or a light get's slot (`ucp_get_nbi` of a few bytes posts no request;
-//! [`Worker::get_light`]). Puts are acknowledged by count: the
+//! [`Worker::rma_light`]). Puts are acknowledged by count: the
 //! target answers the RMA_PUTs it handled in one progress call with one RMA_PUT_ACK
 //! (carrying the first error among them), which halves the messages of a stream of small
 //! puts. A put completes once its messages are out; the acknowledgements are what a flush
@@ -97,7 +97,7 @@ fn small_limit(kind: RmaKind) -> usize {
 }
 
 /// The top bit of the request id an RMA_GET carries marks a light get (`Core::light_gets`,
-/// see [`Worker::get_light`]): below it, the get's generation (31 bits) and slot (32
+/// see [`Worker::rma_light`]): below it, the get's generation (31 bits) and slot (32
 /// bits). Ids of `Requests` never have it.
 const LIGHT_GET: u64 = 1 << 63;
 const LIGHT_GEN: u32 = 0x7fff_ffff;
@@ -527,102 +527,88 @@ impl Worker {
         Some(Ok(()))
     }
 
-    /// A get of contiguous host bytes that one reply carries, posted without a request
-    /// (`ucp_get_nbi`, after [`rma_mapped`](Self::rma_mapped)): its message goes now and
-    /// its reply is written straight to `local`. `None` when the general path must serve
-    /// it (`light_route`).
+    /// A put or get of contiguous host bytes that one message (a get: one reply) carries,
+    /// posted without a request (`ucp_put_nbi`/`ucp_get_nbi`, after
+    /// [`rma_mapped`](Self::rma_mapped)): its message goes now. `None` when the general
+    /// path must serve it (`light_route`), or the transport has no room for the message.
+    ///
+    /// * A put's bytes are copied into its message and the put is complete, as the
+    ///   general path's put is once its messages are out (`put_sent`); the endpoint
+    ///   counts its acknowledgement for the flush.
+    /// * A get's destination waits in a slot of `Core::light_gets` that its reply names;
+    ///   the reply is written straight there. The get counts as carried by messages on the
+    ///   endpoint (puts behind it go by messages too, `Order`), a flush waits for its
+    ///   reply, and a failing endpoint drops it (`fail_ep`).
+    ///
+    /// An error the target reports for either is the next flush's (`Ep::rma_error`).
     ///
     /// Through MPICH's `MPI_Get`, a window of 64 one-byte gets cost the origin about 860
     /// instructions a get by the general path (callgrind, 2026-12-07: a request with a
     /// data state, a pass of the RMA queue, the request's completion) against about 350
-    /// for UCX 1.13; this path keeps a slot with the destination instead. In the same
-    /// pattern of 512-byte gets, `ucp_get_nbi` then cost 417 instructions (UCX 1.13: 403).
-    ///
-    /// It keeps what the general path promises: the get counts as carried by messages on
-    /// the endpoint (puts behind it go by messages too, `Order`), a flush waits for its
-    /// reply, an error the target reports is the next flush's, and a failing endpoint
-    /// drops it (`fail_ep`).
-    pub fn get_light(
+    /// for UCX 1.13; in the same pattern of 512-byte gets, `ucp_get_nbi` then cost 417
+    /// instructions (UCX 1.13: 403). MPICH's `MPI_Put` + `MPI_Win_flush` of 1 to 512 bytes
+    /// took 1.10–1.19 of UCX 1.13's time through the general path (osu.sh, 2026-12-07).
+    pub fn rma_light(
         &mut self,
         ep: EpHandle,
+        get: bool,
         local: Buf,
         remote_addr: u64,
         rkey: &Rkey,
     ) -> Option<UcsResult<()>> {
         let idx = ep.idx();
+        let kind = if get { RmaKind::Get } else { RmaKind::Put };
         let Worker { ifaces, core, .. } = self;
-        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, RmaKind::Get)? {
+        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, kind)? {
             Ok(r) => r,
             Err(s) => return Some(Err(s)),
         };
-        let entry = core.light_gets.vacant_entry();
-        let slot = u32::try_from(entry.key()).ok()?;
-        let gen = core.light_gen & LIGHT_GEN;
-        let req = LIGHT_GET | u64::from(gen) << 32 | u64::from(slot);
-        let mut m = [0u8; PUT_HDR + 12];
-        m[..PUT_HDR].copy_from_slice(&rma_head(rid, req, rkey.slot, rkey.nonce, remote_addr));
-        m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(local.len() as u32).to_le_bytes());
-        // Offset 0: the whole get is one reply.
-        match send_bytes(ifaces[lane.iface].as_mut(), lane.ep, AM_RMA_GET, &m) {
-            Ok(()) => {}
-            Err(Status::NoResource) => return None,
-            Err(s) => return Some(Err(s)),
-        }
-        entry.insert(LightGet {
-            ep: idx,
-            gen,
-            buf: local,
-        });
-        core.light_gen = core.light_gen.wrapping_add(1);
-        let e = &mut core.eps[idx];
-        e.outstanding += 1;
-        e.rma_ops += 1;
-        e.rma_carried += 1;
-        e.rma_order.note(e.rma_carried, e.puts_unacked);
-        core.stats.light_gets += 1;
-        Some(Ok(()))
-    }
-
-    /// A put of contiguous host bytes that one message carries, posted without a request
-    /// (`ucp_put_nbi`, after [`rma_mapped`](Self::rma_mapped)): the message goes now, with
-    /// the bytes copied into it, and the put is complete, as the general path's put is
-    /// once its messages are out (`put_sent`); the endpoint counts its acknowledgement
-    /// for the flush. `None` when the general path must serve it (`light_route`).
-    ///
-    /// MPICH's `MPI_Put` + `MPI_Win_flush` of 1 to 512 bytes took 1.10–1.19 of UCX 1.13's
-    /// time through the general path (osu.sh, 2026-12-07): a request, a data state and a
-    /// pass of the RMA queue for one message.
-    pub fn put_light(
-        &mut self,
-        ep: EpHandle,
-        local: Buf,
-        remote_addr: u64,
-        rkey: &Rkey,
-    ) -> Option<UcsResult<()>> {
-        let idx = ep.idx();
-        let Worker { ifaces, core, .. } = self;
-        let (rid, lane) = match light_route(core, idx, &local, remote_addr, rkey, RmaKind::Put)? {
-            Ok(r) => r,
-            Err(s) => return Some(Err(s)),
-        };
-        // The put names no request: its acknowledgement is counted, not matched.
-        let hdr = rma_head(rid, 0, rkey.slot, rkey.nonce, remote_addr);
+        let iface = ifaces[lane.iface].as_mut();
         let len = local.len();
-        let r = ifaces[lane.iface].am_bcopy(lane.ep, AM_RMA_PUT, &mut |buf| {
-            buf[..PUT_HDR].copy_from_slice(&hdr);
-            local.read_at(0, &mut buf[PUT_HDR..PUT_HDR + len]);
-            PUT_HDR + len
-        });
-        match r {
-            Ok(_) => {}
-            Err(Status::NoResource) => return None,
-            Err(s) => return Some(Err(s)),
+        let sent = if get {
+            let slot = u32::try_from(core.light_gets.vacant_key()).ok()?;
+            let gen = core.light_gen & LIGHT_GEN;
+            let req = LIGHT_GET | u64::from(gen) << 32 | u64::from(slot);
+            let mut m = [0u8; PUT_HDR + 12];
+            m[..PUT_HDR].copy_from_slice(&rma_head(rid, req, rkey.slot, rkey.nonce, remote_addr));
+            m[PUT_HDR..PUT_HDR + 4].copy_from_slice(&(len as u32).to_le_bytes());
+            // Offset 0: the whole get is one reply.
+            send_bytes(iface, lane.ep, AM_RMA_GET, &m).map(|()| {
+                core.light_gets.insert(LightGet {
+                    ep: idx,
+                    gen,
+                    buf: local,
+                });
+                core.light_gen = core.light_gen.wrapping_add(1);
+                let e = &mut core.eps[idx];
+                e.outstanding += 1;
+                e.rma_ops += 1;
+                e.rma_carried += 1;
+                core.stats.light_gets += 1;
+            })
+        } else {
+            // The put names no request: its acknowledgement is counted, not matched.
+            let hdr = rma_head(rid, 0, rkey.slot, rkey.nonce, remote_addr);
+            iface
+                .am_bcopy(lane.ep, AM_RMA_PUT, &mut |buf| {
+                    buf[..PUT_HDR].copy_from_slice(&hdr);
+                    local.read_at(0, &mut buf[PUT_HDR..PUT_HDR + len]);
+                    PUT_HDR + len
+                })
+                .map(|_| {
+                    core.eps[idx].puts_unacked += 1;
+                    core.stats.light_puts += 1;
+                })
+        };
+        match sent {
+            Ok(()) => {
+                let e = &mut core.eps[idx];
+                e.rma_order.note(e.rma_carried, e.puts_unacked);
+                Some(Ok(()))
+            }
+            Err(Status::NoResource) => None,
+            Err(s) => Some(Err(s)),
         }
-        let e = &mut core.eps[idx];
-        e.puts_unacked += 1;
-        e.rma_order.note(e.rma_carried, e.puts_unacked);
-        core.stats.light_puts += 1;
-        Some(Ok(()))
     }
 
     /// Orders RMA operations posted after it after those posted before (`ucp_ep_fence`,
@@ -833,8 +819,8 @@ impl Worker {
     }
 }
 
-/// The peer's endpoint id and the AM lane for a light put or get ([`Worker::get_light`],
-/// [`Worker::put_light`]) of `local` at `remote_addr`: `Some(Err)` for an access outside
+/// The peer's endpoint id and the AM lane for a light put or get ([`Worker::rma_light`])
+/// of `local` at `remote_addr`: `Some(Err)` for an access outside
 /// the key's region, `None` when the general path must serve it: more than one message's
 /// worth or device memory, a memory lane or mapped copy it would take, operations
 /// waiting in the RMA queue (it goes behind them there), an endpoint not wired up or
@@ -1327,7 +1313,7 @@ impl Core {
         Ok(())
     }
 
-    /// The reply to a light get (`Worker::get_light`): its bytes go to the get's buffer.
+    /// The reply to a light get (`Worker::rma_light`): its bytes go to the get's buffer.
     fn on_light_reply(
         &mut self,
         ep: usize,

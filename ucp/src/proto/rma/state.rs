@@ -203,7 +203,7 @@ impl RmaOp {
     }
 }
 
-/// A get posted without a request (`Worker::get_light`):
+/// A get posted without a request (`Worker::rma_light`):
 /// one message out, one reply back, written to `buf`. `gen` tells a reply meant for an
 /// earlier get of the same slot.
 #[derive(Debug)]
