@@ -544,10 +544,12 @@ impl Worker {
     ///
     /// Through MPICH's `MPI_Get`, a window of 64 one-byte gets cost the origin about 860
     /// instructions a get by the general path (callgrind, 2026-12-07: a request with a
-    /// data state, a pass of the RMA queue, the request's completion) against about 350
-    /// for UCX 1.13; in the same pattern of 512-byte gets, `ucp_get_nbi` then cost 417
-    /// instructions (UCX 1.13: 403). MPICH's `MPI_Put` + `MPI_Win_flush` of 1 to 512 bytes
-    /// took 1.10–1.19 of UCX 1.13's time through the general path (osu.sh, 2026-12-07).
+    /// data state, a pass of the RMA queue, the request's completion). With this path,
+    /// `ucp_get_nbi` costs about 460 instructions (callgrind of
+    /// `contrib/bench/ucx-get-lat.c`, 64 gets a flush, 1 B and 512 B alike; inclusive cost
+    /// over callgrind's call count) against 365 for UCX 1.13's. MPICH's `MPI_Put` +
+    /// `MPI_Win_flush` of 1 to 512 bytes took 1.10–1.19 of UCX 1.13's time through the
+    /// general path (osu.sh, 2026-12-07).
     pub fn rma_light(
         &mut self,
         ep: EpHandle,
